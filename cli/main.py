@@ -1,0 +1,163 @@
+"""The `ingest` command: dev stack, gateway, worker, migrations and admin scripts."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from pathlib import Path
+from uuid import UUID
+
+from shared import logging as applog
+
+DEV_ENV_FILE = Path(".ingest/dev.env")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _load_dev_env(args.command)
+    return int(args.run(args) or 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ingest", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser("dev", help="run the whole embedded stack on this machine")
+    dev.add_argument("--workers", type=int, default=None, help="worker processes (default 1)")
+    dev.add_argument("--port", type=int, default=None, help="gateway port (default 8000)")
+    dev.set_defaults(run=_dev)
+
+    gw = sub.add_parser("gateway", help="serve the HTTP API")
+    gw.add_argument("--host", default=None)
+    gw.add_argument("--port", type=int, default=None)
+    gw.set_defaults(run=_gateway)
+
+    worker = sub.add_parser("worker", help="consume ingest jobs from SQS")
+    worker.add_argument("--once", action="store_true", help="process what is queued, then exit")
+    worker.set_defaults(run=_worker)
+
+    sub.add_parser("migrate", help="apply pending database migrations").set_defaults(run=_migrate)
+
+    boot = sub.add_parser("bootstrap", help="migrate, and create the queues and upload bucket")
+    boot.add_argument("--queue-name", default="ingest-jobs")
+    boot.add_argument("--bucket", default=None, help="bucket to create (default: none)")
+    boot.set_defaults(run=_bootstrap)
+
+    users = sub.add_parser("users", help="manage users").add_subparsers(dest="action", required=True)
+    create = users.add_parser("create", help="create a user (and its tenant if new)")
+    create.add_argument("--tenant", required=True, help="tenant name")
+    create.add_argument("--email", required=True)
+    create.add_argument("--role", choices=("admin", "user"), default="user")
+    create.add_argument("--password", help="default: $INGEST_PASSWORD or a prompt")
+    create.set_defaults(run=_users_create)
+
+    token = sub.add_parser("token", help="print a bearer token for a user (for scripts)")
+    token.add_argument("--email", required=True)
+    token.add_argument("--hours", type=float, default=None, help="expiry (default JWT_EXPIRY_HOURS)")
+    token.set_defaults(run=_token)
+    return parser
+
+
+def _load_dev_env(command: str) -> None:
+    """Outside `ingest dev`, commands run against the dev stack if no DATABASE_URL is given."""
+    if command == "dev" or "DATABASE_URL" in os.environ or not DEV_ENV_FILE.exists():
+        return
+    for line in DEV_ENV_FILE.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            os.environ.setdefault(key.strip(), value.strip())
+
+
+def _dev(args: argparse.Namespace) -> int:
+    from cli import dev
+
+    return dev.run(workers=args.workers, port=args.port)
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from shared.settings import GatewaySettings
+
+    settings = GatewaySettings()
+    applog.setup("gateway", settings.log_level)
+    uvicorn.run(create_app(settings), host=args.host or settings.host,
+                port=args.port or settings.port, loop="uvloop", http="httptools",
+                log_config=None, access_log=False, timeout_graceful_shutdown=10)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from shared.settings import WorkerSettings
+    from worker import main as worker_main
+
+    settings = WorkerSettings()
+    applog.setup("worker", settings.log_level)
+    return worker_main.run(settings, once=args.once)
+
+
+def _migrate(_: argparse.Namespace) -> int:
+    from shared.db import migrate
+    from shared.settings import CommonSettings
+
+    settings = CommonSettings()
+    applog.setup("cli", settings.log_level)
+    applied = migrate.apply(settings.database_url)
+    print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
+    return 0
+
+
+def _bootstrap(args: argparse.Namespace) -> int:
+    """Idempotent set-up of a fresh environment (compose runs it once before the services)."""
+    from shared import aws, queue
+    from shared.db import migrate
+    from shared.settings import CommonSettings
+
+    settings = CommonSettings()
+    applog.setup("cli", settings.log_level)
+    migrate.apply(settings.database_url)
+    sqs = aws.client("sqs", endpoint_url=settings.aws_endpoint_url, region=settings.aws_region)
+    url, dlq_url = queue.ensure_queues(sqs, args.queue_name)
+    print(f"SQS_QUEUE_URL={url}\nSQS_DLQ_URL={dlq_url}")
+    if args.bucket:
+        s3 = aws.client("s3", endpoint_url=settings.aws_endpoint_url, region=settings.aws_region)
+        s3.create_bucket(Bucket=args.bucket)
+    return 0
+
+
+def _users_create(args: argparse.Namespace) -> int:
+    from gateway import users
+    from shared import db
+    from shared.settings import CommonSettings
+
+    password = args.password or os.environ.get("INGEST_PASSWORD") or getpass.getpass("Password: ")
+    with db.connect(CommonSettings().database_url) as conn:
+        tenant_id = users.ensure_tenant(conn, args.tenant)
+        user = users.create_user(conn, tenant_id=tenant_id, email=args.email,
+                                 password=password, role=args.role)
+    print(f"created {user['role']} {user['user_id']} in tenant {args.tenant} ({tenant_id})")
+    return 0
+
+
+def _token(args: argparse.Namespace) -> int:
+    from gateway import auth
+    from shared import db
+    from shared.settings import GatewaySettings
+
+    settings = GatewaySettings()
+    with db.connect(settings.database_url) as conn:
+        row = conn.execute("SELECT user_id, tenant_id, role FROM users WHERE email = %s",
+                           (args.email.strip().lower(),)).fetchone()
+    if row is None:
+        print(f"no user with e-mail {args.email!r}", file=sys.stderr)
+        return 1
+    principal = auth.Principal(UUID(str(row["user_id"])), UUID(str(row["tenant_id"])), row["role"])
+    print(auth.issue_token(principal, settings.jwt_secret, args.hours or settings.jwt_expiry_hours))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The gateway application: ``create_app(settings)`` builds everything; nothing runs at import."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from litestar import Litestar
+from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from gateway import auth, crash_guard, errors
+from gateway.context import Context, provide
+from gateway.outbox import OutboxRelay
+from gateway.routes import auth as auth_routes
+from gateway.routes import documents, health, ingest, runs, users
+from shared import aws, db, objectstore
+from shared import logging as applog
+from shared.queue import Queue
+from shared.settings import GatewaySettings
+
+
+def create_app(settings: GatewaySettings) -> Litestar:
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        async with _running(settings) as ctx:
+            app.state.ctx = ctx
+            yield
+
+    return Litestar(
+        route_handlers=[
+            auth_routes.login, auth_routes.me, users.create_user, ingest.ingest,
+            runs.get_run, runs.list_runs, documents.list_documents, documents.get_document,
+            health.live, health.ready,
+        ],
+        dependencies={"ctx": Provide(provide, sync_to_thread=False)},
+        guards=[auth.authenticate],
+        exception_handlers=errors.HANDLERS,  # type: ignore[arg-type]
+        middleware=[_request_context],
+        lifespan=[lifespan],
+        openapi_config=OpenAPIConfig(title="Dragonfly Ingest", version="0.1.0", path="/schema"),
+        # Our JSON handler (shared/logging.py) is already on the root logger; Litestar's default
+        # config would replace it with plain text.
+        logging_config=None,
+        debug=False,
+    )
+
+
+@asynccontextmanager
+async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
+    """Open the pool and clients, start the background loops, and tear all down at exit."""
+    pool = db.async_pool(settings.database_url, min_size=settings.db_pool_min,
+                         max_size=settings.db_pool_max, name="gateway")
+    await pool.open(wait=False)
+    s3 = aws.client("s3", endpoint_url=settings.aws_endpoint_url, region=settings.aws_region)
+    sqs = aws.client("sqs", endpoint_url=settings.aws_endpoint_url, region=settings.aws_region,
+                     read_timeout=10, retries=2)
+    queue = Queue(sqs, settings.sqs_queue_url, settings.sqs_dlq_url)
+    relay = OutboxRelay(pool, queue, poll_s=settings.outbox_poll_s,
+                        max_backoff_s=settings.outbox_max_backoff_s)
+    ctx = Context(settings, pool, queue, s3, objectstore.open_store(settings.upload_store_uri, s3),
+                  relay)
+    tasks = [
+        asyncio.create_task(relay.run_forever(), name="outbox-relay"),
+        asyncio.create_task(crash_guard.run_forever(
+            pool, interval_s=settings.crash_guard_interval_s,
+            queued_ttl_s=settings.crash_guard_queued_ttl_hours * 3600,
+            running_stale_s=settings.crash_guard_running_stale_min * 60), name="crash-guard"),
+    ]
+    try:
+        yield ctx
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await pool.close()
+
+
+def _request_context(app: ASGIApp) -> ASGIApp:
+    """Give every request an id, in its logs and in the X-Request-ID response header."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        request_id = headers.get(b"x-request-id", b"").decode()[:64] or uuid.uuid4().hex
+
+        async def send_with_id(message: dict) -> None:  # type: ignore[type-arg]
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            await send(message)  # type: ignore[arg-type]
+
+        with applog.context(request_id=request_id):
+            await app(scope, receive, send_with_id)  # type: ignore[arg-type]
+
+    return middleware

@@ -1,0 +1,64 @@
+"""The one place that knows HTTP: app errors become JSON {code, detail} with a status."""
+
+from __future__ import annotations
+
+import logging
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+from shared import errors
+
+log = logging.getLogger(__name__)
+
+STATUS: dict[type[errors.AppError], int] = {
+    errors.InvalidRequest: 400,
+    errors.EmptyFile: 400,
+    errors.Unauthorized: 401,
+    errors.Forbidden: 403,
+    errors.NotFound: 404,
+    errors.Conflict: 409,
+    errors.FileTooLarge: 413,
+    errors.UnsupportedType: 415,
+    errors.ServiceUnavailable: 503,
+}
+_HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+               405: "method_not_allowed", 409: "conflict", 413: "request_too_large",
+               429: "rate_limited"}
+
+
+def status_for(exc: errors.AppError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]  # type: ignore[index]
+    return 500
+
+
+def _body(code: str, detail: str) -> dict[str, str]:
+    return {"code": code, "detail": detail}
+
+
+def app_error(_: Request, exc: errors.AppError) -> Response:
+    status = status_for(exc)
+    if status >= 500:
+        log.error("request failed", exc_info=exc)
+    return Response(_body(exc.code, exc.detail), status_code=status)
+
+
+def http_error(_: Request, exc: HTTPException) -> Response:
+    detail = exc.detail
+    if isinstance(exc, ValidationException) and exc.extra:
+        first = exc.extra[0] if isinstance(exc.extra, list) else exc.extra
+        if isinstance(first, dict):
+            detail = f"{first.get('key', 'request')}: {first.get('message', detail)}"
+    code = _HTTP_CODES.get(exc.status_code, "internal_error" if exc.status_code >= 500 else "error")
+    return Response(_body(code, detail), status_code=exc.status_code, headers=exc.headers)
+
+
+def internal_error(_: Request, exc: Exception) -> Response:
+    log.error("unhandled error", exc_info=exc)
+    return Response(_body("internal_error", "Something went wrong on our side; retry, and "
+                          "contact support if it keeps happening."), status_code=500)
+
+
+HANDLERS = {errors.AppError: app_error, HTTPException: http_error, Exception: internal_error}

@@ -1,0 +1,149 @@
+-- Queries of the gateway, which owns tenants, users, sources, documents, runs and the outbox.
+-- Every query on tenant data filters by tenant_id.
+
+-- ── intake ──────────────────────────────────────────────────────────────────────────────────
+-- name: upsert_document
+-- Get-or-create by identity. DO UPDATE (not DO NOTHING) so RETURNING always yields the row and
+-- takes its lock: a concurrent upload of the same bytes waits here until this one commits.
+INSERT INTO documents (tenant_id, source_type, source_uri, title, source_id)
+VALUES (%(tenant_id)s, %(source_type)s, %(source_uri)s, %(title)s, %(source_id)s)
+ON CONFLICT (tenant_id, source_uri) DO UPDATE SET title = EXCLUDED.title
+RETURNING doc_id, (xmax = 0) AS is_new;
+
+-- name: active_version_hash
+SELECT content_hash FROM document_versions
+WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s AND is_active;
+
+-- name: inflight_run_for_hash
+-- A queued or running run of the same document and bytes: a second one would redo its work.
+SELECT run_id FROM ingestion_runs
+WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s AND status IN ('queued', 'running')
+  AND config ->> 'content_hash' = %(content_hash)s
+ORDER BY created_at
+LIMIT 1;
+
+-- name: insert_run
+INSERT INTO ingestion_runs (run_id, tenant_id, doc_id, status, run_type, source_id, initiated_by, config)
+VALUES (%(run_id)s, %(tenant_id)s, %(doc_id)s, 'queued', %(run_type)s, %(source_id)s,
+        %(initiated_by)s, %(config)s);
+
+-- name: insert_outbox
+INSERT INTO job_outbox (run_id, tenant_id, payload) VALUES (%(run_id)s, %(tenant_id)s, %(payload)s);
+
+-- ── outbox relay ────────────────────────────────────────────────────────────────────────────
+-- name: claim_due_jobs
+-- SKIP LOCKED: every gateway replica runs a relay; each row is published by whichever claims it.
+SELECT run_id, payload, attempts FROM job_outbox
+WHERE published_at IS NULL AND next_attempt_at <= now()
+ORDER BY created_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: mark_published
+UPDATE job_outbox SET published_at = now(), attempts = attempts + 1, last_error = NULL
+WHERE run_id = ANY(%(run_ids)s);
+
+-- name: mark_publish_retry
+UPDATE job_outbox
+SET attempts = attempts + 1, last_error = %(error)s,
+    next_attempt_at = now() + make_interval(secs => %(delay_s)s)
+WHERE run_id = ANY(%(run_ids)s);
+
+-- name: mark_publish_rejected
+-- The queue refused the message itself: retrying cannot help, so the run fails visibly.
+WITH parked AS (
+    UPDATE job_outbox SET attempts = attempts + 1, last_error = %(error)s, next_attempt_at = 'infinity'
+    WHERE run_id = %(run_id)s
+    RETURNING run_id
+)
+UPDATE ingestion_runs r
+SET status = 'failed', error = %(error)s, finished_at = now(), updated_at = now()
+FROM parked WHERE r.run_id = parked.run_id AND r.status = 'queued';
+
+-- name: outbox_lag
+SELECT count(*) AS pending, EXTRACT(EPOCH FROM now() - min(created_at)) AS oldest_s
+FROM job_outbox WHERE published_at IS NULL AND next_attempt_at < 'infinity';
+
+-- ── crash guard ─────────────────────────────────────────────────────────────────────────────
+-- name: fail_stale_queued
+-- Also parks the run's unpublished job, so a queue that comes back does not revive it.
+WITH failed AS (
+    UPDATE ingestion_runs
+    SET status = 'failed', finished_at = now(), updated_at = now(),
+        error = 'Interrupted: the job was never picked up by a worker; check that workers are running, then retry the run.'
+    WHERE status = 'queued' AND created_at < now() - make_interval(secs => %(ttl_s)s)
+    RETURNING run_id, tenant_id
+), parked AS (
+    UPDATE job_outbox SET next_attempt_at = 'infinity', last_error = 'run failed before it was published'
+    WHERE run_id IN (SELECT run_id FROM failed) AND published_at IS NULL
+)
+SELECT run_id, tenant_id FROM failed;
+
+-- name: fail_stale_running
+UPDATE ingestion_runs
+SET status = 'failed', finished_at = now(), updated_at = now(),
+    error = 'Interrupted: the worker stopped responding (no heartbeat); retry the run.'
+WHERE status = 'running' AND updated_at < now() - make_interval(secs => %(stale_s)s)
+RETURNING run_id, tenant_id;
+
+-- ── reads ───────────────────────────────────────────────────────────────────────────────────
+-- name: get_run
+SELECT run_id, tenant_id, doc_id, status, run_type, source_id, initiated_by, config, stats, error,
+       stage, progress, delivery_count, takeover_count, created_at, started_at, updated_at, finished_at
+FROM ingestion_runs
+WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s;
+
+-- name: list_runs
+SELECT run_id, tenant_id, doc_id, status, run_type, source_id, initiated_by, config, stats, error,
+       stage, progress, delivery_count, takeover_count, created_at, started_at, updated_at, finished_at,
+       count(*) OVER () AS total
+FROM ingestion_runs
+WHERE tenant_id = %(tenant_id)s AND (%(status)s::text IS NULL OR status = %(status)s)
+ORDER BY created_at DESC, run_id
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: list_documents
+-- Only documents with an active version (§4.4): a queued upload is not a document yet.
+SELECT d.doc_id, d.title, d.source_type, d.source_uri, d.source_id, d.created_at,
+       v.doc_version_id, v.version_number, v.content_hash, v.chunk_count, v.char_count,
+       v.page_count, v.embedding_model, v.created_at AS version_created_at,
+       count(*) OVER () AS total
+FROM documents d
+JOIN document_versions v ON v.doc_id = d.doc_id AND v.tenant_id = d.tenant_id AND v.is_active
+WHERE d.tenant_id = %(tenant_id)s
+  AND (%(search)s::text IS NULL OR d.title ILIKE %(search)s ESCAPE '\')
+ORDER BY d.created_at DESC, d.doc_id
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: get_document
+SELECT doc_id, title, source_type, source_uri, source_id, created_at
+FROM documents WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s;
+
+-- name: list_versions
+SELECT doc_version_id, version_number, content_hash, is_active, run_id, embedding_model,
+       embedding_dim, chunk_count, char_count, page_count, created_at, deactivated_at
+FROM document_versions
+WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s
+ORDER BY version_number DESC;
+
+-- ── users ───────────────────────────────────────────────────────────────────────────────────
+-- name: upsert_tenant
+INSERT INTO tenants (name) VALUES (%(name)s)
+ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name
+RETURNING tenant_id;
+
+-- name: insert_user
+INSERT INTO users (tenant_id, email, password_hash, role)
+VALUES (%(tenant_id)s, %(email)s, %(password_hash)s, %(role)s)
+RETURNING user_id, tenant_id, email, role;
+
+-- name: set_password
+UPDATE users SET password_hash = %(password_hash)s, role = %(role)s
+WHERE email = %(email)s
+RETURNING user_id, tenant_id, email, role;
+
+-- name: find_user_by_email
+SELECT user_id, tenant_id, email, role, password_hash FROM users WHERE email = %(email)s;
+
+-- name: find_user
+SELECT user_id, tenant_id, email, role FROM users WHERE user_id = %(user_id)s;

@@ -1,0 +1,35 @@
+"""JSON shapes of runs and documents as the API returns them (gateway-worker-ingestion.md §4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared import errors
+
+RUN_FIELDS = ("run_id", "tenant_id", "doc_id", "status", "run_type", "source_id", "initiated_by",
+              "stage", "progress", "delivery_count", "takeover_count", "created_at", "started_at",
+              "updated_at", "finished_at", "config", "stats", "error")
+
+
+def run(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in RUN_FIELDS}
+
+
+def document(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: row[k] for k in ("doc_id", "title", "source_type", "source_uri", "source_id",
+                               "created_at")}
+    if "doc_version_id" in row:
+        out["active_version"] = {k: row[k] for k in (
+            "doc_version_id", "version_number", "content_hash", "chunk_count", "char_count",
+            "page_count", "embedding_model")} | {"created_at": row["version_created_at"]}
+    return out
+
+
+def page_params(page: int, limit: int) -> tuple[int, int]:
+    if page < 1 or not 1 <= limit <= 100:
+        raise errors.InvalidRequest("page must be ≥ 1 and limit between 1 and 100.")
+    return limit, (page - 1) * limit
+
+
+def paged(items: list[dict[str, Any]], rows: list[dict[str, Any]], page: int, limit: int) -> dict:
+    return {"items": items, "page": page, "limit": limit, "total": rows[0]["total"] if rows else 0}

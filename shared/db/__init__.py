@@ -1,0 +1,82 @@
+"""Database access shared by every room: named SQL queries, connection pools, error translation.
+
+Queries live in ``queries.sql`` files next to the code that owns the tables, as named blocks::
+
+    -- name: insert_document
+    -- Get-or-create a document by identity; is_new tells whether this call created it.
+    INSERT INTO documents ...
+
+Nothing above this package imports psycopg errors: ``translate`` turns driver errors into the
+app's own exceptions at the boundary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from shared import errors
+
+_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+
+
+def load_queries(path: Path) -> dict[str, str]:
+    """Parse a .sql file of ``-- name: x`` blocks into {name: sql}."""
+    text = path.read_text()
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"{path}: query {name!r} is defined twice")
+        queries[name] = body.strip().rstrip(";")
+    return queries
+
+
+def connect(url: str, **kwargs: object) -> psycopg.Connection:
+    return psycopg.connect(url, row_factory=dict_row, **kwargs)  # type: ignore[arg-type]
+
+
+def sync_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "ingest") -> ConnectionPool:
+    return ConnectionPool(
+        url, min_size=min_size, max_size=max_size, name=name, open=False,
+        kwargs={"row_factory": dict_row},
+    )
+
+
+def async_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "ingest") -> AsyncConnectionPool:
+    return AsyncConnectionPool(
+        url, min_size=min_size, max_size=max_size, name=name, open=False,
+        kwargs={"row_factory": dict_row},
+    )
+
+
+# Driver errors that mean "the database is unreachable or restarting": worth a retry.
+UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, pg_errors.AdminShutdown)
+# Errors a retry of the same transaction may cure.
+RETRYABLE = (*UNAVAILABLE, pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    return isinstance(exc, UNAVAILABLE)
+
+
+def is_retryable(exc: BaseException) -> bool:
+    return isinstance(exc, RETRYABLE)
+
+
+@contextmanager
+def translate() -> Iterator[None]:
+    """Turn driver errors into the app's own at the database boundary."""
+    try:
+        yield
+    except pg_errors.UniqueViolation as exc:
+        raise errors.Conflict(f"that already exists ({exc.diag.constraint_name}).") from exc
+    except UNAVAILABLE as exc:
+        raise errors.ServiceUnavailable("The database is unreachable; retry in a minute.") from exc

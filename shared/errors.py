@@ -1,0 +1,108 @@
+"""The error vocabulary every room shares.
+
+Each error carries a machine-readable ``code``; its docstring is the default message, written
+as one sentence that says what went wrong and what to do. Only ``gateway/errors.py`` knows
+which HTTP status each one becomes, and only the worker decides which ones fail a run.
+"""
+
+from __future__ import annotations
+
+
+class AppError(Exception):
+    """Something went wrong; please retry, and contact support if it keeps happening."""
+
+    code = "internal_error"
+
+    def __init__(self, detail: str | None = None) -> None:
+        self.detail = detail or (self.__doc__ or "").strip()
+        super().__init__(self.detail)
+
+
+# ── request and auth errors (gateway) ──────────────────────────────────────────────────────
+class InvalidRequest(AppError):
+    """The request is malformed; check the fields and try again."""
+
+    code = "invalid_request"
+
+
+class Unauthorized(AppError):
+    """Sign in again: the request has no valid token."""
+
+    code = "unauthorized"
+
+
+class Forbidden(AppError):
+    """Your role does not allow this action; ask an admin."""
+
+    code = "forbidden"
+
+
+class NotFound(AppError):
+    """Nothing with that id exists in your tenant."""
+
+    code = "not_found"
+
+
+class Conflict(AppError):
+    """The resource changed meanwhile; reload and try again."""
+
+    code = "conflict"
+
+
+class FileTooLarge(AppError):
+    """The file is larger than the upload limit; split it or compress it and upload again."""
+
+    code = "file_too_large"
+
+
+class UnsupportedType(AppError):
+    """This file type is not supported; upload a PDF, DOCX, HTML, TXT or Markdown file."""
+
+    code = "unsupported_type"
+
+
+class EmptyFile(AppError):
+    """The file is empty; choose a file with content and upload again."""
+
+    code = "empty_file"
+
+
+class ServiceUnavailable(AppError):
+    """A backing service is unreachable; retry in a minute."""
+
+    code = "service_unavailable"
+
+
+# ── document errors (worker): the document itself is bad, retrying cannot help ─────────────
+class BadDocument(AppError):
+    """The document could not be processed; check the file and upload it again."""
+
+    code = "bad_document"
+
+    def __init__(self, detail: str | None = None, *, stage: str = "extract") -> None:
+        self.stage = stage
+        super().__init__(detail)
+
+
+class ExtractionError(BadDocument):
+    """No text could be extracted from the document; check that it opens and contains text."""
+
+    code = "extraction_error"
+
+
+class EncryptedDocument(BadDocument):
+    """The document is password-protected; remove the password and upload it again."""
+
+    code = "encrypted_document"
+
+
+class NoTextFound(BadDocument):
+    """The document contains no extractable text (a scan without OCR?); upload a text version."""
+
+    code = "no_text"
+
+
+class TransientError(AppError):
+    """A backing service failed for a moment; the operation will be retried."""
+
+    code = "transient_error"

@@ -1,0 +1,103 @@
+"""JSON-lines logging with request/run/tenant context and redaction of secrets and personal data.
+
+Redaction is a filter on the handler, so it applies to every record whoever logs it, including
+the text of exceptions (import-runs-state-machine.md §5.3–5.4).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+_context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("log_context", default={})
+
+REDACTIONS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]*)?"), "[JWT_REDACTED]"),
+    (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1[TOKEN_REDACTED]"),
+    (re.compile(r"(?i)\b(postgres(?:ql)?|mysql|redis|amqp)://[^@\s/]+@"), r"\1://[REDACTED]@"),
+    (re.compile(r"(?i)(password|passwd|pwd|secret|token)=([^\s&;]+)"), r"\1=[REDACTED]"),
+    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "[AWS_KEY_REDACTED]"),
+    (re.compile(r"(?i)(aws_secret_access_key\W{1,3})[A-Za-z0-9/+=]{40}"), r"\1[REDACTED]"),
+    (re.compile(r"\b\d{3}-\d{2}-\d{4}\b"), "[SSN_REDACTED]"),
+    (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[EMAIL_REDACTED]"),
+]
+
+# LogRecord attributes that are plumbing, not fields of the event.
+_RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in REDACTIONS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_value(v) for v in value]
+    return value
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, process: str) -> None:
+        super().__init__()
+        self.process = process
+
+    def format(self, record: logging.LogRecord) -> str:
+        event: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "process": self.process,
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        event.update(_context.get())
+        for key, value in vars(record).items():
+            if key not in _RESERVED and not key.startswith("_"):
+                event[key] = value
+        if record.exc_info:
+            exc = record.exc_info[1]
+            event["error_type"] = type(exc).__name__
+            event["error"] = "".join(traceback.format_exception_only(exc)).strip()
+            event["traceback"] = "".join(traceback.format_exception(*record.exc_info))
+        return redact(orjson.dumps(_redact_value(event), default=str).decode())
+
+
+def setup(process: str, level: str = "INFO") -> None:
+    """Send every logger's records to stderr as redacted JSON lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter(process))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("botocore", "boto3", "urllib3", "s3transfer", "httpx", "sentence_transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@contextmanager
+def context(**fields: Any) -> Iterator[None]:
+    """Attach fields (run_id, tenant_id, request_id…) to every record logged inside the block."""
+    merged = {**_context.get(), **{k: str(v) for k, v in fields.items() if v is not None}}
+    token = _context.set(merged)
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def bind(**fields: Any) -> None:
+    """Attach fields for the rest of the current task (an ASGI request, a worker job thread)."""
+    _context.set({**_context.get(), **{k: str(v) for k, v in fields.items() if v is not None}})

@@ -1,0 +1,216 @@
+"""Where raw uploads and extracted artifacts live: a local folder (file://) or a bucket (s3://).
+
+Writers are streaming and synchronous; async callers hand them batches through a thread. A
+writer's object becomes visible only on ``commit``; ``abort`` leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
+
+# S3 parts must be at least 5 MiB except the last; 8 MiB keeps memory per upload small.
+S3_PART_BYTES = 8 * 1024 * 1024
+
+
+class Writer(Protocol):
+    uri: str
+
+    def write(self, data: bytes | memoryview) -> None: ...
+    def commit(self) -> str: ...
+    def abort(self) -> None: ...
+
+
+class Store(Protocol):
+    root_uri: str
+
+    def writer(self, key: str) -> Writer: ...
+    def put_bytes(self, key: str, data: bytes) -> str: ...
+
+
+def file_path(uri: str) -> Path:
+    parsed = urlparse(uri)
+    return Path(unquote(parsed.netloc + parsed.path)) if parsed.netloc else Path(unquote(parsed.path))
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+# ── file:// ─────────────────────────────────────────────────────────────────────────────────
+class FileWriter:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.uri = path.as_uri()
+        # Written beside the target and renamed on commit: a reader never sees half a file.
+        self._tmp = path.with_name(path.name + ".part")
+        self._fh = open(self._tmp, "wb")  # noqa: SIM115 - closed in commit/abort
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._fh.write(data)
+
+    def commit(self) -> str:
+        self._fh.close()
+        os.replace(self._tmp, self.path)
+        return self.uri
+
+    def abort(self) -> None:
+        self._fh.close()
+        self._tmp.unlink(missing_ok=True)
+        _remove_empty_parents(self.path.parent, levels=2)
+
+
+class FileStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.root_uri = self.root.as_uri()
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if not path.is_relative_to(self.root):
+            raise ValueError(f"key escapes the store: {key!r}")
+        return path
+
+    def writer(self, key: str) -> FileWriter:
+        return FileWriter(self._path(key))
+
+    def put_bytes(self, key: str, data: bytes) -> str:
+        w = self.writer(key)
+        w.write(data)
+        return w.commit()
+
+
+def _remove_empty_parents(folder: Path, levels: int) -> None:
+    for _ in range(levels):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
+
+
+# ── s3:// ───────────────────────────────────────────────────────────────────────────────────
+class S3Writer:
+    """Streams to S3: one PUT for small objects, a multipart upload once a part's worth arrives."""
+
+    def __init__(self, s3: Any, bucket: str, key: str) -> None:
+        self.s3, self.bucket, self.key = s3, bucket, key
+        self.uri = f"s3://{bucket}/{key}"
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._buffer += data
+        if len(self._buffer) >= S3_PART_BYTES:
+            self._flush_part()
+
+    def _flush_part(self) -> None:
+        if self._upload_id is None:
+            self._upload_id = self.s3.create_multipart_upload(
+                Bucket=self.bucket, Key=self.key)["UploadId"]
+        number = len(self._parts) + 1
+        etag = self.s3.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self._upload_id,
+                                   PartNumber=number, Body=bytes(self._buffer))["ETag"]
+        self._parts.append({"ETag": etag, "PartNumber": number})
+        self._buffer.clear()
+
+    def commit(self) -> str:
+        if self._upload_id is None:
+            self.s3.put_object(Bucket=self.bucket, Key=self.key, Body=bytes(self._buffer))
+        else:
+            if self._buffer:
+                self._flush_part()
+            self.s3.complete_multipart_upload(
+                Bucket=self.bucket, Key=self.key, UploadId=self._upload_id,
+                MultipartUpload={"Parts": self._parts})
+        self._buffer.clear()
+        return self.uri
+
+    def abort(self) -> None:
+        self._buffer.clear()
+        if self._upload_id is not None:
+            with contextlib.suppress(Exception):
+                self.s3.abort_multipart_upload(
+                    Bucket=self.bucket, Key=self.key, UploadId=self._upload_id)
+
+
+class S3Store:
+    def __init__(self, s3: Any, bucket: str, prefix: str = "") -> None:
+        self.s3, self.bucket, self.prefix = s3, bucket, prefix.strip("/")
+        self.root_uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def writer(self, key: str) -> S3Writer:
+        return S3Writer(self.s3, self.bucket, self._key(key))
+
+    def put_bytes(self, key: str, data: bytes) -> str:
+        self.s3.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        return f"s3://{self.bucket}/{self._key(key)}"
+
+
+def open_store(root_uri: str, s3: Any) -> FileStore | S3Store:
+    scheme = urlparse(root_uri).scheme
+    if scheme == "file":
+        return FileStore(file_path(root_uri))
+    if scheme == "s3":
+        bucket, prefix = split_s3(root_uri)
+        return S3Store(s3, bucket, prefix)
+    raise ValueError(f"unsupported store URI {root_uri!r}: use file:// or s3://")
+
+
+# ── reading and deleting by URI (the worker reads whatever URI a job names) ─────────────────
+@contextlib.contextmanager
+def local_copy(uri: str, s3: Any) -> Iterator[Path]:
+    """Yield a local path holding the object's bytes; S3 objects are streamed to a temp file."""
+    scheme = urlparse(uri).scheme
+    if scheme == "file":
+        yield file_path(uri)
+        return
+    if scheme != "s3":
+        raise ValueError(f"unsupported URI {uri!r}")
+    bucket, key = split_s3(uri)
+    with tempfile.TemporaryDirectory(prefix="ingest-") as folder:
+        path = Path(folder) / "object"
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+        with open(path, "wb") as fh:
+            shutil.copyfileobj(body, fh, length=1024 * 1024)
+        yield path
+
+
+def exists(uri: str, s3: Any) -> bool:
+    scheme = urlparse(uri).scheme
+    if scheme == "file":
+        return file_path(uri).is_file()
+    bucket, key = split_s3(uri)
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return True
+    except s3.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise
+
+
+def delete(uri: str, s3: Any) -> None:
+    """Delete an object; deleting what is already gone is not an error."""
+    scheme = urlparse(uri).scheme
+    if scheme == "file":
+        path = file_path(uri)
+        path.unlink(missing_ok=True)
+        _remove_empty_parents(path.parent, levels=2)
+    elif scheme == "s3":
+        bucket, key = split_s3(uri)
+        s3.delete_object(Bucket=bucket, Key=key)
+    else:
+        raise ValueError(f"unsupported URI {uri!r}")

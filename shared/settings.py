@@ -1,0 +1,98 @@
+"""Settings for every process, read from the environment.
+
+One class per process; the defaults are those of `ingest dev`, and every one can point at real
+infrastructure instead (DATABASE_URL, AWS_ENDPOINT_URL, SQS_QUEUE_URL, UPLOAD_STORE_URI, …).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+# Secrets that ship in examples and READMEs; a production process refuses to start with them.
+PLACEHOLDER_SECRETS = {"", "change-me", "changeme", "secret", "dev", "please-change", "jwt-secret"}
+
+
+class CommonSettings(BaseSettings):
+    """What both the gateway and the worker need to reach the database, queue and stores."""
+
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False)
+
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/ingest"
+    db_pool_min: int = 1
+    db_pool_max: int = 10
+
+    aws_endpoint_url: str | None = None
+    aws_region: str = "us-east-1"
+    sqs_queue_url: str = ""
+    sqs_dlq_url: str = ""
+
+    upload_store_uri: str = "file://.ingest/uploads"
+    artifact_store_uri: str = "file://.ingest/artifacts"
+
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    embedding_dim: int = 384
+
+    log_level: str = "INFO"
+    dev_mode: bool = False
+
+
+class GatewaySettings(CommonSettings):
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    jwt_secret: str = ""
+    jwt_expiry_hours: float = 24
+    auth_enabled: bool = True
+    # Only with AUTH_ENABLED=false in dev mode: the principal every request acts as.
+    dev_tenant_id: str | None = None
+    dev_user_id: str | None = None
+
+    upload_max_size_mb: float = 50
+    allowed_types: tuple[str, ...] = ("pdf", "docx", "html", "txt", "md")
+
+    outbox_poll_s: float = 2.0
+    outbox_max_backoff_s: float = 60.0
+
+    crash_guard_interval_s: float = 60.0
+    crash_guard_queued_ttl_hours: float = 1.0
+    crash_guard_running_stale_min: float = 15.0
+
+    @property
+    def upload_max_bytes(self) -> int:
+        return int(self.upload_max_size_mb * 1024 * 1024)
+
+    @model_validator(mode="after")
+    def _refuse_unsafe_auth(self) -> GatewaySettings:
+        if not self.auth_enabled:
+            if not self.dev_mode:
+                raise ValueError("AUTH_ENABLED=false is allowed only together with DEV_MODE=true")
+            if not (self.dev_tenant_id and self.dev_user_id):
+                raise ValueError("AUTH_ENABLED=false needs DEV_TENANT_ID and DEV_USER_ID")
+        if not self.dev_mode and (
+            self.jwt_secret.lower() in PLACEHOLDER_SECRETS or len(self.jwt_secret) < 32
+        ):
+            raise ValueError("JWT_SECRET must be a random secret of at least 32 characters")
+        return self
+
+
+class WorkerSettings(CommonSettings):
+    worker_max_concurrent_jobs: int = Field(default=3, ge=1)
+    worker_id: str | None = None
+    sqs_wait_time_s: int = Field(default=20, ge=0, le=20)
+    # How long a received message stays hidden; heartbeats keep extending it while a job runs.
+    sqs_visibility_timeout_s: int = Field(default=60, ge=5)
+    heartbeat_interval_s: float = 5.0
+    # A running run whose heartbeat is older than this is abandoned and may be taken over.
+    running_stale_after_s: float = 15 * 60
+    shutdown_grace_s: float = 20.0
+    transient_retry_attempts: int = 4
+
+    chunk_target_tokens: int = 200
+    chunk_max_tokens: int = 254
+    embed_batch_size: int = 32
+    max_uncompressed_mb: int = 200
+    # Torch threads per process; 0 = the machine's cores.
+    torch_threads: int = 0

@@ -1,0 +1,163 @@
+"""Shared fixtures: a real Postgres, a real SQS/S3 endpoint, per-test databases and queues.
+
+Each test gets its own database cloned from a migrated template (cheap and isolated) and its
+own queue pair, so tests never see each other's rows or messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# Before anything imports boto3 or sentence-transformers.
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+os.environ.setdefault("AWS_REGION", "us-east-1")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import psycopg  # noqa: E402
+import pytest  # noqa: E402
+
+from cli.embedded import EmbeddedPostgres, MotoServer  # noqa: E402
+from gateway import auth  # noqa: E402
+from shared import aws, db, queue  # noqa: E402
+from shared.db import migrate  # noqa: E402
+from tests.support import stack  # noqa: E402
+
+TEMPLATE = "ingest_template"
+OUTPUT = stack.ROOT / "test-output"
+# One bcrypt hash for every test user: hashing at cost 12 per user would dominate the suite.
+TEST_PASSWORD = "correct horse battery"
+_TEST_HASH = auth.hash_password(TEST_PASSWORD)
+
+
+@pytest.fixture(scope="session")
+def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data")
+    server.start()
+    migrate.apply(server.ensure_database(TEMPLATE))
+    yield server
+    server.stop("immediate")
+
+
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    server = MotoServer(log_path=tmp_path_factory.mktemp("moto") / "moto.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def database_url(pg: EmbeddedPostgres) -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg.url(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+    yield pg.url(name)
+    with psycopg.connect(pg.url(), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def conn(database_url: str) -> Iterator[psycopg.Connection]:
+    with db.connect(database_url, autocommit=True) as c:
+        yield c
+
+
+@dataclass(frozen=True)
+class Queues:
+    url: str
+    dlq_url: str
+    client: object
+
+    @property
+    def queue(self) -> queue.Queue:
+        return queue.Queue(self.client, self.url, self.dlq_url)
+
+
+@pytest.fixture
+def queues(moto: MotoServer) -> Iterator[Queues]:
+    sqs = aws.client("sqs", endpoint_url=moto.url, region="us-east-1")
+    name = f"q-{uuid.uuid4().hex[:10]}"
+    url, dlq_url = queue.ensure_queues(sqs, name, visibility_timeout_s=30)
+    yield Queues(url, dlq_url, sqs)
+    for u in (url, dlq_url):
+        sqs.delete_queue(QueueUrl=u)
+
+
+@pytest.fixture
+def s3(moto: MotoServer):
+    return aws.client("s3", endpoint_url=moto.url, region="us-east-1")
+
+
+@dataclass(frozen=True)
+class User:
+    user_id: uuid.UUID
+    tenant_id: uuid.UUID
+    email: str
+    role: str
+    token: str
+
+
+class Tenants:
+    """Makes tenants and users directly in the database, with tokens signed like the gateway's."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def user(self, tenant: str = "acme", role: str = "admin", email: str | None = None) -> User:
+        tenant_id = self.conn.execute(
+            "INSERT INTO tenants (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = "
+            "EXCLUDED.name RETURNING tenant_id", (tenant,)).fetchone()["tenant_id"]
+        email = email or f"{role}-{uuid.uuid4().hex[:6]}@{tenant}.test"
+        user_id = self.conn.execute(
+            "INSERT INTO users (tenant_id, email, password_hash, role) VALUES (%s, %s, %s, %s) "
+            "RETURNING user_id", (tenant_id, email, _TEST_HASH, role)).fetchone()["user_id"]
+        principal = auth.Principal(user_id, tenant_id, role)
+        return User(user_id, tenant_id, email, role,
+                    auth.issue_token(principal, stack.TEST_JWT_SECRET, 1))
+
+
+@pytest.fixture
+def tenants(conn: psycopg.Connection) -> Tenants:
+    return Tenants(conn)
+
+
+@pytest.fixture
+def out_dir(request: pytest.FixtureRequest) -> Path:
+    """A folder for this test's logs and screenshots, kept after the run for reviewers."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid)[-150:]
+    path = OUTPUT / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def stack_env(database_url: str, moto: MotoServer, queues: Queues, tmp_path: Path) -> dict[str, str]:
+    """The environment a gateway or worker of this test runs with."""
+    return {
+        "DATABASE_URL": database_url,
+        "AWS_ENDPOINT_URL": moto.url,
+        "SQS_QUEUE_URL": queues.url,
+        "SQS_DLQ_URL": queues.dlq_url,
+        "UPLOAD_STORE_URI": (tmp_path / "uploads").as_uri(),
+        "ARTIFACT_STORE_URI": (tmp_path / "artifacts").as_uri(),
+        "JWT_SECRET": stack.TEST_JWT_SECRET,
+        "DEV_MODE": "false",
+        "OUTBOX_POLL_S": "0.5",
+        "OUTBOX_MAX_BACKOFF_S": "1",
+        "LOG_LEVEL": "INFO",
+    }
+
+
+@pytest.fixture
+def gateway(stack_env: dict[str, str], out_dir: Path) -> Iterator[stack.Process]:
+    process = stack.start_gateway(stack_env, out_dir)
+    yield process
+    process.stop()

@@ -1,0 +1,97 @@
+"""Real components for tests: a gateway (and later workers) as subprocesses, API clients."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from cli.embedded import free_port, wait_for_port
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_JWT_SECRET = "test-secret-" + "x" * 40
+
+
+@dataclass
+class Process:
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+    port: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, token: str | None = None, **kwargs) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60, **kwargs)
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def spawn(name: str, args: list[str], env: dict[str, str], log_dir: Path,
+          port: int | None = None) -> Process:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=ROOT,
+                                env={**os.environ, **env}, stdout=log, stderr=log)
+    return Process(name, proc, log_path, port, env)
+
+
+def start_gateway(env: dict[str, str], log_dir: Path, name: str = "gateway") -> Process:
+    port = free_port()
+    process = spawn(name, ["gateway", "--port", str(port)], env, log_dir, port)
+    try:
+        wait_for_port(port, timeout=60, proc=process.proc)
+        _wait_live(process)
+    except Exception:
+        process.stop()
+        raise RuntimeError(f"{name} did not start:\n{process.logs()[-4000:]}") from None
+    return process
+
+
+def _wait_live(process: Process) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{process.url}/health/live", timeout=2).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise TimeoutError("gateway not live")
+
+
+def wait_until(predicate, timeout: float = 30, interval: float = 0.1, message: str = ""):
+    """Poll until predicate() is truthy; return its value or fail with the message."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s: {message}")
+        time.sleep(interval)
