@@ -9,8 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
@@ -170,22 +168,12 @@ def open_store(root_uri: str, s3: Any) -> FileStore | S3Store:
 
 
 # ── reading and deleting by URI (the worker reads whatever URI a job names) ─────────────────
-@contextlib.contextmanager
-def local_copy(uri: str, s3: Any) -> Iterator[Path]:
-    """Yield a local path holding the object's bytes; S3 objects are streamed to a temp file."""
-    scheme = urlparse(uri).scheme
-    if scheme == "file":
-        yield file_path(uri)
-        return
-    if scheme != "s3":
-        raise ValueError(f"unsupported URI {uri!r}")
+def download(uri: str, s3: Any, dest: Path) -> None:
+    """Stream an s3:// object to a local file."""
     bucket, key = split_s3(uri)
-    with tempfile.TemporaryDirectory(prefix="ingest-") as folder:
-        path = Path(folder) / "object"
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
-        with open(path, "wb") as fh:
-            shutil.copyfileobj(body, fh, length=1024 * 1024)
-        yield path
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+    with open(dest, "wb") as fh:
+        shutil.copyfileobj(body, fh, length=1024 * 1024)
 
 
 def exists(uri: str, s3: Any) -> bool:

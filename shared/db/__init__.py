@@ -13,7 +13,7 @@ app's own exceptions at the boundary.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,10 +43,11 @@ def connect(url: str, **kwargs: object) -> psycopg.Connection:
     return psycopg.connect(url, row_factory=dict_row, **kwargs)  # type: ignore[arg-type]
 
 
-def sync_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "ingest") -> ConnectionPool:
+def sync_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "ingest",
+              configure: Callable[[psycopg.Connection], None] | None = None) -> ConnectionPool:
     return ConnectionPool(
         url, min_size=min_size, max_size=max_size, name=name, open=False,
-        kwargs={"row_factory": dict_row},
+        kwargs={"row_factory": dict_row}, configure=configure,
     )
 
 

@@ -95,3 +95,29 @@ def wait_until(predicate, timeout: float = 30, interval: float = 0.1, message: s
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s: {message}")
         time.sleep(interval)
+
+
+# Short windows so fault tests finish in seconds; the relations between them match production:
+# heartbeats well inside the visibility timeout, the stale window a few heartbeats long.
+WORKER_TEST_ENV = {
+    "SQS_WAIT_TIME_S": "1",
+    "SQS_VISIBILITY_TIMEOUT_S": "6",
+    "HEARTBEAT_INTERVAL_S": "1",
+    "RUNNING_STALE_AFTER_S": "4",
+    "SHUTDOWN_GRACE_S": "2",
+    "WORKER_MAX_CONCURRENT_JOBS": "3",
+}
+
+
+def start_worker(env: dict[str, str], log_dir: Path, name: str = "worker",
+                 once: bool = False) -> Process:
+    args = ["worker", "--once"] if once else ["worker"]
+    return spawn(name, args, {**WORKER_TEST_ENV, **env}, log_dir)
+
+
+def wait_for_log(process: Process, text: str, timeout: float = 90) -> None:
+    wait_until(lambda: text in process.logs() or process.proc.poll() is not None,
+               timeout=timeout, message=f"{process.name} logs {text!r}")
+    if text not in process.logs():
+        raise AssertionError(f"{process.name} exited before logging {text!r}:\n"
+                             f"{process.logs()[-4000:]}")

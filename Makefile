@@ -1,0 +1,45 @@
+# Dragonfly Ingest — `make help` lists the targets. Every target installs what it needs.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test test-fast check lint types bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch is pinned (pyproject) to the CPU build on this machine's disk; see README.
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+install: $(STAMP) ## create .venv and install the project with its dev tools
+
+run: $(STAMP) ## start the whole embedded stack (Postgres, SQS/S3, gateway, workers); Ctrl-C stops it
+	$(VENV)/bin/ingest dev
+
+test: $(STAMP) ## run every test against real Postgres, SQS/S3 and processes
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP) ## run the tests that need no embedding model
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff
+	$(VENV)/bin/ruff check .
+
+types: $(STAMP) ## mypy
+	$(VENV)/bin/mypy
+
+check: lint types test ## what CI should run: lint, types, tests
+
+bench: $(STAMP) ## run the benchmarks and print their figures
+	$(PY) bench/upload.py
+	$(PY) bench/pipeline.py
+
+clean: ## remove the venv, local stack data and test output
+	rm -rf $(VENV) .ingest test-output .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,186 @@
+"""The SQS side of the worker: receive when a slot is free, dispatch, settle each message.
+
+Handlers know nothing of SQS; they return Ack, Leave or DeadLetter and this loop does the rest.
+While a job runs, its message's visibility is extended in batches, so a healthy long job is
+never redelivered under a running worker. SIGTERM stops polling at once (even mid long-poll),
+gives jobs a grace period, then releases what is unfinished (visibility 0) and returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue as stdqueue
+import threading
+import time
+from collections.abc import Callable
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from shared import retry
+from shared.queue import Message, Queue
+from worker.handler import Ack, DeadLetter, Leave, Outcome
+
+log = logging.getLogger(__name__)
+Handler = Callable[..., Outcome]
+MAX_VISIBILITY_S = 12 * 3600  # SQS's ceiling
+
+
+class Consumer:
+    def __init__(self, queue: Queue, handler: Handler, *, slots: int, wait_s: int,
+                 visibility_s: int, heartbeat_s: float, grace_s: float) -> None:
+        self.queue = queue
+        self.handler = handler
+        self.slots = slots
+        self.wait_s = wait_s
+        self.visibility_s = visibility_s
+        self.heartbeat_s = heartbeat_s
+        self.grace_s = grace_s
+        self.stopping = threading.Event()
+        # Set on shutdown after the grace period: jobs stop at their next check.
+        self.abort = threading.Event()
+        self._inflight: dict[str, Message] = {}
+        self._lock = threading.Lock()
+        self._slot_freed = threading.Event()
+        self.processed = 0
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self, *, once: bool = False) -> int:
+        extender = threading.Thread(target=self._extend_forever, daemon=True, name="visibility")
+        extender.start()
+        try:
+            self._poll(once)
+        finally:
+            self._shutdown()
+        return 0
+
+    # ── polling ───────────────────────────────────────────────────────────────────────────
+    def _poll(self, once: bool) -> None:
+        while not self.stopping.is_set():
+            free = self.slots - self._count()
+            if free <= 0:
+                self._slot_freed.wait(0.5)
+                self._slot_freed.clear()
+                continue
+            messages = self._receive(free, 1 if once else self.wait_s)
+            if messages is None:
+                return
+            if not messages and once and self._count() == 0:
+                return
+            for message in messages:
+                self._dispatch(message)
+
+    def _receive(self, count: int, wait_s: int) -> list[Message] | None:
+        """Long-poll in a helper thread so a stop request need not wait for it; None = stopped."""
+        result: stdqueue.Queue = stdqueue.Queue(maxsize=1)
+
+        def call() -> None:
+            try:
+                result.put(self.queue.receive(count, wait_s, self.visibility_s))
+            except (BotoCoreError, ClientError) as exc:
+                result.put(exc)
+
+        thread = threading.Thread(target=call, daemon=True, name="receive")
+        thread.start()
+        while not self.stopping.is_set():
+            try:
+                got = result.get(timeout=0.2)
+            except stdqueue.Empty:
+                continue
+            if isinstance(got, Exception):
+                log.warning("receive failed; retrying shortly", extra={"error": str(got)})
+                self.stopping.wait(2)
+                return []
+            return got
+        # Stopped mid-poll: anything that poll still brings back goes straight back.
+        threading.Thread(target=self._release_late, args=(result,), daemon=True).start()
+        return None
+
+    def _release_late(self, result: stdqueue.Queue) -> None:
+        got = result.get()
+        if isinstance(got, list):
+            for message in got:
+                self._set_visibility(message, 0)
+
+    def _dispatch(self, message: Message) -> None:
+        with self._lock:
+            self._inflight[message.receipt_handle] = message
+        threading.Thread(target=self._work, args=(message,), daemon=True,
+                         name=f"job-{message.message_id[:8]}").start()
+
+    def _count(self) -> int:
+        with self._lock:
+            return len(self._inflight)
+
+    # ── one message ───────────────────────────────────────────────────────────────────────
+    def _work(self, message: Message) -> None:
+        try:
+            try:
+                outcome = self.handler(message.body, abort=self.abort)
+            except Exception:
+                log.exception("handler crashed; leaving the message for redelivery")
+                outcome = Leave("handler crashed")
+            with self._lock:
+                released = message.receipt_handle not in self._inflight
+            if not released:
+                self._settle(message, outcome)
+        finally:
+            with self._lock:
+                self._inflight.pop(message.receipt_handle, None)
+                self.processed += 1
+            self._slot_freed.set()
+
+    def _settle(self, message: Message, outcome: Outcome) -> None:
+        try:
+            if isinstance(outcome, Ack):
+                retry.transient()(self.queue.delete)(message.receipt_handle)
+            elif isinstance(outcome, DeadLetter):
+                retry.transient()(self.queue.dead_letter)(message, outcome.reason)
+                log.error("message moved to the dead-letter queue",
+                          extra={"message_id": message.message_id, "reason": outcome.reason})
+            elif outcome.visible_after_s is not None:
+                self._set_visibility(message, int(outcome.visible_after_s))
+        except (BotoCoreError, ClientError) as exc:
+            # The message comes back after its visibility timeout; the run's status decides then.
+            log.error("could not settle the message", extra={
+                "message_id": message.message_id, "outcome": type(outcome).__name__,
+                "error": str(exc)})
+
+    def _set_visibility(self, message: Message, seconds: int) -> None:
+        with contextlib.suppress(BotoCoreError, ClientError):
+            self.queue.change_visibility(message.receipt_handle,
+                                         max(0, min(seconds, MAX_VISIBILITY_S)))
+
+    # ── heartbeat on the queue side ───────────────────────────────────────────────────────
+    def _extend_forever(self) -> None:
+        while not self.abort.wait(self.heartbeat_s):
+            with self._lock:
+                receipts = list(self._inflight)
+            if not receipts:
+                continue
+            try:
+                refused = self.queue.change_visibility_batch(receipts, self.visibility_s)
+            except (BotoCoreError, ClientError) as exc:
+                log.warning("could not extend message visibility", extra={"error": str(exc)})
+                continue
+            if refused:
+                log.warning("queue refused to extend some messages",
+                            extra={"messages": len(refused)})
+
+    # ── shutdown ──────────────────────────────────────────────────────────────────────────
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + self.grace_s
+        while self._count() and time.monotonic() < deadline:
+            self._slot_freed.wait(0.2)
+            self._slot_freed.clear()
+        self.abort.set()
+        with self._lock:
+            unfinished = list(self._inflight.values())
+            self._inflight.clear()
+        for message in unfinished:
+            # Back to the queue now; the run is taken over once its heartbeat is stale.
+            self._set_visibility(message, 0)
+        if unfinished:
+            log.warning("released unfinished jobs at shutdown", extra={"jobs": len(unfinished)})

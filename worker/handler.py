@@ -1,0 +1,149 @@
+"""Process one ingest job body and say what should happen to its message.
+
+Knows nothing of SQS: it returns Ack (delete), Leave (redeliver later) or DeadLetter (can never
+succeed). The ACK rule (gateway-worker-ingestion.md §7.5): a message is deleted only once its
+run's terminal status is durable in Postgres.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from shared import errors, jobs
+from shared import logging as applog
+from shared.settings import WorkerSettings
+from worker import runs
+from worker.pipeline import index
+from worker.pipeline.runner import Pipeline
+
+
+@dataclass(frozen=True)
+class Ack:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Leave:
+    reason: str
+    # Seconds until the message should be seen again; None keeps the queue's timeout.
+    visible_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    reason: str
+
+
+Outcome = Ack | Leave | DeadLetter
+log = logging.getLogger(__name__)
+
+
+class IngestHandler:
+    def __init__(self, settings: WorkerSettings, pipeline: Pipeline) -> None:
+        self.settings = settings
+        self.pipeline = pipeline
+
+    def __call__(self, body: str, *, abort: Any = None) -> Outcome:
+        try:
+            job = jobs.decode(body)
+        except jobs.InvalidJob as exc:
+            log.error("invalid job message", extra={"reason": exc.detail})
+            return DeadLetter(exc.detail)
+        with applog.context(run_id=job.run_id, tenant_id=job.tenant_id, doc_id=job.doc_id):
+            return self._handle(job, abort)
+
+    def _handle(self, job: jobs.IngestJob, abort: Any) -> Outcome:
+        try:
+            lease = runs.RunLease(self.settings.database_url, job,
+                                  stale_after_s=self.settings.running_stale_after_s,
+                                  heartbeat_s=self.settings.heartbeat_interval_s)
+        except psycopg.OperationalError:
+            log.error("database unreachable; leaving the message for redelivery")
+            return Leave("database unreachable")
+        try:
+            return self._with_lease(lease, job, abort)
+        finally:
+            lease.close()
+
+    def _with_lease(self, lease: runs.RunLease, job: jobs.IngestJob, abort: Any) -> Outcome:
+        try:
+            claim = lease.claim()
+        except psycopg.Error as exc:
+            log.error("could not claim the run; leaving the message", extra={"error": str(exc)})
+            return Leave("database error while claiming")
+        if claim.claim is runs.Claim.MISSING:
+            return DeadLetter(f"run {job.run_id} does not exist in tenant {job.tenant_id}.")
+        if claim.claim is runs.Claim.DONE:
+            log.info("duplicate delivery of a finished run; deleting it",
+                     extra={"status": claim.status, "reason": "duplicate_completed"})
+            return Ack(f"run already {claim.status}")
+        if claim.claim is runs.Claim.BUSY:
+            log.info("run is held by another worker; leaving the message",
+                     extra={"retry_after_s": claim.retry_after_s})
+            return Leave("run held by another worker", claim.retry_after_s)
+        return self._run(lease, job, claim, abort)
+
+    def _run(self, lease: runs.RunLease, job: jobs.IngestJob, claim: runs.ClaimResult,
+             abort: Any) -> Outcome:
+        started = time.monotonic()
+        lease.start_heartbeat()
+        log.info("job started", extra={"claim": claim.claim.value})
+        try:
+            result = self.pipeline.run(job, lease, abort=abort)
+        except (runs.LeaseLost, runs.Aborted) as exc:
+            # Someone else may own the run now (or we are shutting down): touch nothing.
+            log.warning("job stopped before finishing; the run will be taken over",
+                        extra={"reason": str(exc)})
+            return Leave(str(exc), self.settings.running_stale_after_s)
+        except index.RunNoLongerRunning:
+            log.warning("run left 'running' while we worked (crash guard?); content rolled back")
+            return Ack("run no longer running")
+        except errors.BadDocument as exc:
+            return self._fail(lease, job, exc.detail, exc.stage, started, claim)
+        except Exception as exc:
+            if _is_infrastructure(exc):
+                log.error("infrastructure failure; leaving the message for redelivery",
+                          exc_info=exc)
+                return Leave(f"infrastructure failure: {type(exc).__name__}",
+                             self.settings.running_stale_after_s)
+            log.error("job failed unexpectedly", exc_info=exc)
+            reason = (f"{lease.stage}: unexpected error ({type(exc).__name__}); "
+                      "retry the run, and report it if it keeps failing.")
+            return self._fail(lease, job, reason, lease.stage, started, claim)
+        _log_complete(job, "succeeded", result.stats, claim)
+        return Ack("succeeded")
+
+    def _fail(self, lease: runs.RunLease, job: jobs.IngestJob, reason: str, stage: str,
+              started: float, claim: runs.ClaimResult) -> Outcome:
+        stats = {"stage": stage, "duration_ms": round((time.monotonic() - started) * 1000)}
+        try:
+            lease.fail(reason, stats)
+        except psycopg.Error as exc:
+            # Not durable, so not deleted: SQS redelivers, and after maxReceiveCount the DLQ.
+            log.error("could not persist the failure; leaving the message",
+                      extra={"error": str(exc)})
+            return Leave("could not persist failure", self.settings.running_stale_after_s)
+        _log_complete(job, "failed", {**stats, "error": reason}, claim)
+        return Ack("failed")
+
+
+def _is_infrastructure(exc: BaseException) -> bool:
+    from shared import retry
+
+    return retry.is_transient(exc) or isinstance(exc, psycopg.OperationalError | MemoryError)
+
+
+def _log_complete(job: jobs.IngestJob, status: str, stats: dict[str, Any],
+                  claim: runs.ClaimResult) -> None:
+    log.info("ingest_job_complete", extra={
+        "status": status, "run_id": str(job.run_id), "tenant_id": str(job.tenant_id),
+        "doc_id": str(job.doc_id), "claim": claim.claim.value,
+        "queue_wait_ms": round(claim.queue_wait_s * 1000) if claim.queue_wait_s else None,
+        **{k: v for k, v in stats.items() if k != "error"},
+        **({"error": stats["error"]} if "error" in stats else {}),
+    })

@@ -1,0 +1,171 @@
+"""Run the stages of one job in order — read, extract, chunk, embed, index — timing each.
+
+Stages are plain functions; this module owns what surrounds them: progress for the people
+watching, lease checks so a job that lost its run stops, transient retries, the artifact, and
+removing the raw upload once the content is committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID, uuid4
+
+import numpy as np
+import orjson
+from psycopg_pool import ConnectionPool
+
+from shared import errors, jobs, objectstore, retry
+from shared.settings import WorkerSettings
+from worker import runs
+from worker.pipeline import chunk, extract, index, read
+from worker.pipeline.embed import Embedder
+
+log = logging.getLogger(__name__)
+# Embedding progress is reported per slice of this many chunks; also the abort granularity.
+EMBED_SLICE = 64
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    doc_version_id: UUID
+    version_number: int
+    stats: dict[str, Any]
+
+
+class Pipeline:
+    def __init__(self, settings: WorkerSettings, pool: ConnectionPool, s3: Any,
+                 embedder: Embedder, artifact_store: objectstore.FileStore | objectstore.S3Store,
+                 fts_config: str = "english") -> None:
+        self.settings = settings
+        self.pool = pool
+        self.s3 = s3
+        self.embedder = embedder
+        self.artifacts = artifact_store
+        self.fts_config = fts_config
+        self.chunker = chunk.Chunker(
+            embedder.tokenizer, target_tokens=settings.chunk_target_tokens,
+            max_tokens=settings.chunk_max_tokens, model_max_tokens=embedder.max_seq_length)
+        # One model per process, used by every slot: torch already spreads one encode over all
+        # cores, and the tokenizers are not safe to share between concurrent calls.
+        self._embed_lock = threading.Lock()
+        self._chunk_lock = threading.Lock()
+
+    def run(self, job: jobs.IngestJob, lease: runs.RunLease,
+            abort: threading.Event | None = None) -> PipelineResult:
+        self._check_model(job)
+        timings: dict[str, int] = {}
+        step = _Stepper(lease, abort, timings)
+        step.progress("read", 0.02)
+        read_started = time.monotonic()
+        with read.open_upload(job.upload_uri, self.s3) as path:
+            timings["read_ms"] = round((time.monotonic() - read_started) * 1000)
+            with step("extract", 0.05):
+                doc = extract.extract(path, job.source_type,
+                                      max_uncompressed_bytes=self.settings.max_uncompressed_mb << 20)
+        with step("chunk", 0.2), self._chunk_lock:
+            chunks = self.chunker.split(doc)
+        if not chunks:
+            raise errors.NoTextFound("chunk: the document produced no text chunks; "
+                                     "upload a version with a text layer.", stage="chunk")
+        with step("embed", 0.3):
+            vectors = self._embed([c.text for c in chunks], step)
+        doc_version_id = uuid4()
+        step.progress("index", 0.92)
+        index_started = time.monotonic()
+        artifact_uri = self._write_artifact(job, doc_version_id, doc, chunks)
+        content = index.VersionContent(doc_version_id, chunks, vectors, len(doc.text),
+                                       doc.pages, artifact_uri, self.embedder.model_name)
+        version, stats = self._write(job, content, _stats(doc, chunks, timings), index_started,
+                                     step)
+        self._remove_upload(job)
+        return PipelineResult(doc_version_id, version, stats)
+
+    def _check_model(self, job: jobs.IngestJob) -> None:
+        if (job.embedding_model, job.embedding_dim) != (self.embedder.model_name, self.embedder.dim):
+            raise errors.BadDocument(
+                f"embed: the job asks for {job.embedding_model} ({job.embedding_dim} dims) but "
+                f"this worker serves {self.embedder.model_name} ({self.embedder.dim} dims); "
+                "align EMBEDDING_MODEL on gateway and workers, then retry the run.", stage="embed")
+
+    def _embed(self, texts: list[str], step: _Stepper) -> np.ndarray:
+        parts = []
+        for start in range(0, len(texts), EMBED_SLICE):
+            with self._embed_lock:
+                step.check()
+                parts.append(self.embedder.encode(texts[start:start + EMBED_SLICE]))
+            step.progress("embed", 0.3 + 0.6 * min(1.0, (start + EMBED_SLICE) / len(texts)))
+        return np.vstack(parts).astype(np.float32, copy=False)
+
+    def _write(self, job: jobs.IngestJob, content: index.VersionContent, stats: dict[str, Any],
+               started: float, step: _Stepper) -> tuple[int, dict[str, Any]]:
+        @retry.transient(attempts=self.settings.transient_retry_attempts)
+        def attempt() -> tuple[int, dict[str, Any]]:
+            step.check()
+            with self.pool.connection() as conn:
+                return index.write(conn, job, content, stats, started=started,
+                                   fts_config=self.fts_config)
+
+        return attempt()
+
+    def _write_artifact(self, job: jobs.IngestJob, doc_version_id: UUID,
+                        doc: extract.Extracted, chunks: list[chunk.Chunk]) -> str:
+        body = orjson.dumps({
+            "run_id": job.run_id, "doc_id": job.doc_id, "doc_version_id": doc_version_id,
+            "content_hash": job.content_hash, "source_type": job.source_type,
+            "pages": doc.pages, "text": doc.text,
+            "chunks": [{"ordinal": c.ordinal, "char_start": c.char_start, "char_end": c.char_end,
+                        "page": c.page, "token_count": c.token_count} for c in chunks],
+        })
+        key = f"{job.tenant_id}/{job.doc_id}/{doc_version_id}.json"
+        return retry.transient()(self.artifacts.put_bytes)(key, body)
+
+    def _remove_upload(self, job: jobs.IngestJob) -> None:
+        try:
+            objectstore.delete(job.upload_uri, self.s3)
+        except Exception as exc:  # noqa: BLE001 - content is committed; cleanup TTL catches it
+            log.warning("could not delete the raw upload", extra={"error": str(exc)})
+
+
+class _Stepper:
+    """Times stages into ``timings`` and reports stage/progress on the lease."""
+
+    def __init__(self, lease: runs.RunLease, abort: threading.Event | None,
+                 timings: dict[str, int]) -> None:
+        self.lease = lease
+        self.abort = abort
+        self.timings = timings
+
+    @contextmanager
+    def __call__(self, stage: str, progress: float) -> Iterator[None]:
+        self.progress(stage, progress)
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[f"{stage}_ms"] = round((time.monotonic() - started) * 1000)
+
+    def progress(self, stage: str, value: float) -> None:
+        self.check()
+        self.lease.report(stage, value)
+
+    def check(self) -> None:
+        if self.abort is not None and self.abort.is_set():
+            raise runs.Aborted("the worker is shutting down")
+        self.lease.check()
+
+
+def _stats(doc: extract.Extracted, chunks: list[chunk.Chunk], timings: dict[str, int]) -> dict:
+    return {
+        "docs_processed": 1,
+        "chunks_created": len(chunks),
+        "tokens_total": sum(c.token_count for c in chunks),
+        "pages": doc.pages,
+        "chars": len(doc.text),
+        "stages": dict(timings),
+    }
