@@ -16,7 +16,7 @@ from pathlib import Path
 from uuid import UUID
 
 from cli.embedded import EmbeddedPostgres, MotoServer, free_port
-from shared import aws, db, queue
+from shared import aws, db, objectstore, queue
 from shared.db import migrate
 
 STATE = Path(".ingest")
@@ -123,7 +123,7 @@ def _prepare_queues_and_bucket(env: dict[str, str], database_url: str) -> None:
     sqs = aws.client("sqs", endpoint_url=env["AWS_ENDPOINT_URL"], region=env["AWS_REGION"])
     s3 = aws.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region=env["AWS_REGION"])
     env["SQS_QUEUE_URL"], env["SQS_DLQ_URL"] = queue.ensure_queues(sqs, QUEUE_NAME)
-    s3.create_bucket(Bucket=BUCKET)
+    objectstore.ensure_bucket(s3, BUCKET, env["AWS_REGION"])
     (STATE / "dev.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
     # moto keeps messages in memory: jobs published before the last stop are gone, so runs
     # still waiting for a worker get their jobs published again (the worker dedups by run).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import logging
 import os
 import sys
 from pathlib import Path
@@ -96,7 +97,13 @@ def _worker(args: argparse.Namespace) -> int:
 
     settings = WorkerSettings()
     applog.setup("worker", settings.log_level)
-    return worker_main.run(settings, once=args.once)
+    code = worker_main.run(settings, once=args.once)
+    # Jobs abandoned at shutdown may still be inside torch's native threads, which abort the
+    # interpreter's finalisation; everything durable is already written, so leave directly.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _migrate(_: argparse.Namespace) -> int:
@@ -112,7 +119,7 @@ def _migrate(_: argparse.Namespace) -> int:
 
 def _bootstrap(args: argparse.Namespace) -> int:
     """Idempotent set-up of a fresh environment (compose runs it once before the services)."""
-    from shared import aws, queue
+    from shared import aws, objectstore, queue
     from shared.db import migrate
     from shared.settings import CommonSettings
 
@@ -124,7 +131,7 @@ def _bootstrap(args: argparse.Namespace) -> int:
     print(f"SQS_QUEUE_URL={url}\nSQS_DLQ_URL={dlq_url}")
     if args.bucket:
         s3 = aws.client("s3", endpoint_url=settings.aws_endpoint_url, region=settings.aws_region)
-        s3.create_bucket(Bucket=args.bucket)
+        objectstore.ensure_bucket(s3, args.bucket, settings.aws_region)
     return 0
 
 

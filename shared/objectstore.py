@@ -157,6 +157,17 @@ class S3Store:
         return f"s3://{self.bucket}/{self._key(key)}"
 
 
+def ensure_bucket(s3: Any, bucket: str, region: str) -> None:
+    """Create a bucket if it is missing; one that already exists and is ours is fine."""
+    kwargs: dict[str, Any] = {"Bucket": bucket}
+    if region != "us-east-1":  # the one region that refuses an explicit location constraint
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    try:
+        s3.create_bucket(**kwargs)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+
+
 def open_store(root_uri: str, s3: Any) -> FileStore | S3Store:
     scheme = urlparse(root_uri).scheme
     if scheme == "file":

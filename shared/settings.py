@@ -83,7 +83,7 @@ class WorkerSettings(CommonSettings):
     worker_id: str | None = None
     sqs_wait_time_s: int = Field(default=20, ge=0, le=20)
     # How long a received message stays hidden; heartbeats keep extending it while a job runs.
-    sqs_visibility_timeout_s: int = Field(default=60, ge=5)
+    sqs_visibility_timeout_s: int = Field(default=60, ge=1)
     heartbeat_interval_s: float = 5.0
     # A running run whose heartbeat is older than this is abandoned and may be taken over.
     running_stale_after_s: float = 15 * 60
@@ -96,3 +96,12 @@ class WorkerSettings(CommonSettings):
     max_uncompressed_mb: int = 200
     # Torch threads per process; 0 = the machine's cores.
     torch_threads: int = 0
+
+    @model_validator(mode="after")
+    def _heartbeat_fits_windows(self) -> WorkerSettings:
+        # A heartbeat must land well inside both windows, or healthy jobs look dead.
+        if self.heartbeat_interval_s * 2 > self.sqs_visibility_timeout_s:
+            raise ValueError("HEARTBEAT_INTERVAL_S must be at most half SQS_VISIBILITY_TIMEOUT_S")
+        if self.heartbeat_interval_s * 2 > self.running_stale_after_s:
+            raise ValueError("HEARTBEAT_INTERVAL_S must be at most half RUNNING_STALE_AFTER_S")
+        return self

@@ -67,10 +67,18 @@ class Consumer:
             messages = self._receive(free, 1 if once else self.wait_s)
             if messages is None:
                 return
-            if not messages and once and self._count() == 0:
+            if not messages and once and self._count() == 0 and self._drained():
                 return
             for message in messages:
                 self._dispatch(message)
+
+    def _drained(self) -> bool:
+        """Nothing visible and nothing in flight: messages left for later still count as work."""
+        try:
+            depth = self.queue.depth()
+        except (BotoCoreError, ClientError):
+            return False
+        return depth["visible"] + depth["in_flight"] == 0
 
     def _receive(self, count: int, wait_s: int) -> list[Message] | None:
         """Long-poll in a helper thread so a stop request need not wait for it; None = stopped."""

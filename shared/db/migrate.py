@@ -13,11 +13,12 @@ from pathlib import Path
 
 import psycopg
 
+import migrations
 from shared import db
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "migrations"
+DEFAULT_DIR = Path(migrations.__file__).parent
 # Any constant works; it only has to be the same in every process that migrates.
 _LOCK_KEY = 0x1D6E57_0001
 
