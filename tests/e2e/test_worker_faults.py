@@ -276,3 +276,28 @@ def test_sigterm_mid_job_exits_cleanly_and_run_completes_on_restart(conn, queues
     wait_until(lambda: _status(conn, job.run_id) == "succeeded", timeout=240, message="done")
     second.stop()
     assert len(_versions(conn, job.doc_id)) == 1
+
+
+def test_lost_lock_connection_aborts_the_job_and_it_is_taken_over(conn, queues, store_root,
+                                                                  tenants, stack_env, out_dir):
+    # Given a worker embedding a long document while holding the run's advisory lock
+    user = tenants.user()
+    job = submit.submit(conn, queues.queue, store_root, user, _long_markdown())
+    worker = stack.start_worker(stack_env, out_dir)
+    wait_until(lambda: submit.run_row(conn, job.run_id)["stage"] == "embed", timeout=120,
+               message="embedding started")
+
+    # When the connection that holds the lock is cut
+    killed = conn.execute(
+        "SELECT pg_terminate_backend(pid) AS ok FROM pg_locks "
+        "WHERE locktype = 'advisory' AND granted AND database = "
+        "(SELECT oid FROM pg_database WHERE datname = current_database())").fetchall()
+    assert killed and all(k["ok"] for k in killed)
+
+    # Then the job aborts instead of writing without the lock, and the run is finished later
+    stack.wait_for_log(worker, "the run's lock is gone", timeout=30)
+    wait_until(lambda: _status(conn, job.run_id) == "succeeded", timeout=240,
+               message="run succeeded after takeover")
+    worker.stop()
+    assert submit.run_row(conn, job.run_id)["takeover_count"] == 1
+    assert len(_versions(conn, job.doc_id)) == 1

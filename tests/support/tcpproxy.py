@@ -8,9 +8,12 @@ import threading
 
 
 class TcpProxy:
-    def __init__(self, target_port: int, listen_port: int = 0) -> None:
+    def __init__(self, target_port: int, listen_port: int = 0, *, drop_first: int = 0) -> None:
         self.target_port = target_port
         self.port = listen_port
+        # Connections to cut as soon as they arrive, before passing any through.
+        self.drop_first = drop_first
+        self.accepted = 0
         self._listener: socket.socket | None = None
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -49,6 +52,10 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
+            self.accepted += 1
+            if self.accepted <= self.drop_first:
+                client.close()
+                continue
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.target_port))
             except OSError:
