@@ -1,0 +1,156 @@
+"""Benchmark the worker end to end, through a real `ingest worker --once` process.
+
+    python bench/pipeline.py            # 50-page PDF, 1 MB Markdown, then a 20-document batch
+    python bench/pipeline.py --quick    # a 200 KB Markdown instead of 1 MB, 10-document batch
+
+Prints, per document: the worker's own per-stage times (read, extract, chunk, embed, index),
+total, chunks/s and the share that is not embedding; then a bare SentenceTransformer.encode over
+the same chunk texts in this process, for the embedding-overhead ratio. Finally the CPU use of
+both cores while one worker with 3 slots drains a batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", HF_HUB_OFFLINE="1",
+                  TRANSFORMERS_OFFLINE="1")
+
+from cli.embedded import EmbeddedPostgres, MotoServer  # noqa: E402
+from shared import aws, db, queue  # noqa: E402
+from shared.db import migrate  # noqa: E402
+from tests.support import documents, stack, submit  # noqa: E402
+
+
+class _User:
+    def __init__(self, conn) -> None:  # type: ignore[no-untyped-def]
+        self.tenant_id = conn.execute("INSERT INTO tenants (name) VALUES ('bench') "
+                                      "RETURNING tenant_id").fetchone()["tenant_id"]
+        self.user_id = conn.execute(
+            "INSERT INTO users (tenant_id, email, password_hash, role) VALUES (%s, %s, 'x', 'admin') "
+            "RETURNING user_id", (self.tenant_id, "bench@bench.test")).fetchone()["user_id"]
+
+
+def main() -> None:
+    args = _args()
+    with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
+        root = Path(tmp)
+        pg, moto = EmbeddedPostgres(root / "pg"), MotoServer()
+        pg.start()
+        moto.start()
+        try:
+            _bench(args, root, pg, moto)
+        finally:
+            moto.stop()
+            pg.stop("immediate")
+
+
+def _args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    return parser.parse_args()
+
+
+def _bench(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, moto: MotoServer) -> None:
+    url = pg.ensure_database("bench")
+    migrate.apply(url)
+    sqs = aws.client("sqs", endpoint_url=moto.url, region="us-east-1")
+    q_url, dlq_url = queue.ensure_queues(sqs, f"bench-{uuid.uuid4().hex[:6]}")
+    jobs_queue = queue.Queue(sqs, q_url, dlq_url)
+    env = {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto.url, "SQS_QUEUE_URL": q_url,
+           "SQS_DLQ_URL": dlq_url, "ARTIFACT_STORE_URI": (root / "artifacts").as_uri(),
+           "SQS_WAIT_TIME_S": "1", "WORKER_MAX_CONCURRENT_JOBS": "3"}
+    store = root / "uploads"
+    markdown = documents.make_large_markdown(200_000 if args.quick else 1_000_000)
+    pdf = documents.make_pdf([documents.prose(400, seed=i) for i in range(50)])
+    with db.connect(url, autocommit=True) as conn:
+        user = _User(conn)
+        for name, data in (("report-50p.pdf", pdf), ("handbook-1mb.md", markdown)):
+            job = submit.submit(conn, jobs_queue, store, user, data, name=name)
+            _drain(env, root)
+            _report_document(conn, name, job.run_id)
+        _report_batch(conn, jobs_queue, store, user, env, root, 10 if args.quick else 20)
+
+
+def _drain(env: dict[str, str], root: Path) -> float:
+    started = time.monotonic()
+    worker = stack.spawn("bench-worker", ["worker", "--once"], env, root / "logs")
+    if worker.proc.wait(3600) != 0:
+        raise SystemExit(f"worker failed:\n{worker.logs()[-3000:]}")
+    return time.monotonic() - started
+
+
+def _report_document(conn, name: str, run_id: uuid.UUID) -> None:  # type: ignore[no-untyped-def]
+    run = submit.run_row(conn, run_id)
+    if run["status"] != "succeeded":
+        raise SystemExit(f"{name}: run {run['status']}: {run['error']}")
+    stats = run["stats"]
+    stages = stats["stages"]
+    total_s = sum(stages.values()) / 1000
+    chunks = stats["chunks_created"]
+    print(f"{name}: {chunks} chunks, {stats['tokens_total']} tokens, pages={stats['pages']}")
+    for stage in ("read_ms", "extract_ms", "chunk_ms", "embed_ms", "index_ms"):
+        print(f"  {stage[:-3]:<10} {stages[stage] / 1000:8.3f} s")
+    print(f"  {'total':<10} {total_s:8.3f} s   {chunks / total_s:.1f} chunks/s")
+    print(f"  not embedding {100 * (1 - stages['embed_ms'] / 1000 / total_s):.1f} % of total "
+          "(target < 15 %)")
+    texts = [r["text"] for r in conn.execute(
+        "SELECT c.text FROM chunks c JOIN document_versions v USING (doc_version_id) "
+        "WHERE v.run_id = %s ORDER BY c.ordinal", (run_id,)).fetchall()]
+    bare_s = _bare_encode(texts)
+    ratio = (chunks / (stages["embed_ms"] / 1000)) / (chunks / bare_s)
+    print(f"  embed in worker {chunks / (stages['embed_ms'] / 1000):.1f} chunks/s, bare "
+          f"SentenceTransformer.encode {chunks / bare_s:.1f} chunks/s, ratio {ratio:.3f} "
+          "(target ≥ 0.90)")
+
+
+_MODEL = None
+
+
+def _bare_encode(texts: list[str]) -> float:
+    global _MODEL
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from worker.pipeline import embed
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    if _MODEL is None:
+        _MODEL = SentenceTransformer(str(embed.model_path(embed.DEFAULT_MODEL)), device="cpu")
+    started = time.monotonic()
+    _MODEL.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
+    return time.monotonic() - started
+
+
+def _report_batch(conn, jobs_queue, store: Path, user, env: dict[str, str], root: Path,  # type: ignore[no-untyped-def]
+                  count: int) -> None:
+    for i in range(count):
+        data = documents.make_markdown(3) + f"\n\nDocument {i}.\n".encode()
+        submit.submit(conn, jobs_queue, store, user, data, name=f"batch-{i}.md")
+    psutil.cpu_percent(percpu=True)
+    started = time.monotonic()
+    worker = stack.spawn("bench-batch", ["worker", "--once"], env, root / "logs")
+    samples = []
+    while worker.proc.poll() is None:
+        samples.append(psutil.cpu_percent(interval=0.5, percpu=True))
+    wall = time.monotonic() - started
+    busy = [sum(core) / len(samples) for core in zip(*samples, strict=True)] if samples else []
+    done = conn.execute("SELECT count(*) AS n FROM ingestion_runs WHERE status = 'succeeded' "
+                        "AND config->>'original_filename' LIKE 'batch-%%'").fetchone()["n"]
+    print(f"batch of {count} documents, 1 worker x 3 slots: {done} succeeded in {wall:.1f} s "
+          "(including model load)")
+    print("  cpu busy per core over the batch: " + ", ".join(f"{b:.0f} %" for b in busy))
+
+
+if __name__ == "__main__":
+    main()
