@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shared import errors
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 SourceType = Literal["pdf", "docx", "html", "txt", "md"]
 
 

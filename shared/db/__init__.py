@@ -16,10 +16,11 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from shared import errors
@@ -39,22 +40,30 @@ def load_queries(path: Path) -> dict[str, str]:
     return queries
 
 
-def connect(url: str, **kwargs: object) -> psycopg.Connection:
-    return psycopg.connect(url, row_factory=dict_row, **kwargs)  # type: ignore[arg-type]
+# Every connection returns rows as dicts; these aliases let the type checker know it too.
+Conn = psycopg.Connection[DictRow]
+AsyncConn = psycopg.AsyncConnection[DictRow]
+Pool = ConnectionPool[Conn]
+AsyncPool = AsyncConnectionPool[AsyncConn]
+
+
+def connect(url: str, **kwargs: Any) -> Conn:
+    return psycopg.Connection[DictRow].connect(url, row_factory=dict_row, **kwargs)
 
 
 def sync_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "ingest",
-              configure: Callable[[psycopg.Connection], None] | None = None) -> ConnectionPool:
+              configure: Callable[[Conn], None] | None = None) -> Pool:
     return ConnectionPool(
         url, min_size=min_size, max_size=max_size, name=name, open=False,
-        kwargs={"row_factory": dict_row}, configure=configure,
+        connection_class=Conn, kwargs={"row_factory": dict_row}, configure=configure,
     )
 
 
-def async_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "ingest") -> AsyncConnectionPool:
+def async_pool(url: str, *, min_size: int = 1, max_size: int = 10,
+               name: str = "ingest") -> AsyncPool:
     return AsyncConnectionPool(
         url, min_size=min_size, max_size=max_size, name=name, open=False,
-        kwargs={"row_factory": dict_row},
+        connection_class=AsyncConn, kwargs={"row_factory": dict_row},
     )
 
 

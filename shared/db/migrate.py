@@ -11,7 +11,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 
 import migrations
 from shared import db
@@ -82,7 +81,7 @@ def apply(database_url: str, directory: Path = DEFAULT_DIR) -> list[str]:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
 
 
-def _ensure_table(conn: psycopg.Connection) -> None:
+def _ensure_table(conn: db.Conn) -> None:
     conn.execute(
         """CREATE TABLE IF NOT EXISTS schema_migrations (
                version    TEXT PRIMARY KEY,

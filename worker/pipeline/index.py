@@ -39,7 +39,7 @@ class VersionContent:
     embedding_model: str
 
 
-def write(conn: psycopg.Connection, job: jobs.IngestJob, content: VersionContent,
+def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
           stats: dict[str, Any], *, started: float, fts_config: str) -> tuple[int, dict[str, Any]]:
     """Commit the version and mark the run succeeded; return the version number and final stats.
 
@@ -70,7 +70,7 @@ def write(conn: psycopg.Connection, job: jobs.IngestJob, content: VersionContent
         return int(row["version_number"]), final
 
 
-def _copy_chunks(conn: psycopg.Connection, tenant_id: UUID, content: VersionContent,
+def _copy_chunks(conn: db.Conn, tenant_id: UUID, content: VersionContent,
                  chunk_ids: list[UUID]) -> None:
     with conn.cursor().copy(
         "COPY chunks (chunk_id, tenant_id, doc_version_id, ordinal, text, token_count, "
@@ -81,7 +81,7 @@ def _copy_chunks(conn: psycopg.Connection, tenant_id: UUID, content: VersionCont
                             c.token_count, c.char_start, c.char_end, c.page))
 
 
-def _copy_embeddings(conn: psycopg.Connection, tenant_id: UUID, content: VersionContent,
+def _copy_embeddings(conn: db.Conn, tenant_id: UUID, content: VersionContent,
                      chunk_ids: list[UUID]) -> None:
     # Binary COPY: pgvector's text form is ~30x slower to parse (measured here).
     with conn.cursor().copy(

@@ -18,9 +18,8 @@ from uuid import UUID, uuid4
 
 import numpy as np
 import orjson
-from psycopg_pool import ConnectionPool
 
-from shared import errors, jobs, objectstore, retry
+from shared import db, errors, jobs, objectstore, retry
 from shared.settings import WorkerSettings
 from worker import runs
 from worker.pipeline import chunk, extract, index, read
@@ -39,7 +38,7 @@ class PipelineResult:
 
 
 class Pipeline:
-    def __init__(self, settings: WorkerSettings, pool: ConnectionPool, s3: Any,
+    def __init__(self, settings: WorkerSettings, pool: db.Pool, s3: Any,
                  embedder: Embedder, artifact_store: objectstore.FileStore | objectstore.S3Store,
                  fts_config: str = "english") -> None:
         self.settings = settings
