@@ -11,7 +11,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-
 import migrations
 from shared import db
 

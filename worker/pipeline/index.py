@@ -14,7 +14,6 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import numpy as np
-import psycopg
 from psycopg.types.json import Jsonb
 
 from shared import db, jobs
