@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from streaming_form_data import StreamingFormDataParser
+from streaming_form_data.parser import ParseFailedException
 from streaming_form_data.targets import BaseTarget, ValueTarget
 
 from gateway import filenames, filetypes
@@ -26,6 +27,8 @@ FRAMING_SLACK = 64 * 1024
 # our 413/415 instead of a connection reset in the middle of its send.
 DRAIN_LIMIT = 512 * 1024 * 1024
 MAX_TITLE_CHARS = 500
+_MALFORMED = ("The body is not valid multipart/form-data; send the file in a field named 'file' "
+              "with a multipart boundary.")
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,13 @@ class _FileTarget(BaseTarget):
         self.allowed = allowed
         self.source_type = ""
         self.size = 0
-        self.pending = bytearray()
+        # The parser's chunks, kept as they came: the event loop copies no file bytes.
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
         self.head = bytearray()
         self.checked = False
+        # Set when the part's closing boundary arrives: a body cut short never sets it.
+        self.complete = False
 
     def on_start(self) -> None:
         # The name arrives with the part's headers: refuse a bad extension before any bytes.
@@ -71,16 +78,19 @@ class _FileTarget(BaseTarget):
             self.head += chunk[: filetypes.SNIFF_BYTES - len(self.head)]
             if len(self.head) >= filetypes.SNIFF_BYTES:
                 self.check(complete=False)
-        self.pending += chunk
+        self.pending.append(chunk)
+        self.pending_bytes += len(chunk)
+
+    def on_finish(self) -> None:
+        self.complete = True
 
     def check(self, *, complete: bool) -> None:
         filetypes.check_content(self.source_type, bytes(self.head), complete=complete)
         self.checked = True
 
-    def take(self) -> bytes:
-        data = bytes(self.pending)
-        self.pending.clear()
-        return data
+    def take(self) -> list[bytes]:
+        chunks, self.pending, self.pending_bytes = self.pending, [], 0
+        return chunks
 
 
 class _Sink:
@@ -91,19 +101,25 @@ class _Sink:
         self.writer: objectstore.Writer | None = None
         self.sha = hashlib.sha256()
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, chunks: list[bytes]) -> None:
         if self.writer is None:
             self.writer = self.open_writer()
-        self.sha.update(data)
-        self.writer.write(data)
+        for chunk in chunks:
+            self.sha.update(chunk)
+            self.writer.write(chunk)
 
-    async def write(self, data: bytes) -> None:
-        await asyncio.to_thread(self._write, data)
+    async def write(self, chunks: list[bytes]) -> None:
+        await asyncio.to_thread(self._write, chunks)
 
-    async def commit(self) -> str:
-        if self.writer is None:
-            self.writer = self.open_writer()
-        return await asyncio.to_thread(self.writer.commit)
+    def _commit(self, tail: list[bytes]) -> str:
+        self._write(tail)
+        assert self.writer is not None
+        return self.writer.commit()
+
+    async def commit(self, tail: list[bytes]) -> str:
+        # The last batch and the commit share one thread hop: a file smaller than a batch
+        # (most uploads) costs one hop in all, and each hop from a busy loop waits for the GIL.
+        return await asyncio.to_thread(self._commit, tail)
 
     async def abort(self) -> None:
         if self.writer is not None:
@@ -125,7 +141,10 @@ async def receive(
         raise errors.InvalidRequest("Send the file as multipart/form-data in a field named 'file'.")
     target = _FileTarget(max_bytes, allowed)
     title = ValueTarget()
-    parser = StreamingFormDataParser(headers={"Content-Type": content_type})
+    try:
+        parser = StreamingFormDataParser(headers={"Content-Type": content_type})
+    except ParseFailedException as exc:
+        raise errors.InvalidRequest(_MALFORMED) from exc
     parser.register("file", target)
     parser.register("title", title)
 
@@ -138,8 +157,11 @@ async def receive(
         if content_length is not None and content_length > max_bytes + FRAMING_SLACK:
             raise too_large(max_bytes)
         async for chunk in body:
-            parser.data_received(chunk)
-            if len(target.pending) >= FLUSH_BYTES:
+            try:
+                parser.data_received(chunk)
+            except ParseFailedException as exc:
+                raise errors.InvalidRequest(_MALFORMED) from exc
+            if target.pending_bytes >= FLUSH_BYTES:
                 await sink.write(target.take())
         return await _finish(target, title, sink)
     except BaseException as exc:
@@ -152,15 +174,17 @@ async def receive(
 async def _finish(target: _FileTarget, title: ValueTarget, sink: _Sink) -> ReceivedFile:
     if not target.source_type:
         raise errors.InvalidRequest("The form has no file; send it in a field named 'file'.")
+    if not target.complete:
+        raise errors.InvalidRequest("The upload ended before the end of the file; upload it again.")
     if target.size == 0:
         raise errors.EmptyFile()
     if not target.checked:
         target.check(complete=True)
-    if target.pending:
-        await sink.write(target.take())
-    uri = await sink.commit()
-    original = target.multipart_filename or ""
-    title_text = title.value.decode("utf-8", "replace").strip()[:MAX_TITLE_CHARS] or None
+    uri = await sink.commit(target.take())
+    # Postgres text cannot hold NUL: drop it from what we keep for display, keep the rest as sent.
+    original = (target.multipart_filename or "").replace("\x00", "")
+    title_text = (title.value.decode("utf-8", "replace").replace("\x00", "").strip()
+                  [:MAX_TITLE_CHARS] or None)
     return ReceivedFile(
         upload_uri=uri,
         original_filename=original,

@@ -1,0 +1,118 @@
+"""Which files the gateway accepts: the extension decides the type, the first bytes confirm it."""
+
+from __future__ import annotations
+
+import codecs
+
+import pytest
+
+from gateway import filetypes
+from shared import errors
+from tests.support import documents
+
+ALL = ("pdf", "docx", "html", "txt", "md")
+
+
+# ── by extension ────────────────────────────────────────────────────────────────────────────
+@pytest.mark.parametrize(("filename", "expected"), [
+    ("a.pdf", "pdf"), ("A.PDF", "pdf"), ("x.docx", "docx"), ("page.html", "html"),
+    ("page.HTM", "html"), ("notes.txt", "txt"), ("readme.md", "md"), ("readme.markdown", "md"),
+    ("archive.tar.md", "md"), ("../../etc/passwd.txt", "txt"),
+])
+def test_source_type_for_allowed_extensions(filename, expected):
+    assert filetypes.source_type_for(filename, ALL) == expected
+
+
+@pytest.mark.parametrize("filename", ["setup.exe", "photo.jpg", "doc.doc", "noext", "", "pdf",
+                                      "a.pdf.exe", "trailing.", "x.docm"])
+def test_source_type_for_refuses_other_extensions(filename):
+    with pytest.raises(errors.UnsupportedType) as info:
+        filetypes.source_type_for(filename, ALL)
+    # The message lists what is accepted, so the user knows what to do.
+    assert "pdf" in info.value.detail and "docx" in info.value.detail
+    assert info.value.code == "unsupported_type"
+
+
+def test_source_type_respects_the_configured_allow_list():
+    assert filetypes.source_type_for("a.pdf", ("pdf",)) == "pdf"
+    with pytest.raises(errors.UnsupportedType, match=r"\.md"):
+        filetypes.source_type_for("a.md", ("pdf", "docx"))
+
+
+def test_every_type_has_a_content_type():
+    assert set(ALL) <= set(filetypes.CONTENT_TYPES)
+
+
+# ── by content ──────────────────────────────────────────────────────────────────────────────
+ACCEPTED = {
+    "pdf_minimal": ("pdf", b"%PDF-1.7\n"),
+    "pdf_with_junk_before_header": ("pdf", b"\r\n\x00junk" + b"%PDF-1.4\n"),
+    "docx_zip": ("docx", b"PK\x03\x04" + b"\x00" * 40),
+    "html_doctype": ("html", b"<!DOCTYPE html><html><body>x</body></html>"),
+    "html_comment_then_tag": ("html", b"<!-- generated -->\n<html>"),
+    "html_bom": ("html", codecs.BOM_UTF8 + b"<html><p>hi</p></html>"),
+    "html_fragment": ("html", b"  <div>just a fragment</div>"),
+    "txt_ascii": ("txt", b"plain text\n"),
+    "txt_utf8": ("txt", "Grüße, 你好, emoji \U0001F600\n".encode()),
+    "txt_latin1": ("txt", "café crème\n".encode("latin-1")),
+    "txt_crlf_tab": ("txt", b"a\tb\r\nc\x0cd\n"),
+    "md": ("md", b"# Title\n\n* item\n"),
+}
+
+
+@pytest.mark.parametrize(("source_type", "head"), ACCEPTED.values(), ids=ACCEPTED.keys())
+def test_check_content_accepts_matching_bytes(source_type, head):
+    filetypes.check_content(source_type, head, complete=True)
+
+
+REFUSED = {
+    "pdf_that_is_text": ("pdf", b"Dear customer, please pay.\n"),
+    "pdf_header_too_late": ("pdf", b" " * 2000 + b"%PDF-1.4"),
+    "docx_that_is_text": ("docx", b"This is not a Word file"),
+    "docx_that_is_pdf": ("docx", b"%PDF-1.7\n"),
+    "html_that_is_text": ("html", b"Just words, no markup at all."),
+    "html_that_is_binary": ("html", b"<html>\x00\x01\x02"),
+    "txt_with_nul": ("txt", b"MZ\x90\x00\x03\x00"),
+    "txt_that_is_pdf": ("txt", b"%PDF-1.4\nstuff"),
+    "txt_that_is_zip": ("txt", b"PK\x03\x04rest"),
+    "txt_with_control_bytes": ("txt", b"\xff\xfe\x01\x02\x03 binary"),
+    "md_that_is_png": ("md", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"),
+}
+
+
+@pytest.mark.parametrize(("source_type", "head"), REFUSED.values(), ids=REFUSED.keys())
+def test_check_content_refuses_contradicting_bytes(source_type, head):
+    with pytest.raises(errors.UnsupportedType) as info:
+        filetypes.check_content(source_type, head, complete=True)
+    assert source_type.upper() in info.value.detail
+
+
+def test_truncated_utf8_at_the_end_of_a_sniffed_head_is_not_binary():
+    # The head is cut at SNIFF_BYTES, which may split a multi-byte character.
+    head = ("é" * filetypes.SNIFF_BYTES).encode()[: filetypes.SNIFF_BYTES - 1]
+    filetypes.check_content("txt", head, complete=False)
+
+
+REAL = {
+    "pdf": lambda: documents.make_pdf(["Hello world"]),
+    "docx": lambda: documents.make_docx("Title", ["Hello world"], [["a", "b"]]),
+    "html": lambda: documents.make_html("Page", [("Heading", "Hello world")]),
+    "md": lambda: documents.make_markdown(3),
+}
+
+
+@pytest.mark.parametrize("source_type", REAL)
+def test_real_documents_pass_as_head_and_whole(source_type):
+    data = REAL[source_type]()
+    filetypes.check_content(source_type, data[: filetypes.SNIFF_BYTES], complete=False)
+    filetypes.check_content(source_type, data[: filetypes.SNIFF_BYTES],
+                            complete=len(data) <= filetypes.SNIFF_BYTES)
+
+
+@pytest.mark.parametrize(("source_type", "other"), [("pdf", "docx"), ("docx", "pdf"),
+                                                    ("txt", "pdf"), ("md", "docx"),
+                                                    ("html", "pdf")])
+def test_real_document_renamed_to_another_type_is_refused(source_type, other):
+    data = REAL[other]()
+    with pytest.raises(errors.UnsupportedType):
+        filetypes.check_content(source_type, data[: filetypes.SNIFF_BYTES], complete=False)

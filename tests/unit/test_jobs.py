@@ -1,0 +1,116 @@
+"""The job payload (spec §5): what the gateway encodes, the worker decodes — or refuses, saying why."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import orjson
+import pytest
+
+from shared import errors, jobs
+
+HASH = "sha256:" + "ab" * 32
+
+
+def payload(**changes) -> dict:
+    base = {
+        "schema_version": 1, "job_type": "upload_ingest", "run_id": str(uuid.uuid4()),
+        "doc_id": str(uuid.uuid4()), "tenant_id": str(uuid.uuid4()),
+        "upload_uri": "file:///data/uploads/t/r/foo.pdf", "title": "IT Security Policy",
+        "source_type": "pdf", "source_uri": f"upload://{HASH}", "original_filename": "foo.pdf",
+        "content_hash": HASH, "embedding_model": "sentence-transformers/all-MiniLM-L6-v2",
+        "embedding_dim": 384, "submitted_at": "2026-02-15T00:00:00Z",
+    }
+    base.update(changes)
+    return {k: v for k, v in base.items() if v is not ...}
+
+
+def refusal(body: str | bytes) -> str:
+    with pytest.raises(jobs.InvalidJob) as info:
+        jobs.decode(body)
+    reason = info.value.detail
+    # One sentence: no newlines, ends with a full stop, no Python repr noise.
+    assert "\n" not in reason and reason.endswith(".") and len(reason) < 300
+    assert info.value.code == "invalid_job" and isinstance(info.value, errors.AppError)
+    return reason
+
+
+def test_round_trip_keeps_every_field():
+    job = jobs.IngestJob.model_validate(payload())
+    again = jobs.decode(jobs.encode(job))
+    assert again == job
+    assert again.submitted_at == datetime(2026, 2, 15, tzinfo=UTC)
+    assert isinstance(again.run_id, uuid.UUID)
+
+
+def test_encoded_job_is_the_spec_json():
+    data = payload()
+    encoded = orjson.loads(jobs.encode(jobs.decode(orjson.dumps(data))))
+    assert set(encoded) == set(data)
+    assert encoded["content_hash"] == HASH and encoded["run_id"] == data["run_id"]
+
+
+def test_decode_accepts_bytes_and_str():
+    body = orjson.dumps(payload())
+    assert jobs.decode(body) == jobs.decode(body.decode())
+
+
+def test_unknown_fields_are_ignored_for_rolling_upgrades():
+    job = jobs.decode(orjson.dumps(payload(priority="high")))
+    assert not hasattr(job, "priority")
+
+
+def test_missing_schema_version_means_version_one():
+    assert jobs.decode(orjson.dumps(payload(schema_version=...))).schema_version == 1
+
+
+def test_garbage_json_is_refused():
+    assert "not JSON" in refusal(b"{not json at all")
+
+
+def test_empty_body_is_refused():
+    assert "not JSON" in refusal(b"")
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'"a string"', b"42", b"null"])
+def test_json_that_is_not_an_object_is_refused(body):
+    assert "not an object" in refusal(body)
+
+
+@pytest.mark.parametrize("field", ["run_id", "doc_id", "tenant_id", "upload_uri", "content_hash",
+                                   "submitted_at"])
+def test_missing_field_is_refused_and_named(field):
+    assert field in refusal(orjson.dumps(payload(**{field: ...})))
+
+
+@pytest.mark.parametrize("bad", ["abc", "sha256:xyz", "sha256:" + "AB" * 32, "md5:" + "ab" * 16,
+                                 "sha256:" + "ab" * 31, "ab" * 32])
+def test_bad_content_hash_is_refused(bad):
+    assert "content_hash" in refusal(orjson.dumps(payload(content_hash=bad)))
+
+
+@pytest.mark.parametrize("version", [0, 2, "1x"])
+def test_unknown_schema_version_is_refused(version):
+    assert "schema_version" in refusal(orjson.dumps(payload(schema_version=version)))
+
+
+def test_bad_uuid_is_refused():
+    assert "run_id" in refusal(orjson.dumps(payload(run_id="not-a-uuid")))
+
+
+def test_unknown_source_type_is_refused():
+    assert "source_type" in refusal(orjson.dumps(payload(source_type="exe")))
+
+
+def test_empty_upload_uri_is_refused():
+    assert "upload_uri" in refusal(orjson.dumps(payload(upload_uri="")))
+
+
+def test_non_positive_embedding_dim_is_refused():
+    assert "embedding_dim" in refusal(orjson.dumps(payload(embedding_dim=0)))
+
+
+def test_the_count_of_problems_is_reported():
+    reason = refusal(orjson.dumps(payload(run_id=..., doc_id=...)))
+    assert "2 problem" in reason
