@@ -1,0 +1,88 @@
+"""Admin S3 sources and their syncs: a thin HTTP layer over gateway/sources.py and syncs.py."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from litestar import Request, Response, Router, delete, get, patch, post
+
+from gateway import auth, sources, syncs, views
+from gateway.context import Context
+
+
+@post("/", status_code=201)
+async def create_source(data: dict[str, Any], request: Request, ctx: Context) -> dict:
+    """Register a bucket/prefix (optional endpoint_url, region, include/exclude globs)."""
+    principal = auth.current(request)
+    fields = sources.parse(data, allowlist=ctx.settings.source_endpoint_allowlist, partial=False)
+    row = await sources.create(ctx.pool, tenant_id=principal.tenant_id,
+                               created_by=principal.user_id, fields=fields)
+    return sources.view(row)
+
+
+@get("/")
+async def list_sources(request: Request, ctx: Context, page: int = 1, limit: int = 20) -> dict:
+    principal = auth.current(request)
+    lim, offset = views.page_params(page, limit)
+    rows = await sources.list_page(ctx.pool, tenant_id=principal.tenant_id, limit=lim,
+                                   offset=offset)
+    return views.paged([sources.view(r) for r in rows], rows, page, limit)
+
+
+@get("/{source_id:uuid}")
+async def get_source(source_id: UUID, request: Request, ctx: Context) -> dict:
+    principal = auth.current(request)
+    return sources.view(await sources.get(ctx.pool, tenant_id=principal.tenant_id,
+                                          source_id=source_id))
+
+
+@patch("/{source_id:uuid}")
+async def update_source(source_id: UUID, data: dict[str, Any], request: Request,
+                        ctx: Context) -> dict:
+    """Change any field but the bucket; takes effect at the next sync."""
+    principal = auth.current(request)
+    changes = sources.parse(data, allowlist=ctx.settings.source_endpoint_allowlist, partial=True)
+    return sources.view(await sources.update(ctx.pool, tenant_id=principal.tenant_id,
+                                             source_id=source_id, changes=changes))
+
+
+@delete("/{source_id:uuid}", status_code=200)
+async def delete_source(source_id: UUID, request: Request, ctx: Context) -> dict:
+    """Soft-delete: the source disappears and its documents stop being served; no row is
+    removed (docs/decisions/0020-s3-source-deletion.md)."""
+    principal = auth.current(request)
+    return await sources.delete(ctx.pool, tenant_id=principal.tenant_id, source_id=source_id)
+
+
+@post("/{source_id:uuid}/sync", status_code=202)
+async def trigger_sync(source_id: UUID, request: Request, ctx: Context) -> Response:
+    """Start a sync in the background: 202 with its id, or 409 with the running one's id."""
+    principal = auth.current(request)
+    started = await ctx.syncs.trigger(tenant_id=principal.tenant_id, source_id=source_id,
+                                      initiated_by=principal.user_id)
+    location = f"/v1/sources/{source_id}/syncs/{started['sync_id']}"
+    return Response(started, status_code=202, headers={"Location": location})
+
+
+@get("/{source_id:uuid}/syncs")
+async def list_syncs(source_id: UUID, request: Request, ctx: Context, page: int = 1,
+                     limit: int = 20) -> dict:
+    principal = auth.current(request)
+    lim, offset = views.page_params(page, limit)
+    rows = await syncs.list_page(ctx.pool, tenant_id=principal.tenant_id, source_id=source_id,
+                                 limit=lim, offset=offset)
+    return views.paged([syncs.view(r) for r in rows], rows, page, limit)
+
+
+@get("/{source_id:uuid}/syncs/{sync_id:uuid}")
+async def get_sync(source_id: UUID, sync_id: UUID, request: Request, ctx: Context) -> dict:
+    principal = auth.current(request)
+    return syncs.view(await syncs.get(ctx.pool, tenant_id=principal.tenant_id,
+                                      source_id=source_id, sync_id=sync_id))
+
+
+# Every route here is admin-only (gateway-worker-ingestion.md §10): the guard sits on the router.
+router = Router("/v1/sources", guards=[auth.admin_only], tags=["sources"], route_handlers=[
+    create_source, list_sources, get_source, update_source, delete_source, trigger_sync,
+    list_syncs, get_sync])

@@ -1,0 +1,272 @@
+"""Admin S3 sources: what a source is, how its fields are checked, and create/read/update/delete.
+
+A source names a bucket and prefix, optionally an endpoint and region, and include/exclude
+globs. It never holds credentials: the gateway reads them from its environment or role. A
+source is deleted softly (docs/decisions/0020-s3-source-deletion.md): no row is removed, its
+documents stop being served.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+from uuid import UUID
+
+from gateway import deactivation
+from shared import db, errors
+
+Q = db.load_queries(Path(__file__).with_name("sources.sql"))
+
+FIELDS = ("name", "bucket", "prefix", "endpoint_url", "region", "include_patterns",
+          "exclude_patterns", "enabled")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_REGION = re.compile(r"^[a-z0-9-]{1,40}$")
+# Field names that look like someone trying to store credentials with the source.
+_CREDENTIAL_LIKE = re.compile(r"(?i)secret|access.?key|password|token|credential|session")
+MAX_PATTERNS = 100
+MAX_PATTERN_CHARS = 512
+MAX_NAME_CHARS = 200
+MAX_PREFIX_CHARS = 1024
+DELETED_REASON = "Cancelled: the source was deleted before this run started."
+
+
+@dataclass(frozen=True)
+class Source:
+    source_id: UUID
+    tenant_id: UUID
+    name: str
+    bucket: str
+    prefix: str
+    endpoint_url: str | None
+    region: str | None
+    include_patterns: tuple[str, ...]
+    exclude_patterns: tuple[str, ...]
+    enabled: bool
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Source:
+        return cls(row["source_id"], row["tenant_id"], row["name"], row["bucket"], row["prefix"],
+                   row["endpoint_url"], row["region"], tuple(row["include_patterns"]),
+                   tuple(row["exclude_patterns"]), row["enabled"])
+
+    def uri(self, key: str) -> str:
+        """Document identity of an object: path-based, so new bytes are a new version (§14)."""
+        return f"s3://{self.bucket}/{key}"
+
+    def matches(self, key: str) -> bool:
+        """Include/exclude globs, matched against the key below the prefix.
+
+        fnmatch semantics: ``*`` also crosses ``/``, so ``*.md`` matches ``a/b/c.md``. No
+        include pattern means everything; an exclude wins over an include.
+        """
+        rel = key[len(self.prefix):] if key.startswith(self.prefix) else key
+        if self.include_patterns and not any(fnmatch.fnmatchcase(rel, p)
+                                             for p in self.include_patterns):
+            return False
+        return not any(fnmatch.fnmatchcase(rel, p) for p in self.exclude_patterns)
+
+
+def lock_key(source_id: UUID) -> int:
+    """The advisory lock key of a source's sync: hashed with a namespace, so it cannot collide
+    with the worker's keys, which are raw run and document id bytes."""
+    digest = hashlib.sha256(b"source-sync:" + source_id.bytes).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def view(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: row[k] for k in ("source_id", "name", "bucket", "prefix", "endpoint_url", "region",
+                               "include_patterns", "exclude_patterns", "enabled", "created_by",
+                               "created_at", "updated_at")}
+    out["last_sync"] = None if row["last_sync_id"] is None else {
+        "sync_id": row["last_sync_id"], "status": row["last_sync_status"],
+        "started_at": row["last_sync_started_at"], "finished_at": row["last_sync_finished_at"]}
+    return out
+
+
+# ── validation ──────────────────────────────────────────────────────────────────────────────
+def parse(data: Any, *, allowlist: tuple[str, ...], partial: bool) -> dict[str, Any]:
+    """Check a create (all required fields) or PATCH (only those given) body; return clean values."""
+    if not isinstance(data, dict):
+        raise errors.InvalidRequest("Send the source as a JSON object.")
+    _refuse_unknown(data)
+    if not partial and "bucket" not in data:
+        raise errors.InvalidRequest("bucket is required.")
+    if partial and "bucket" in data:
+        raise errors.InvalidRequest("A source's bucket cannot change: its documents are named "
+                                    "after it; create a new source instead.")
+    checks = {"name": _name, "bucket": _bucket, "prefix": _prefix, "region": _region,
+              "include_patterns": _patterns, "exclude_patterns": _patterns, "enabled": _enabled,
+              "endpoint_url": lambda v: _endpoint(v, allowlist)}
+    clean = {field: checks[field](data[field]) for field in FIELDS if field in data}
+    if not partial:
+        clean.setdefault("prefix", "")
+        clean.setdefault("name", f"{clean['bucket']}/{clean['prefix']}".rstrip("/"))
+        clean.setdefault("endpoint_url", None)
+        clean.setdefault("region", None)
+        clean.setdefault("include_patterns", [])
+        clean.setdefault("exclude_patterns", [])
+        clean.setdefault("enabled", True)
+    return clean
+
+
+def _refuse_unknown(data: dict[str, Any]) -> None:
+    for field in data:
+        if _CREDENTIAL_LIKE.search(field):
+            raise errors.InvalidRequest(
+                "Sources never store credentials: the gateway reads S3 credentials from its own "
+                "environment or role; remove the field and grant the gateway access instead.")
+        if field not in FIELDS:
+            raise errors.InvalidRequest(
+                f"Unknown field {field!r}; a source has: {', '.join(FIELDS)}.")
+
+
+def _text(value: Any, field: str, max_chars: int) -> str:
+    if not isinstance(value, str) or len(value) > max_chars or "\x00" in value:
+        raise errors.InvalidRequest(f"{field} must be text of at most {max_chars} characters.")
+    return value
+
+
+def _name(value: Any) -> str:
+    name = _text(value, "name", MAX_NAME_CHARS).strip()
+    if not name:
+        raise errors.InvalidRequest("name must not be empty.")
+    return name
+
+
+def _bucket(value: Any) -> str:
+    if not isinstance(value, str) or not _BUCKET.match(value):
+        raise errors.InvalidRequest("bucket must be an S3 bucket name: 3 to 63 lowercase "
+                                    "letters, digits, dots or hyphens.")
+    return value
+
+
+def _prefix(value: Any) -> str:
+    # S3 keys rarely start with '/', and a prefix that does would match nothing.
+    return _text(value, "prefix", MAX_PREFIX_CHARS).lstrip("/")
+
+
+def _region(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _REGION.match(value):
+        raise errors.InvalidRequest("region must look like 'eu-west-1'.")
+    return value
+
+
+def _enabled(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise errors.InvalidRequest("enabled must be true or false.")
+    return value
+
+
+def _patterns(value: Any) -> list[str]:
+    if not isinstance(value, list) or len(value) > MAX_PATTERNS or not all(
+            isinstance(p, str) and 0 < len(p) <= MAX_PATTERN_CHARS for p in value):
+        raise errors.InvalidRequest(f"Patterns must be a list of at most {MAX_PATTERNS} globs "
+                                    "such as 'docs/*' or '*.md'.")
+    return value
+
+
+def _endpoint(value: Any, allowlist: tuple[str, ...]) -> str | None:
+    if value is None:
+        return None
+    url = _text(value, "endpoint_url", 2048).rstrip("/")
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise errors.InvalidRequest("endpoint_url must be an http(s) URL such as "
+                                    "'https://s3.eu-west-1.amazonaws.com'.")
+    if parsed.username or parsed.password or parsed.query or parsed.fragment:
+        # A URL with user:password@ would store a credential; query strings have no use here.
+        raise errors.InvalidRequest("endpoint_url must not contain credentials, a query or a "
+                                    "fragment; the gateway signs requests with its own role.")
+    if allowlist and url not in {a.rstrip("/") for a in allowlist}:
+        raise errors.InvalidRequest("This endpoint is not allowed here; ask an operator to add it "
+                                    "to SOURCE_ENDPOINT_ALLOWLIST.")
+    return url
+
+
+# ── create / read / update ──────────────────────────────────────────────────────────────────
+async def create(pool: db.AsyncPool, *, tenant_id: UUID, created_by: UUID,
+                 fields: dict[str, Any]) -> dict[str, Any]:
+    try:
+        with db.translate():
+            async with pool.connection() as conn:
+                row = await (await conn.execute(Q["insert_source"], {
+                    **fields, "tenant_id": tenant_id, "created_by": created_by})).fetchone()
+    except errors.Conflict as exc:
+        raise errors.Conflict(f"A source named {fields['name']!r} already exists; choose "
+                              "another name.") from exc
+    assert row is not None
+    return await get(pool, tenant_id=tenant_id, source_id=row["source_id"])
+
+
+async def get(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID) -> dict[str, Any]:
+    async with pool.connection() as conn:
+        row = await (await conn.execute(Q["get_source"], {
+            "tenant_id": tenant_id, "source_id": source_id})).fetchone()
+    if row is None:
+        raise errors.NotFound("No source with that id exists in your tenant.")
+    return row
+
+
+async def list_page(pool: db.AsyncPool, *, tenant_id: UUID, limit: int,
+                    offset: int) -> list[dict[str, Any]]:
+    async with pool.connection() as conn:
+        return await (await conn.execute(Q["list_sources"], {
+            "tenant_id": tenant_id, "limit": limit, "offset": offset})).fetchall()
+
+
+async def update(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID,
+                 changes: dict[str, Any]) -> dict[str, Any]:
+    keys = {"tenant_id": tenant_id, "source_id": source_id}
+    try:
+        with db.translate():
+            async with pool.connection() as conn, conn.transaction():
+                current = await (await conn.execute(Q["lock_source"], keys)).fetchone()
+                if current is None:
+                    raise errors.NotFound("No source with that id exists in your tenant.")
+                await conn.execute(Q["update_source"], {**current, **changes, **keys})
+    except errors.Conflict as exc:
+        raise errors.Conflict(f"A source named {changes.get('name')!r} already exists; choose "
+                              "another name.") from exc
+    return await get(pool, tenant_id=tenant_id, source_id=source_id)
+
+
+# ── delete ──────────────────────────────────────────────────────────────────────────────────
+async def delete(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID) -> dict[str, Any]:
+    """Soft-delete a source and stop serving its documents, in one transaction.
+
+    Refused while the source syncs (the same advisory lock). Queued runs of its documents are
+    cancelled; runs already running are the worker's and may still activate a version. The
+    response counts them, and DELETE is idempotent: repeated once they finished, it deactivates
+    what they activated.
+    """
+    keys = {"tenant_id": tenant_id, "source_id": source_id}
+    with db.translate():
+        async with pool.connection() as conn, conn.transaction():
+            found = await (await conn.execute(Q["find_source_any"], keys)).fetchone()
+            if found is None:
+                raise errors.NotFound("No source with that id exists in your tenant.")
+            locked = await (await conn.execute(Q["try_lock_source_xact"],
+                                               {"key": lock_key(source_id)})).fetchone()
+            if not locked or not locked["locked"]:
+                running = await (await conn.execute(Q["running_sync"], keys)).fetchone()
+                raise errors.SyncInProgress(
+                    running and running["sync_id"],
+                    "A sync of this source is running; wait for it to finish, then delete.")
+            served = await (await conn.execute(Q["source_served_objects"], keys)).fetchall()
+            done = await deactivation.deactivate(conn, tenant_id=tenant_id, source_id=source_id,
+                                                 rows=served, run_error=DELETED_REASON)
+            await conn.execute(Q["soft_delete_source"], keys)
+            running_runs = await (await conn.execute(Q["count_running_source_runs"],
+                                                     keys)).fetchone()
+    assert running_runs is not None
+    return {"source_id": source_id, "deleted": True,
+            "already_deleted": found["deleted_at"] is not None,
+            "documents_deactivated": done.documents, "runs_cancelled": done.runs_cancelled,
+            "runs_still_running": running_runs["n"]}
