@@ -1,0 +1,111 @@
+"""How pages show times, durations and sizes; static/app.js formats live updates the same way."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+STATUS_LABELS = {"queued": "Queued", "running": "Running", "succeeded": "Succeeded",
+                 "failed": "Failed", "completed_with_errors": "Completed with errors",
+                 "skipped": "Skipped"}
+RUN_TYPES = {"manual_upload": "Upload", "s3_sync": "S3 sync"}
+
+
+def timestamp(value: datetime | str | None) -> str:
+    """UTC, to the second; the page's script rewrites it in the reader's own time zone."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso(value: datetime | None) -> str:
+    return value.isoformat() if value else ""
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+def size(n: int | float | None) -> str:
+    if n is None:
+        return "—"
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"  # pragma: no cover - the loop always returns
+
+
+def depth(value: int | dict[str, int] | None) -> str:
+    """A queue depth: a count, or {visible, in_flight} as the depth cache keeps it."""
+    if value is None:
+        return "—"
+    if isinstance(value, dict):
+        visible, in_flight = value.get("visible", 0), value.get("in_flight", 0)
+        return f"{visible + in_flight}" + (f" ({in_flight} in flight)" if in_flight else "")
+    return str(value)
+
+
+def percent(progress: float | None) -> int:
+    return round((progress or 0) * 100)
+
+
+def status_label(status: str | None) -> str:
+    return STATUS_LABELS.get(status or "", status or "—")
+
+
+def run_type(value: str | None) -> str:
+    return RUN_TYPES.get(value or "", value or "—")
+
+
+def run_title(run: dict[str, Any]) -> str:
+    config = run.get("config") or {}
+    return (config.get("title") or config.get("original_filename") or config.get("key")
+            or str(run["run_id"]))
+
+
+def run_timings(run: dict[str, Any]) -> dict[str, float | None]:
+    """Queue wait = started_at − created_at; processing = finished_at − started_at (§4.2)."""
+    created, started, finished = run["created_at"], run["started_at"], run["finished_at"]
+    return {
+        "queue_wait_s": (started - created).total_seconds() if started else None,
+        "processing_s": (finished - started).total_seconds() if started and finished else None,
+    }
+
+
+# Pipeline order; static/runs.js orders live updates the same way.
+STAT_ORDER = ("docs_processed", "chunks_created", "tokens_total", "chars", "pages", "duration_ms",
+              "stages", "read_ms", "extract_ms", "chunk_ms", "embed_ms", "index_ms")
+
+
+def _ordered(items: dict[str, Any]) -> list[tuple[str, Any]]:
+    def rank(key: str) -> tuple[int, str]:
+        return (STAT_ORDER.index(key) if key in STAT_ORDER else len(STAT_ORDER), key)
+    return sorted(items.items(), key=lambda kv: rank(kv[0]))
+
+
+def stats_entries(stats: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """A run's stats as (label, text) pairs; nested figures (stage times) on one line."""
+    def text(value: Any) -> str:
+        if isinstance(value, dict):
+            return ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in _ordered(value))
+        return "—" if value is None else str(value)
+    return [(key.replace("_", " "), text(value)) for key, value in _ordered(stats or {})]
+
+
+FILTERS = {"timestamp": timestamp, "iso": iso, "duration": duration, "size": size,
+           "percent": percent, "status_label": status_label, "run_type": run_type,
+           "run_title": run_title, "run_timings": run_timings,
+           "stats_entries": stats_entries, "depth": depth}

@@ -1,0 +1,225 @@
+"""The pages: each handler reads through a service, then renders one template.
+
+Pages that show live data (runs, sources, the DLQ) get their first state from the server and
+their updates from the JSON API, which the page's script calls with the session cookie and the
+CSRF header (docs/decisions/0030, 0031, 0032). The admin pages of sources and the DLQ are shells
+that their scripts fill from /v1/sources and /v1/admin/dlq, the same API a CLI or curl uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from litestar import Request, Response, Router, get, post
+from litestar.datastructures import Cookie
+from litestar.response import Redirect, Template
+
+from gateway import auth, metrics, users
+from gateway.context import Context
+from gateway.web import assets, errorpages, reads, session
+from shared import errors
+
+# No inline script or style anywhere, so the policy can forbid both.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+        "object-src 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    # Pages hold tenant data: never keep them in a shared or back-button cache.
+    "Cache-Control": "no-store",
+}
+HOME = "/upload"
+
+
+def render(request: Request, template: str, *, status_code: int = 200,
+           cookies: list[Cookie] | None = None, **context: Any) -> Template:
+    principal = getattr(request.state, "principal", None)
+    return Template(template_name=template, status_code=status_code, headers=SECURITY_HEADERS,
+                    cookies=cookies or [], context={
+                        "me": principal, "csrf": _csrf(request), "path": request.url.path,
+                        **context})
+
+
+def _csrf(request: Request) -> str:
+    token = session.cookie_token(request)
+    if not token:
+        return ""
+    return session.csrf_token(token, request.app.state.ctx.settings.jwt_secret)
+
+
+def _uuid(value: str, what: str) -> UUID:
+    try:
+        return UUID(value)
+    except ValueError:
+        raise errors.NotFound(f"That address names no {what}; pick one from the list.") from None
+
+
+def safe_next(target: str | None) -> str:
+    """Only a path of this site: never redirect a signed-in user to another host."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return HOME
+    parts = urlsplit(target)
+    return target if not (parts.scheme or parts.netloc) else HOME
+
+
+# ── sign in and out ─────────────────────────────────────────────────────────────────────────
+@get("/", sync_to_thread=False)
+def home() -> Redirect:
+    return Redirect(HOME)
+
+
+@get("/login", opt={"public": True})
+async def login_form(request: Request, ctx: Context, next: str | None = None,
+                     signed_out: bool = False, expired: bool = False) -> Response:
+    token = session.cookie_token(request)
+    if token and _valid(token, ctx):
+        return Redirect(safe_next(next))
+    notice = ("You are signed out." if signed_out else
+              "Your session has ended; sign in again to continue." if expired else None)
+    return _login_page(request, ctx, next=next, notice=notice)
+
+
+@post("/login", opt={"public": True}, status_code=303)
+async def login_submit(request: Request, ctx: Context) -> Response:
+    form = await request.form()
+    target = safe_next(form.get("next"))
+    if not session.login_token_matches(request, form.get(session.FORM_FIELD)):
+        return _login_page(request, ctx, next=target, status_code=403, renew=True,
+                           error="The sign-in form expired; enter your e-mail and password "
+                                 "again.")
+    try:
+        principal = await users.login(ctx.pool, str(form.get("email", "")),
+                                      str(form.get("password", "")))
+    except (errors.Unauthorized, errors.InvalidRequest) as exc:
+        return _login_page(request, ctx, next=target, status_code=401, error=exc.detail,
+                           email=str(form.get("email", "")))
+    settings = ctx.settings
+    token = auth.issue_token(principal, settings.jwt_secret, settings.jwt_expiry_hours)
+    secure = session.secure(request, settings.session_cookie_secure)
+    return Redirect(target, status_code=303, cookies=[
+        session.session_cookie(token, max_age=int(settings.jwt_expiry_hours * 3600),
+                               secure=secure)])
+
+
+def _login_page(request: Request, ctx: Context, *, next: str | None, status_code: int = 200,
+                error: str | None = None, notice: str | None = None, email: str = "",
+                renew: bool = False) -> Template:
+    token, new = session.login_token(request, renew=renew)
+    secure = session.secure(request, ctx.settings.session_cookie_secure)
+    cookies = [session.login_cookie(token, secure=secure)] if new else []
+    return render(request, "login.html", status_code=status_code, cookies=cookies,
+                  login_csrf=token, next=safe_next(next), error=error, notice=notice,
+                  email=email)
+
+
+def _valid(token: str, ctx: Context) -> bool:
+    try:
+        auth.decode_token(token, ctx.settings.jwt_secret)
+    except errors.Unauthorized:
+        return False
+    return True
+
+
+@post("/logout", opt={"public": True}, status_code=303)
+async def logout(request: Request, ctx: Context) -> Response:
+    token = session.cookie_token(request)
+    form = await request.form()
+    if token and not session.csrf_matches(form.get(session.FORM_FIELD), token,
+                                          ctx.settings.jwt_secret):
+        raise errors.Forbidden("The sign-out form came from an old page; reload the page and "
+                               "sign out again.")
+    secure = session.secure(request, ctx.settings.session_cookie_secure)
+    return Redirect("/login?signed_out=true", status_code=303,
+                    cookies=[session.cleared_session_cookie(secure=secure)])
+
+
+# ── pages for everyone signed in ────────────────────────────────────────────────────────────
+@get("/upload")
+async def upload(request: Request, ctx: Context) -> Template:
+    settings = ctx.settings
+    return render(request, "upload.html", max_bytes=settings.upload_max_bytes,
+                  allowed_types=list(settings.allowed_types))
+
+
+@get("/runs")
+async def runs(request: Request, ctx: Context, status: str | None = None,
+               page: int = 1) -> Template:
+    principal = auth.current(request)
+    listing = await reads.runs_page(ctx.pool, tenant_id=principal.tenant_id,
+                                    status=status or None, page=page)
+    return render(request, "runs.html", listing=listing, statuses=reads.RUN_STATUSES)
+
+
+@get("/runs/{run_id:str}")
+async def run(run_id: str, request: Request, ctx: Context) -> Template:
+    principal = auth.current(request)
+    item = await reads.run(ctx.pool, tenant_id=principal.tenant_id,
+                           run_id=_uuid(run_id, "ingestion run"))
+    can_retry = principal.is_admin or item["initiated_by"] == principal.user_id
+    return render(request, "run.html", run=item, can_retry=can_retry)
+
+
+@get("/documents")
+async def documents(request: Request, ctx: Context, search: str | None = None,
+                    page: int = 1) -> Template:
+    principal = auth.current(request)
+    search = (search or "").strip()[:200] or None
+    listing = await reads.documents_page(ctx.pool, tenant_id=principal.tenant_id,
+                                         search=search, page=page)
+    return render(request, "documents.html", listing=listing, search=search or "")
+
+
+@get("/documents/{doc_id:str}")
+async def document(doc_id: str, request: Request, ctx: Context) -> Template:
+    principal = auth.current(request)
+    doc = await reads.document(ctx.pool, tenant_id=principal.tenant_id,
+                               doc_id=_uuid(doc_id, "document"))
+    return render(request, "document.html", doc=doc, preview_size=reads.PREVIEW_CHUNKS)
+
+
+# ── admin pages ─────────────────────────────────────────────────────────────────────────────
+@get("/")
+async def overview(request: Request, ctx: Context) -> Template:
+    """The /api/metrics figures for the admin's own tenant (docs/decisions/0011): runs, failures
+    and actions are tenant-scoped; only the shared queues' depths are fleet-wide."""
+    try:
+        snap = await metrics.snapshot(ctx.pool, ctx.depths,
+                                      stale_s=ctx.settings.metrics_stale_after_s,
+                                      tenant_id=auth.current(request).tenant_id)
+        figures, problem = metrics.dashboard_json(snap)["ingest"], None
+    except errors.AppError as exc:
+        figures, problem = None, exc.detail
+    return render(request, "admin/overview.html", figures=figures, problem=problem)
+
+
+@get("/sources")
+async def sources(request: Request) -> Template:
+    return render(request, "admin/sources.html")
+
+
+@get("/sources/{source_id:str}")
+async def source(source_id: str, request: Request) -> Template:
+    return render(request, "admin/source.html", source_id=_uuid(source_id, "source"))
+
+
+@get("/dlq")
+async def dead_letters(request: Request) -> Template:
+    return render(request, "admin/dlq.html")
+
+
+@get("/dlq/{message_id:str}")
+async def dead_letter(message_id: str, request: Request) -> Template:
+    return render(request, "admin/dlq_message.html", message_id=message_id)
+
+
+def router(files: assets.Assets) -> Router:
+    admin = Router("/admin", guards=[auth.admin_only], route_handlers=[
+        overview, sources, source, dead_letters, dead_letter])
+    return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
+                  route_handlers=[home, login_form, login_submit, logout, upload, runs, run,
+                                  documents, document, admin, files.route()])

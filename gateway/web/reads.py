@@ -1,0 +1,75 @@
+"""What the pages show about runs and documents: tenant-scoped reads, shaped like the JSON API.
+
+The listing and detail queries are the API's own (gateway/queries.sql), so a page and the JSON
+its script polls can never disagree; the preview queries are the UI's (web/queries.sql).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from gateway import views
+from shared import db, errors
+
+API = db.load_queries(Path(__file__).parents[1] / "queries.sql")
+Q = db.load_queries(Path(__file__).with_name("queries.sql"))
+RUN_STATUSES = ("queued", "running", "succeeded", "failed")
+PAGE_SIZE = 20
+PREVIEW_CHUNKS = 5
+
+
+async def runs_page(pool: db.AsyncPool, *, tenant_id: UUID, status: str | None,
+                    page: int) -> dict[str, Any]:
+    if status not in (None, *RUN_STATUSES):
+        status = None  # an unknown filter in a hand-edited URL shows everything
+    limit, offset = views.page_params(page, PAGE_SIZE)
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(API["list_runs"], {
+            "tenant_id": tenant_id, "status": status, "limit": limit,
+            "offset": offset})).fetchall()
+    return views.paged([views.run(r) for r in rows], rows, page, limit) | {"status": status}
+
+
+async def run(pool: db.AsyncPool, *, tenant_id: UUID, run_id: UUID) -> dict[str, Any]:
+    async with pool.connection() as conn:
+        row = await (await conn.execute(
+            API["get_run"], {"tenant_id": tenant_id, "run_id": run_id})).fetchone()
+    if row is None:
+        raise errors.NotFound("No ingestion run with that id exists in your tenant; "
+                              "pick one from the list of runs.")
+    return views.run(row)
+
+
+async def documents_page(pool: db.AsyncPool, *, tenant_id: UUID, search: str | None,
+                         page: int) -> dict[str, Any]:
+    limit, offset = views.page_params(page, PAGE_SIZE)
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(API["list_documents"], {
+            "tenant_id": tenant_id, "limit": limit, "offset": offset,
+            "search": _like(search) if search else None})).fetchall()
+    return views.paged([views.document(r) for r in rows], rows, page, limit)
+
+
+async def document(pool: db.AsyncPool, *, tenant_id: UUID, doc_id: UUID) -> dict[str, Any]:
+    """The document with its versions (newest first), its runs and the active version's
+    first chunks."""
+    keys = {"tenant_id": tenant_id, "doc_id": doc_id}
+    async with pool.connection() as conn:
+        doc = await (await conn.execute(API["get_document"], keys)).fetchone()
+        if doc is None:
+            raise errors.NotFound("No document with that id exists in your tenant; "
+                                  "pick one from the list of documents.")
+        versions = await (await conn.execute(API["list_versions"], keys)).fetchall()
+        chunks = await (await conn.execute(
+            Q["first_chunks"], {**keys, "limit": PREVIEW_CHUNKS})).fetchall()
+        runs = await (await conn.execute(Q["document_runs"], {**keys, "limit": 10})).fetchall()
+    active = next((v for v in versions if v["is_active"]), None)
+    return views.document(doc) | {"versions": versions, "active": active, "chunks": chunks,
+                                  "runs": runs}
+
+
+def _like(search: str) -> str:
+    escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"

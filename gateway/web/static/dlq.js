@@ -1,0 +1,180 @@
+/* Admin dead-letter queue, over /v1/admin/dlq: list, inspect, redrive (selected or all) and
+ * purge what is older than an age. A listing scans the queue, so it takes a second or two. */
+(function () {
+  "use strict";
+  const DF = window.DF;
+  const OUTCOMES = { redriven: "redriven", skipped: "skipped", error: "not redriven",
+    would_redrive: "would be redriven" };
+
+  function age(seconds) { return DF.duration(seconds); }
+
+  function runLink(runId) {
+    return runId ? DF.link("/runs/" + runId, runId.slice(0, 8) + "…") : "—";
+  }
+
+  function report(result) {
+    const items = result.items || [];
+    if (!items.length) return "Nothing matched: no message was redriven.";
+    const counts = {};
+    for (const item of items) counts[item.outcome] = (counts[item.outcome] || 0) + 1;
+    const parts = Object.entries(counts).map(([k, n]) => n + " " + (OUTCOMES[k] || k));
+    const details = items.filter((i) => i.detail).map((i) => i.detail);
+    return "Done: " + parts.join(", ") + "." + (details.length ? " " + details[0] : "");
+  }
+
+  async function redrive(body) {
+    return DF.api("POST", "/v1/admin/dlq/redrive", Object.assign(
+      { reason: "redriven from the web UI" }, body));
+  }
+
+  /* ── the list ─────────────────────────────────────────────────────────────────────── */
+  function listPage(root) {
+    const rows = DF.field(root, "rows");
+    const table = DF.field(root, "table");
+    const result = DF.field(root, "action_result");
+    const selected = root.querySelector('[data-action="redrive-selected"]');
+    const all = root.querySelector('[data-action="redrive-all"]');
+    const selectAll = root.querySelector('[data-action="select-all"]');
+
+    function boxes() { return [...rows.querySelectorAll('input[type="checkbox"]')]; }
+
+    function updateSelection() {
+      const checked = boxes().filter((b) => b.checked);
+      selected.disabled = checked.length === 0;
+      selected.textContent = checked.length ? "Redrive selected (" + checked.length + ")" : "Redrive selected";
+      selectAll.checked = checked.length > 0 && checked.length === boxes().length;
+    }
+
+    async function load() {
+      DF.field(root, "loading").hidden = false;
+      try {
+        const data = await DF.api("GET", "/v1/admin/dlq?limit=200");
+        rows.replaceChildren(...data.items.map(row));
+        table.hidden = data.items.length === 0;
+        all.disabled = data.items.length === 0;
+        DF.field(root, "empty").hidden = data.items.length > 0;
+        const incomplete = DF.field(root, "incomplete");
+        incomplete.hidden = data.complete !== false && data.total <= data.items.length;
+        incomplete.textContent = data.complete === false
+          ? "The queue holds more messages than one look covers; redrive or purge these, then reload."
+          : "Showing " + data.items.length + " of " + data.total + " messages, oldest first.";
+        DF.message(DF.field(root, "error"), "");
+      } catch (e) {
+        DF.message(DF.field(root, "error"), e.message, true);
+      } finally {
+        DF.field(root, "loading").hidden = true;
+        updateSelection();
+      }
+    }
+
+    function row(letter) {
+      const box = DF.h("input", { type: "checkbox", value: letter.message_id,
+        "aria-label": "Select message " + letter.message_id });
+      box.addEventListener("change", updateSelection);
+      return DF.h("tr", { "data-message-id": letter.message_id },
+        DF.h("td", {}, box),
+        DF.h("td", { "data-label": "Message" }, DF.link("/admin/dlq/" + encodeURIComponent(letter.message_id),
+          letter.message_id.slice(0, 8) + "…")),
+        DF.h("td", { "data-label": "Run" }, runLink(letter.run_id)),
+        DF.h("td", { "data-label": "Run status" }, letter.run_status ? DF.pill(letter.run_status) : "—"),
+        DF.h("td", { "data-label": "Receives" }, letter.receive_count),
+        DF.h("td", { "data-label": "Age" }, age(letter.age_s)),
+        DF.h("td", { "data-label": "Reason" }, letter.reason || "—"));
+    }
+
+    async function act(button, work) {
+      button.disabled = true;
+      DF.message(result, "Working…");
+      try {
+        DF.message(result, await work());
+      } catch (e) {
+        DF.message(result, e.message, true);
+      } finally {
+        button.disabled = false;
+        await load();
+      }
+    }
+
+    selectAll.addEventListener("change", function () {
+      boxes().forEach((b) => { b.checked = selectAll.checked; });
+      updateSelection();
+    });
+    selected.addEventListener("click", () => act(selected, async function () {
+      const ids = boxes().filter((b) => b.checked).map((b) => b.value);
+      return report(await redrive({ message_ids: ids }));
+    }));
+    all.addEventListener("click", function () {
+      if (!window.confirm("Send every dead letter of your tenant back to the ingest queue?")) return;
+      act(all, async () => report(await redrive({ all: true })));
+    });
+    root.querySelector('[data-action="reload"]').addEventListener("click", load);
+
+    const purge = root.querySelector("[data-purge]");
+    purge.addEventListener("submit", function (e) {
+      e.preventDefault();
+      const olderThan = purge.elements.older_than.value.trim();
+      if (!window.confirm("Delete the dead letters older than " + olderThan + " for good?")) return;
+      act(purge.querySelector("button"), async function () {
+        const done = await DF.api("POST", "/v1/admin/dlq/purge",
+          { older_than: olderThan, confirm: true, reason: "purged from the web UI" });
+        return "Purged " + done.purged + " message" + (done.purged === 1 ? "" : "s") + ".";
+      });
+    });
+
+    load();
+  }
+
+  /* ── one message ──────────────────────────────────────────────────────────────────── */
+  function messagePage(root) {
+    const id = root.dataset.dlqMessage;
+    const result = DF.field(root, "action_result");
+
+    async function load() {
+      try {
+        const m = await DF.api("GET", "/v1/admin/dlq/" + encodeURIComponent(id));
+        DF.setText(root, "reason", m.reason || "—");
+        DF.facts(DF.field(root, "summary"), [
+          ["Run", runLink(m.run_id)],
+          ["Run status", m.run_status ? DF.pill(m.run_status) : "—"],
+          ["Run error", (m.run && m.run.error) || "—"],
+          ["Receives", m.receive_count],
+          ["Deliveries to workers", m.deliveries ?? "—"],
+          ["Sent", DF.localTime(m.sent_at)],
+          ["Age", age(m.age_s)],
+          ["Problem with the body", m.problem || "none: it is a valid job"],
+        ]);
+        const body = typeof m.body === "string" ? m.body : JSON.stringify(m.body, null, 2);
+        DF.setText(root, "body", body);
+        const attrs = Object.assign({}, m.attributes || {}, m.system_attributes || {});
+        DF.facts(DF.field(root, "attributes"), Object.entries(attrs));
+        DF.field(root, "content").hidden = false;
+      } catch (e) {
+        DF.message(DF.field(root, "error"), e.status === 404
+          ? "This message is no longer in the dead-letter queue (it was redriven or purged); go back to the queue."
+          : e.message, true);
+      } finally {
+        DF.field(root, "loading").hidden = true;
+      }
+    }
+
+    const button = root.querySelector('[data-action="redrive-one"]');
+    button.addEventListener("click", async function () {
+      button.disabled = true;
+      try {
+        const done = await redrive({ message_ids: [id] });
+        DF.message(result, report(done));
+        if (done.redriven) button.hidden = true;
+      } catch (e) {
+        DF.message(result, e.message, true);
+      } finally {
+        button.disabled = false;
+      }
+    });
+    load();
+  }
+
+  const list = document.querySelector("[data-dlq]");
+  if (list) listPage(list);
+  const one = document.querySelector("[data-dlq-message]");
+  if (one) messagePage(one);
+})();
