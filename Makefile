@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast check lint types bench clean
+.PHONY: help install run test test-fast check lint types bench clean browser
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -23,8 +23,13 @@ install: $(STAMP) ## create .venv and install the project with its dev tools
 run: $(STAMP) ## start the whole embedded stack (Postgres, SQS/S3, gateway, workers); Ctrl-C stops it
 	$(VENV)/bin/ingest dev
 
-test: $(STAMP) ## run every test against real Postgres, SQS/S3 and processes
+test: $(STAMP) browser ## run every test against real Postgres, SQS/S3 and processes
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+browser: ## install Debian's chromium for the web UI tests (where apt-get exists)
+	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null || \
+		(apt-get update && apt-get install -y chromium) || \
+		echo "chromium could not be installed: the browser tests will skip (fail under CI=true)"
 
 test-fast: $(STAMP) ## run the tests that need no embedding model
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

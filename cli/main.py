@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from uuid import UUID
 
+from cli import ops
 from shared import logging as applog
 
 DEV_ENV_FILE = Path(".ingest/dev.env")
@@ -18,6 +19,10 @@ DEV_ENV_FILE = Path(".ingest/dev.env")
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _load_dev_env(args.command)
+    # JSON lines from the first moment: a crash while reading settings is logged, redacted,
+    # instead of a raw traceback that may quote DATABASE_URL. Commands refine the level.
+    applog.setup(args.command if args.command in ("gateway", "worker") else "cli",
+                 os.environ.get("LOG_LEVEL", "INFO"))
     return int(args.run(args) or 0)
 
 
@@ -58,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--email", required=True)
     token.add_argument("--hours", type=float, default=None, help="expiry (default JWT_EXPIRY_HOURS)")
     token.set_defaults(run=_token)
+    ops.add_commands(sub)
     return parser
 
 

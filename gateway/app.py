@@ -8,17 +8,20 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from gateway import auth, crash_guard, errors
+from gateway import auth, crash_guard, errors, housekeeping, metrics, syncs
 from gateway.context import Context, provide
 from gateway.outbox import OutboxRelay
+from gateway.routes import admin_dlq, documents, health, ingest, retry, runs, users
 from gateway.routes import auth as auth_routes
-from gateway.routes import documents, health, ingest, runs, users
-from shared import aws, db, objectstore
+from gateway.routes import metrics as metrics_routes
+from gateway.routes import sources as source_routes
+from gateway.web import ui
+from shared import alerts, aws, db, objectstore
 from shared import logging as applog
 from shared.queue import Queue
 from shared.settings import GatewaySettings
@@ -31,18 +34,29 @@ def create_app(settings: GatewaySettings) -> Litestar:
             app.state.ctx = ctx
             yield
 
+    web_router, templates = ui.mount()  # the web UI: pages, static assets, templates
     return Litestar(
         route_handlers=[
             auth_routes.login, auth_routes.me, users.create_user, ingest.ingest,
             runs.get_run, runs.list_runs, documents.list_documents, documents.get_document,
-            health.live, health.ready,
+            documents.deactivate_document, web_router,
+            health.live, health.ready, source_routes.router,
+            retry.retry_run, admin_dlq.list_dead_letters, admin_dlq.show_dead_letter,
+            admin_dlq.redrive_dead_letters, admin_dlq.purge_dead_letters,
+            metrics_routes.prometheus, metrics_routes.dashboard,
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],
         exception_handlers=errors.HANDLERS,  # type: ignore[arg-type]
         middleware=[_request_context],
         lifespan=[lifespan],
-        openapi_config=OpenAPIConfig(title="Dragonfly Ingest", version="0.1.0", path="/schema"),
+        template_config=templates,
+        # The API's description holds no tenant data, and a browser cannot attach a bearer
+        # token to open it: the docs are public like the health checks.
+        openapi_config=OpenAPIConfig(
+            title="Dragonfly Ingest", version="0.1.0",
+            openapi_router=Router("/schema", route_handlers=[], include_in_schema=False,
+                                  opt={"public": True})),
         # Our JSON handler (shared/logging.py) is already on the root logger; Litestar's default
         # config would replace it with plain text.
         logging_config=None,
@@ -62,23 +76,34 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     queue = Queue(sqs, settings.sqs_queue_url, settings.sqs_dlq_url)
     relay = OutboxRelay(pool, queue, poll_s=settings.outbox_poll_s,
                         max_backoff_s=settings.outbox_max_backoff_s)
-    ctx = Context(settings, pool, queue, s3, objectstore.open_store(settings.upload_store_uri, s3),
-                  relay)
+    upload_store = objectstore.open_store(settings.upload_store_uri, s3)
+    sync_manager = syncs.SyncManager(settings, pool, upload_store, s3, on_queued=relay.wake)
+    ctx = Context(settings, pool, queue, s3, upload_store, relay, syncs=sync_manager)
+    alerter = ctx.alerter = alerts.Alerter.from_settings(settings, "gateway")
+    ctx.exporter = metrics.Exporter(relay, alerter)
     tasks = [
         asyncio.create_task(relay.run_forever(), name="outbox-relay"),
         asyncio.create_task(crash_guard.run_forever(
             pool, interval_s=settings.crash_guard_interval_s,
             queued_ttl_s=settings.crash_guard_queued_ttl_hours * 3600,
-            running_stale_s=settings.crash_guard_running_stale_min * 60), name="crash-guard"),
+            running_stale_s=settings.crash_guard_running_stale_min * 60,
+            sync_stale_s=settings.sync_stale_s,
+            on_failed_runs=lambda r: alerter.send(alerts.runs_interrupted(
+                list(r.run_ids), r.failed_queued, r.failed_running))), name="crash-guard"),
+        asyncio.create_task(housekeeping.run_forever(
+            settings, pool, queue, s3, ctx.depths, alerter), name="housekeeping"),
     ]
     try:
         yield ctx
     finally:
+        # Running syncs record themselves as interrupted while the pool is still open.
+        await sync_manager.shutdown()
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await asyncio.to_thread(alerter.close, 2.0)
         await pool.close()
 
 

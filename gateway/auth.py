@@ -16,7 +16,9 @@ import jwt
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
+from gateway.web import session
 from shared import errors
+from shared import logging as applog
 
 ROLES = ("admin", "user")
 BCRYPT_ROUNDS = 12
@@ -93,9 +95,17 @@ async def authenticate(connection: ASGIConnection, _: BaseRouteHandler) -> None:
             UUID(settings.dev_tenant_id), UUID(settings.dev_user_id), "admin")
         return
     token = bearer_token(connection)
-    if token is None:
+    cookie = None if token else session.cookie_token(connection)  # the web UI's session
+    credential = token or cookie
+    if credential is None:
         raise errors.Unauthorized("Sign in first: send 'Authorization: Bearer <token>'.")
-    connection.state.principal = decode_token(token, settings.jwt_secret)
+    principal = connection.state.principal = decode_token(credential, settings.jwt_secret)
+    if cookie:
+        # Browsers attach cookies to other sites' requests too: unsafe methods must also carry
+        # the CSRF header that only our own pages can read (gateway/web/session.py).
+        session.require_csrf(connection, cookie, settings.jwt_secret)
+    # Every later log line of the request names the caller's tenant and user (ids, no e-mail).
+    applog.bind(tenant_id=principal.tenant_id, user_id=principal.user_id)
 
 
 async def admin_only(connection: ASGIConnection, _: BaseRouteHandler) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from litestar.datastructures import State
-from psycopg_pool import AsyncConnectionPool
 
+from gateway import metrics
 from gateway.outbox import OutboxRelay
+from shared import alerts, db
 from shared.objectstore import FileStore, S3Store
 from shared.queue import Queue
 from shared.settings import GatewaySettings
@@ -15,14 +16,22 @@ from shared.settings import GatewaySettings
 
 class Context:
     # A plain class, not a dataclass: Litestar would otherwise try to validate its fields.
-    def __init__(self, settings: GatewaySettings, pool: AsyncConnectionPool, queue: Queue, s3: Any,
-                 upload_store: FileStore | S3Store, relay: OutboxRelay) -> None:
+    def __init__(self, settings: GatewaySettings, pool: db.AsyncPool, queue: Queue, s3: Any,
+                 upload_store: FileStore | S3Store, relay: OutboxRelay,
+                 syncs: Any = None) -> None:
         self.settings = settings
         self.pool = pool
         self.queue = queue
         self.s3 = s3
         self.upload_store = upload_store
         self.relay = relay
+        # gateway.syncs.SyncManager: runs S3 source syncs in the background.
+        self.syncs = syncs
+        # Operations: cached queue depths, the Prometheus exporter and the alerter, which the
+        # app's lifespan replaces with the running ones.
+        self.depths = metrics.DepthCache()
+        self.exporter = metrics.Exporter(relay)
+        self.alerter = alerts.Alerter([], window_s=600)
 
 
 def provide(state: State) -> Context:

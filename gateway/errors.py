@@ -18,6 +18,11 @@ STATUS: dict[type[errors.AppError], int] = {
     errors.Forbidden: 403,
     errors.NotFound: 404,
     errors.Conflict: 409,
+    errors.SyncInProgress: 409,
+    errors.SourceDisabled: 409,
+    errors.RunNotFailed: 409,
+    errors.UploadExpired: 409,
+    errors.AlreadyIngested: 409,
     errors.FileTooLarge: 413,
     errors.UnsupportedType: 415,
     errors.ServiceUnavailable: 503,
@@ -42,7 +47,9 @@ def app_error(_: Request, exc: errors.AppError) -> Response:
     status = status_for(exc)
     if status >= 500:
         log.error("request failed", exc_info=exc)
-    return Response(_body(exc.code, exc.detail), status_code=status)
+    # Some errors carry machine-readable extras (e.g. the running sync's id of a 409).
+    extra = getattr(exc, "fields", None) or {}
+    return Response({**_body(exc.code, exc.detail), **extra}, status_code=status)
 
 
 def http_error(_: Request, exc: HTTPException) -> Response:

@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Literal
 from uuid import UUID
 
-import psycopg
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from shared import db, jobs
 
@@ -59,7 +57,7 @@ def upload_source_uri(content_hash: str) -> str:
     return f"upload://{content_hash}"
 
 
-async def submit(pool: AsyncConnectionPool, sub: Submission) -> Outcome:
+async def submit(pool: db.AsyncPool, sub: Submission) -> Outcome:
     with db.translate():
         async with pool.connection() as conn:
             try:
@@ -68,7 +66,7 @@ async def submit(pool: AsyncConnectionPool, sub: Submission) -> Outcome:
                 return skip.outcome
 
 
-async def _submit(conn: psycopg.AsyncConnection, sub: Submission) -> Outcome:
+async def _submit(conn: db.AsyncConn, sub: Submission) -> Outcome:
     keys = {"tenant_id": sub.tenant_id}
     async with conn.transaction():
         doc = await (await conn.execute(Q["upsert_document"], {

@@ -8,14 +8,15 @@ Publishing twice is harmless (the worker deduplicates on run_id); not publishing
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import orjson
 from botocore.exceptions import BotoCoreError, ClientError
-from psycopg_pool import AsyncConnectionPool
 
 from shared import db
 from shared.queue import Queue
@@ -23,10 +24,11 @@ from shared.queue import Queue
 log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("queries.sql"))
 BATCH = 10  # SQS SendMessageBatch takes at most ten entries
+Failure = tuple[UUID, str]  # a run id and why its job was not sent
 
 
 class OutboxRelay:
-    def __init__(self, pool: AsyncConnectionPool, queue: Queue, *,
+    def __init__(self, pool: db.AsyncPool, queue: Queue, *,
                  poll_s: float = 2.0, max_backoff_s: float = 60.0) -> None:
         self.pool = pool
         self.queue = queue
@@ -46,10 +48,8 @@ class OutboxRelay:
                     pass
             except Exception:
                 log.exception("outbox relay pass failed")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.poll_s)
-            except TimeoutError:
-                pass
             self._wake.clear()
 
     async def publish_due(self) -> int:
@@ -78,7 +78,8 @@ class OutboxRelay:
         # Exponential with full jitter: gateways that lost SQS together do not return in step.
         return random.uniform(0, min(self.max_backoff_s, 0.5 * 2 ** attempts))
 
-    def _send(self, rows: list[dict[str, Any]]) -> tuple[list, list, list]:
+    def _send(self, rows: list[dict[str, Any]]) -> tuple[list[UUID], list[Failure], list[Failure]]:
+        """Send one batch; return (sent run ids, retryable failures, rejected failures)."""
         entries = [{"Id": str(i), "MessageBody": orjson.dumps(r["payload"]).decode()}
                    for i, r in enumerate(rows)]
         try:
@@ -88,7 +89,8 @@ class OutboxRelay:
                         "error": str(exc)})
             return [], [(r["run_id"], f"queue publish failed: {exc}") for r in rows], []
         sent = [rows[int(e["Id"])]["run_id"] for e in response.get("Successful", [])]
-        retry, rejected = [], []
+        retry: list[Failure] = []
+        rejected: list[Failure] = []
         for failure in response.get("Failed", []):
             run_id = rows[int(failure["Id"])]["run_id"]
             error = f"Queue publish failed: {failure.get('Code')}: {failure.get('Message', '')}."

@@ -71,7 +71,9 @@ WITH failed AS (
     UPDATE ingestion_runs
     SET status = 'failed', finished_at = now(), updated_at = now(),
         error = 'Interrupted: the job was never picked up by a worker; check that workers are running, then retry the run.'
-    WHERE status = 'queued' AND created_at < now() - make_interval(secs => %(ttl_s)s)
+    -- queued_at: a run reopened by an operator gets a fresh TTL (migrations/0003).
+    WHERE status = 'queued'
+      AND COALESCE(queued_at, created_at) < now() - make_interval(secs => %(ttl_s)s)
     RETURNING run_id, tenant_id
 ), parked AS (
     UPDATE job_outbox SET next_attempt_at = 'infinity', last_error = 'run failed before it was published'

@@ -5,9 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from uuid import UUID
 
-import psycopg
-from psycopg_pool import AsyncConnectionPool
-
 from gateway import auth
 from shared import db, errors
 
@@ -21,13 +18,13 @@ def normalise_email(email: str) -> str:
     return email
 
 
-def ensure_tenant(conn: psycopg.Connection, name: str) -> UUID:
+def ensure_tenant(conn: db.Conn, name: str) -> UUID:
     row = conn.execute(Q["upsert_tenant"], {"name": name}).fetchone()
     assert row is not None
     return row["tenant_id"]
 
 
-def create_user(conn: psycopg.Connection, *, tenant_id: UUID, email: str, password: str,
+def create_user(conn: db.Conn, *, tenant_id: UUID, email: str, password: str,
                 role: str, replace: bool = False) -> dict:
     """Create a user; with ``replace`` an existing one gets the new password and role."""
     if role not in auth.ROLES:
@@ -44,7 +41,7 @@ def create_user(conn: psycopg.Connection, *, tenant_id: UUID, email: str, passwo
     return row
 
 
-async def create_user_async(pool: AsyncConnectionPool, *, tenant_id: UUID, email: str,
+async def create_user_async(pool: db.AsyncPool, *, tenant_id: UUID, email: str,
                             password: str, role: str) -> dict:
     if role not in auth.ROLES:
         raise errors.InvalidRequest(f"Role must be one of {', '.join(auth.ROLES)}.")
@@ -60,7 +57,7 @@ async def create_user_async(pool: AsyncConnectionPool, *, tenant_id: UUID, email
     return row
 
 
-async def login(pool: AsyncConnectionPool, email: str, password: str) -> auth.Principal:
+async def login(pool: db.AsyncPool, email: str, password: str) -> auth.Principal:
     async with pool.connection() as conn:
         row = await (await conn.execute(
             Q["find_user_by_email"], {"email": email.strip().lower()})).fetchone()

@@ -49,6 +49,42 @@ class Conflict(AppError):
     code = "conflict"
 
 
+class SyncInProgress(Conflict):
+    """A sync of this source is already running; wait for it to finish, then trigger again."""
+
+    code = "sync_in_progress"
+
+    def __init__(self, sync_id: object, detail: str | None = None) -> None:
+        self.sync_id = sync_id
+        # Machine-readable extras of the error body: a client can follow the running sync.
+        self.fields = {"sync_id": str(sync_id) if sync_id else None}
+        super().__init__(detail)
+
+
+class SourceDisabled(Conflict):
+    """This source is disabled; enable it (PATCH enabled=true) before syncing it."""
+
+    code = "source_disabled"
+
+
+class RunNotFailed(Conflict):
+    """Only a failed run can be retried; this one has not failed."""
+
+    code = "run_not_failed"
+
+
+class UploadExpired(Conflict):
+    """The uploaded file is no longer stored, so the run cannot be retried; upload it again."""
+
+    code = "upload_expired"
+
+
+class AlreadyIngested(Conflict):
+    """This content is already ingested or being ingested by another run; nothing to retry."""
+
+    code = "already_ingested"
+
+
 class FileTooLarge(AppError):
     """The file is larger than the upload limit; split it or compress it and upload again."""
 

@@ -10,23 +10,33 @@ import contextvars
 import logging
 import re
 import sys
+import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-_context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("log_context", default={})
+# Never mutated in place: context() and bind() set a new dict.
+_context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar(
+    "log_context", default={})  # noqa: B039
 
-REDACTIONS: list[tuple[re.Pattern[str], str]] = [
+REDACTIONS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     (re.compile(r"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]*)?"), "[JWT_REDACTED]"),
-    (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1[TOKEN_REDACTED]"),
+    (re.compile(r"(?i)\b(bearer\s+|basic\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1[TOKEN_REDACTED]"),
     (re.compile(r"(?i)\b(postgres(?:ql)?|mysql|redis|amqp)://[^@\s/]+@"), r"\1://[REDACTED]@"),
-    (re.compile(r"(?i)(password|passwd|pwd|secret|token)=([^\s&;]+)"), r"\1=[REDACTED]"),
+    # Any other URL with a password (postgresql+psycopg://, https://user:pw@host, and DSNs that a
+    # library cut short, as pydantic does: 'postgresql://app:hu...5432/db').
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/@:\"'\[]+:)([^\s\"']*)"),
+     lambda m: _userinfo(m)),
+    # key=value and "key": "value" (JSON of an extra field, a dict in an exception's text).
+    (re.compile(r"(?i)((?:\b|_)(?:password|passwd|pwd|secret|token|api_?key)[\"']?\s*[=:]\s*[\"']?)"
+                r"(?!\[)[^\s&;,\"'}]+"), r"\1[REDACTED]"),
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "[AWS_KEY_REDACTED]"),
-    (re.compile(r"(?i)(aws_secret_access_key\W{1,3})[A-Za-z0-9/+=]{40}"), r"\1[REDACTED]"),
+    (re.compile(r"(?i)(aws_?secret_?access_?key\W{1,3}|SecretAccessKey\W{1,3})[A-Za-z0-9/+=]{40}"),
+     r"\1[REDACTED]"),
     (re.compile(r"\b\d{3}-\d{2}-\d{4}\b"), "[SSN_REDACTED]"),
     (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[EMAIL_REDACTED]"),
 ]
@@ -35,17 +45,31 @@ REDACTIONS: list[tuple[re.Pattern[str], str]] = [
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
+def _userinfo(match: re.Match[str]) -> str:
+    """``scheme://user:`` then a port (kept), a password up to ``@``, or a cut-off password."""
+    rest = match.group(2)
+    if re.match(r"\d{1,5}(?:[^\w@]|$)", rest):
+        return match.group(0)
+    at = rest.find("@")
+    return match.group(1) + "[REDACTED]" + (rest[at:] if at >= 0 else "")
+
+
 def redact(text: str) -> str:
     for pattern, replacement in REDACTIONS:
         text = pattern.sub(replacement, text)
     return text
 
 
+# Extra fields whose string value is a secret whatever it looks like.
+_SECRET_KEY = re.compile(r"(?i)(passw|secret|^token$|_token$|api_?key|authorization|credential)")
+
+
 def _redact_value(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {k: _redact_value(v) for k, v in value.items()}
+        return {k: "[REDACTED]" if isinstance(v, str) and _SECRET_KEY.search(str(k))
+                else _redact_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_redact_value(v) for v in value]
     return value
@@ -77,7 +101,11 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup(process: str, level: str = "INFO") -> None:
-    """Send every logger's records to stderr as redacted JSON lines."""
+    """Send every logger's records to stderr as redacted JSON lines.
+
+    Uncaught exceptions (main thread and others) and warnings go through the same handler:
+    left to Python they would print raw tracebacks, secrets and all, past the redaction.
+    """
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(process))
     root = logging.getLogger()
@@ -85,6 +113,25 @@ def setup(process: str, level: str = "INFO") -> None:
     root.setLevel(level.upper())
     for noisy in ("botocore", "boto3", "urllib3", "s3transfer", "httpx", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.captureWarnings(True)
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_uncaught_in_thread
+
+
+def _log_uncaught(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+    if issubclass(exc_type, KeyboardInterrupt):
+        sys.__excepthook__(exc_type, exc, tb)
+        return
+    logging.getLogger("uncaught").critical("uncaught exception", exc_info=(exc_type, exc, tb))
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit or args.exc_value is None:
+        return
+    logging.getLogger("uncaught").error(
+        "uncaught exception in a thread",
+        extra={"thread_name": args.thread.name if args.thread else None},
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
 
 @contextmanager

@@ -162,10 +162,8 @@ def ensure_bucket(s3: Any, bucket: str, region: str) -> None:
     kwargs: dict[str, Any] = {"Bucket": bucket}
     if region != "us-east-1":  # the one region that refuses an explicit location constraint
         kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
-    try:
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
         s3.create_bucket(**kwargs)
-    except s3.exceptions.BucketAlreadyOwnedByYou:
-        pass
 
 
 def open_store(root_uri: str, s3: Any) -> FileStore | S3Store:

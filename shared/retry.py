@@ -15,7 +15,9 @@ from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    IncompleteReadError,
     ReadTimeoutError,
+    ResponseStreamingError,
 )
 from tenacity import (
     before_sleep_log,
@@ -30,8 +32,9 @@ from shared import db
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# The last two are a download cut off mid-body (a reset or a short read): reading again works.
 _AWS_NETWORK = (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError,
-                ConnectionClosedError)
+                ConnectionClosedError, ResponseStreamingError, IncompleteReadError)
 _AWS_TRANSIENT_CODES = {"RequestTimeout", "SlowDown", "InternalError", "ServiceUnavailable",
                         "ThrottlingException", "RequestTimeTooSkewed", "500", "503"}
 

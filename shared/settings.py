@@ -38,6 +38,22 @@ class CommonSettings(BaseSettings):
     log_level: str = "INFO"
     dev_mode: bool = False
 
+    # Alerts (shared/alerts.py): Slack/Discord-compatible webhooks, comma-separated; empty = off.
+    # One incident raises one alert per window across the fleet.
+    alert_webhook_urls: str = ""
+    alert_window_s: float = Field(default=600.0, gt=0)
+    alert_timeout_s: float = Field(default=3.0, gt=0)
+
+    # Upload cleanup (gateway/cleanup.py); the worker never deletes by these, but both read them.
+    upload_cleanup_ttl_hours: float = Field(default=24.0, gt=0)
+    upload_failed_ttl_days: float = Field(default=7.0, gt=0)
+    # Artifacts of deactivated versions are removed this long after deactivation; < 0 keeps them.
+    artifact_retention_days: float = 30.0
+
+    @property
+    def alert_urls(self) -> list[str]:
+        return [u.strip() for u in self.alert_webhook_urls.split(",") if u.strip()]
+
 
 class GatewaySettings(CommonSettings):
     host: str = "127.0.0.1"
@@ -45,6 +61,9 @@ class GatewaySettings(CommonSettings):
 
     jwt_secret: str = ""
     jwt_expiry_hours: float = 24
+    # The web UI's session cookie is Secure when this is set or the request came over https;
+    # set it behind a TLS-terminating proxy that forwards plain http.
+    session_cookie_secure: bool = False
     auth_enabled: bool = True
     # Only with AUTH_ENABLED=false in dev mode: the principal every request acts as.
     dev_tenant_id: str | None = None
@@ -59,6 +78,31 @@ class GatewaySettings(CommonSettings):
     crash_guard_interval_s: float = 60.0
     crash_guard_queued_ttl_hours: float = 1.0
     crash_guard_running_stale_min: float = 15.0
+
+    # S3 sources (gateway/sync.py). Downloads at once per gateway, across all running syncs;
+    # at most the S3 client's connection pool (32).
+    sync_download_concurrency: int = Field(default=4, ge=1, le=32)
+    sync_list_page_size: int = Field(default=1000, ge=1, le=1000)
+    # A running sync writes its heartbeat this often; the crash guard fails it once stale.
+    sync_heartbeat_s: float = Field(default=10.0, gt=0)
+    sync_stale_s: float = Field(default=120.0, gt=0)
+    # Endpoints a source may name (exact URLs); empty = any http(s) URL. Requests to a source's
+    # endpoint are signed with the gateway's credentials, so production should list its own.
+    source_endpoint_allowlist: tuple[str, ...] = ()
+
+    # Operations (docs/operations.md). Every replica refreshes its cached queue depths this
+    # often; one replica at a time checks the alert thresholds.
+    housekeeping_interval_s: float = Field(default=30.0, gt=0)
+    alert_dlq_depth: int = 5
+    alert_backlog: int = 100
+    # A running run without a heartbeat for this long counts as stale in the metrics.
+    metrics_stale_after_s: float = 300.0
+    # Cleanup pass every this many seconds, one replica at a time; 0 = only `ingest cleanup`.
+    cleanup_interval_s: float = Field(default=3600.0, ge=0)
+    # Bearer token that /metrics and /api/metrics require; empty = open (aggregates only).
+    metrics_token: str = ""
+    # Most DLQ messages one listing, redrive or purge looks at (SQS has no paging).
+    dlq_scan_max: int = Field(default=1000, ge=10)
 
     @property
     def upload_max_bytes(self) -> int:
@@ -75,6 +119,9 @@ class GatewaySettings(CommonSettings):
             self.jwt_secret.lower() in PLACEHOLDER_SECRETS or len(self.jwt_secret) < 32
         ):
             raise ValueError("JWT_SECRET must be a random secret of at least 32 characters")
+        if self.sync_heartbeat_s * 2 > self.sync_stale_s:
+            # A live sync must beat well inside the window, or the crash guard fails it.
+            raise ValueError("SYNC_HEARTBEAT_S must be at most half SYNC_STALE_S")
         return self
 
 
@@ -96,6 +143,9 @@ class WorkerSettings(CommonSettings):
     max_uncompressed_mb: int = 200
     # Torch threads per process; 0 = the machine's cores.
     torch_threads: int = 0
+    # Prometheus metrics of this process on their own port (prometheus_client); 0 = off.
+    worker_metrics_port: int = Field(default=0, ge=0, le=65535)
+    worker_metrics_addr: str = "127.0.0.1"
 
     @model_validator(mode="after")
     def _heartbeat_fits_windows(self) -> WorkerSettings:

@@ -161,3 +161,15 @@ def gateway(stack_env: dict[str, str], out_dir: Path) -> Iterator[stack.Process]
     process = stack.start_gateway(stack_env, out_dir)
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_secrets_in_logs() -> Iterator[None]:
+    """Whatever the suite's processes logged (test-output/**/*.log, and this process's records)
+    holds no JWT, bearer token, DSN password, AWS key, SSN or e-mail address (§5.3–5.4)."""
+    from tests.support import logscan
+
+    with logscan.watch(OUTPUT) as findings:
+        yield
+    assert not findings, "secrets or personal data reached the logs:\n" + "\n".join(
+        str(f) for f in findings[:20])

@@ -19,6 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from shared import retry
 from shared.queue import Message, Queue
+from worker import metrics as worker_metrics
 from worker.handler import Ack, DeadLetter, Leave, Outcome
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ class Consumer:
             self._slot_freed.set()
 
     def _settle(self, message: Message, outcome: Outcome) -> None:
+        worker_metrics.settled(type(outcome).__name__.lower())
         try:
             if isinstance(outcome, Ack):
                 retry.transient()(self.queue.delete)(message.receipt_handle)

@@ -14,9 +14,10 @@ from typing import Any
 
 import psycopg
 
-from shared import errors, jobs
+from shared import alerts, errors, jobs
 from shared import logging as applog
 from shared.settings import WorkerSettings
+from worker import metrics as worker_metrics
 from worker import runs
 from worker.pipeline import index
 from worker.pipeline.runner import Pipeline
@@ -44,9 +45,13 @@ log = logging.getLogger(__name__)
 
 
 class IngestHandler:
-    def __init__(self, settings: WorkerSettings, pipeline: Pipeline) -> None:
+    def __init__(self, settings: WorkerSettings, pipeline: Pipeline,
+                 alerter: alerts.Alerter | None = None) -> None:
         self.settings = settings
         self.pipeline = pipeline
+        # Terminal failures and stale takeovers raise alerts (import-runs-state-machine.md §5.2);
+        # sending is queued, so a webhook never slows a job down.
+        self.alerts = alerter or alerts.Alerter([], window_s=600)
 
     def __call__(self, body: str, *, abort: Any = None) -> Outcome:
         try:
@@ -93,8 +98,13 @@ class IngestHandler:
         started = time.monotonic()
         lease.start_heartbeat()
         log.info("job started", extra={"claim": claim.claim.value})
+        if claim.claim is runs.Claim.TAKEN_OVER:
+            worker_metrics.TAKEOVERS.inc()
+            self.alerts.send(alerts.stale_takeover(job.run_id, job.tenant_id, claim.stale_s,
+                                                   claim.takeover_count))
         try:
-            result = self.pipeline.run(job, lease, abort=abort)
+            with worker_metrics.IN_FLIGHT.track_inprogress():
+                result = self.pipeline.run(job, lease, abort=abort)
         except (runs.LeaseLost, runs.Aborted) as exc:
             # Someone else may own the run now (or we are shutting down): touch nothing.
             log.warning("job stopped before finishing; the run will be taken over",
@@ -104,22 +114,26 @@ class IngestHandler:
             log.warning("run left 'running' while we worked (crash guard?); content rolled back")
             return Ack("run no longer running")
         except errors.BadDocument as exc:
-            return self._fail(lease, job, exc.detail, exc.stage, started, claim)
+            return self._fail(lease, job, exc.detail, exc.stage, started, claim,
+                              code=exc.code)
         except Exception as exc:
             if _is_infrastructure(exc):
                 log.error("infrastructure failure; leaving the message for redelivery",
                           exc_info=exc)
+                # Type only: an exception's text may name a file or a host.
+                lease.note_retry(f"{lease.stage}: {type(exc).__name__} (transient)")
                 return Leave(f"infrastructure failure: {type(exc).__name__}",
                              self.settings.running_stale_after_s)
             log.error("job failed unexpectedly", exc_info=exc)
             reason = (f"{lease.stage}: unexpected error ({type(exc).__name__}); "
                       "retry the run, and report it if it keeps failing.")
-            return self._fail(lease, job, reason, lease.stage, started, claim)
+            return self._fail(lease, job, reason, lease.stage, started, claim,
+                              code="unexpected_error")
         _log_complete(job, "succeeded", result.stats, claim)
         return Ack("succeeded")
 
     def _fail(self, lease: runs.RunLease, job: jobs.IngestJob, reason: str, stage: str,
-              started: float, claim: runs.ClaimResult) -> Outcome:
+              started: float, claim: runs.ClaimResult, *, code: str) -> Outcome:
         stats = {"stage": stage, "duration_ms": round((time.monotonic() - started) * 1000)}
         try:
             lease.fail(reason, stats)
@@ -129,6 +143,7 @@ class IngestHandler:
                       extra={"error": str(exc)})
             return Leave("could not persist failure", self.settings.running_stale_after_s)
         _log_complete(job, "failed", {**stats, "error": reason}, claim)
+        self.alerts.send(alerts.job_failed(job.run_id, job.tenant_id, code, stage))
         return Ack("failed")
 
 
@@ -147,3 +162,4 @@ def _log_complete(job: jobs.IngestJob, status: str, stats: dict[str, Any],
         **{k: v for k, v in stats.items() if k != "error"},
         **({"error": stats["error"]} if "error" in stats else {}),
     })
+    worker_metrics.job_finished(status, stats)

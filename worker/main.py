@@ -10,8 +10,9 @@ from pathlib import Path
 import torch
 from pgvector.psycopg import register_vector
 
-from shared import aws, db, objectstore, queue
+from shared import alerts, aws, db, objectstore, queue
 from shared.settings import WorkerSettings
+from worker import metrics as worker_metrics
 from worker.consumer import Consumer
 from worker.handler import IngestHandler
 from worker.pipeline import embed
@@ -34,8 +35,10 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
     jobs_queue = queue.from_settings(settings, read_timeout=settings.sqs_wait_time_s + 10)
     pipeline = Pipeline(settings, pool, s3, embedder,
                         objectstore.open_store(settings.artifact_store_uri, s3))
+    alerter = alerts.Alerter.from_settings(settings, "worker")
+    worker_metrics.serve(settings.worker_metrics_port, settings.worker_metrics_addr, alerter)
     consumer = Consumer(
-        jobs_queue, IngestHandler(settings, pipeline),
+        jobs_queue, IngestHandler(settings, pipeline, alerter),
         slots=settings.worker_max_concurrent_jobs, wait_s=settings.sqs_wait_time_s,
         visibility_s=settings.sqs_visibility_timeout_s, heartbeat_s=settings.heartbeat_interval_s,
         grace_s=settings.shutdown_grace_s)
@@ -46,6 +49,7 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
         return consumer.run(once=once)
     finally:
         log.info("worker stopped", extra={"jobs_handled": consumer.processed})
+        alerter.close(timeout=2)
         pool.close()
 
 

@@ -33,6 +33,13 @@ RETURNING started_at, takeover_count;
 UPDATE ingestion_runs SET updated_at = now(), stage = %(stage)s, progress = %(progress)s
 WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running';
 
+-- name: note_retry
+-- Why the last attempt gave up on a transient failure, shown by `ingest dlq list` if the
+-- message ends in the DLQ. Success and failure overwrite stats, so it lives only while the run
+-- is unfinished.
+UPDATE ingestion_runs SET stats = stats || jsonb_build_object('last_retry_error', %(error)s::text)
+WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running';
+
 -- name: fail_run
 UPDATE ingestion_runs
 SET status = 'failed', error = %(error)s, stats = %(stats)s, stage = %(stage)s,

@@ -8,6 +8,7 @@ connection drops, the heartbeat notices, the lock is known to be gone, and the j
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ class ClaimResult:
     # For BUSY: seconds until the current holder's heartbeat would count as stale.
     retry_after_s: float | None = None
     queue_wait_s: float | None = None
+    # For TAKEN_OVER: how long the run had gone without a heartbeat, and its takeover number.
+    stale_s: float | None = None
+    takeover_count: int | None = None
 
 
 class LeaseLost(Exception):
@@ -93,7 +97,9 @@ class RunLease:
                 "run_id": str(self.job.run_id), "tenant_id": str(self.job.tenant_id),
                 "heartbeat_age_s": round(float(row["heartbeat_age_s"]), 1),
                 "takeover_count": taken["takeover_count"]})
-            return ClaimResult(Claim.TAKEN_OVER, "running")
+            return ClaimResult(Claim.TAKEN_OVER, "running",
+                               stale_s=float(row["heartbeat_age_s"]),
+                               takeover_count=taken["takeover_count"])
         # Running with a fresh heartbeat, yet its lock was free: its worker let go moments ago
         # (shutdown) or is on the way out. Come back once that heartbeat is stale.
         remaining = max(1.0, self.stale_after_s - float(row["heartbeat_age_s"]))
@@ -134,6 +140,12 @@ class RunLease:
                 return
 
     # ── endings ───────────────────────────────────────────────────────────────────────────
+    def note_retry(self, error: str) -> None:
+        """Best effort: say why this attempt gave up, for the DLQ listing if it lands there."""
+        self.stop_heartbeat()
+        with contextlib.suppress(psycopg.Error):  # the database may well be what failed
+            self.conn.execute(Q["note_retry"], {**self.keys, "error": error[:300]})
+
     def fail(self, error: str, stats: dict[str, Any]) -> None:
         """Persist failed with its reason; raises if the database cannot be reached."""
         self.stop_heartbeat()
@@ -147,7 +159,5 @@ class RunLease:
 
     def close(self) -> None:
         self.stop_heartbeat()
-        try:
+        with contextlib.suppress(psycopg.Error):
             self.conn.close()  # releases the advisory lock
-        except psycopg.Error:
-            pass

@@ -3,9 +3,9 @@ from __future__ import annotations
 from pathlib import Path
 from uuid import UUID
 
-from litestar import Request, get
+from litestar import Request, get, post
 
-from gateway import auth, views
+from gateway import auth, document_admin, views
 from gateway.context import Context
 from shared import db, errors
 
@@ -40,3 +40,12 @@ async def get_document(doc_id: UUID, request: Request, ctx: Context) -> dict:
             raise errors.NotFound("No document with that id exists in your tenant.")
         versions = await (await conn.execute(Q["list_versions"], keys)).fetchall()
     return views.document(doc) | {"versions": versions}
+
+
+@post("/v1/documents/{doc_id:uuid}/deactivate", guards=[auth.admin_only], status_code=200,
+      tags=["documents"])
+async def deactivate_document(doc_id: UUID, request: Request, ctx: Context) -> dict:
+    """Stop serving a document (admins): its active version is deactivated, nothing deleted;
+    409 when it has no active version."""
+    principal = auth.current(request)
+    return await document_admin.deactivate(ctx.pool, tenant_id=principal.tenant_id, doc_id=doc_id)
