@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import orjson
@@ -26,19 +25,6 @@ from tests.support.tcpproxy import TcpProxy
 from tests.support.webhook import Webhook
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def store_root(stack_env) -> Path:
-    return objectstore.file_path(stack_env["UPLOAD_STORE_URI"])
-
-
-def _status(conn, run_id) -> str:
-    return submit.run_row(conn, run_id)["status"]
-
-
-def _versions(conn, doc_id) -> list[dict]:
-    return conn.execute("SELECT * FROM document_versions WHERE doc_id = %s", (doc_id,)).fetchall()
 
 
 def _empty(queues) -> bool:
@@ -101,7 +87,7 @@ def test_poison_messages_land_in_the_dlq_and_redrive_processes_them_exactly_once
                    timeout=240, interval=1, message="five messages in the DLQ")
         # and the crash guard fails their abandoned runs, as it would after fifteen minutes
         assert _sweep_crashed(database_url).failed_running == 5
-        assert all(_status(conn, j.run_id) == "failed" for j, _ in jobs)
+        assert all(submit.status(conn, j.run_id) == "failed" for j, _ in jobs)
 
         # Then `ingest dlq list` shows all five with why they are there
         listed = orjson.loads(_cli(stack_env, "dlq", "list", "--json").stdout)
@@ -127,14 +113,14 @@ def test_poison_messages_land_in_the_dlq_and_redrive_processes_them_exactly_once
         assert done["redriven"] == 5 and all(i["reopened"] for i in done["items"])
 
         # Then each run is processed exactly once: succeeded, one version, queues empty
-        wait_until(lambda: all(_status(conn, j.run_id) == "succeeded" for j, _ in jobs),
+        wait_until(lambda: all(submit.status(conn, j.run_id) == "succeeded" for j, _ in jobs),
                    timeout=240, interval=1, message="redriven runs succeeded")
         wait_until(lambda: _empty(queues), timeout=30, message="queues empty")
     finally:
         worker.stop()
         proxy.stop()
     for job, _ in jobs:
-        assert len(_versions(conn, job.doc_id)) == 1
+        assert len(submit.versions(conn, job.doc_id)) == 1
         assert _completions(worker, job.run_id, "succeeded") == 1
         [action] = ops.actions(conn, job.run_id)
         assert action["action"] == "redrive" and action["reason"] == "S3 outage over"
@@ -148,7 +134,7 @@ def test_redrive_of_a_message_whose_run_succeeded_is_a_no_op(conn, queues, tenan
     job = submit.submit(conn, queues.queue, store_root, user, documents.make_markdown(1))
     worker = stack.start_worker(stack_env, out_dir)
     try:
-        wait_until(lambda: _status(conn, job.run_id) == "succeeded", timeout=240, message="done")
+        wait_until(lambda: submit.status(conn, job.run_id) == "succeeded", timeout=240, message="done")
         finished = submit.run_row(conn, job.run_id)
         ops.to_dlq(queues, job.body)
 
@@ -168,7 +154,7 @@ def test_redrive_of_a_message_whose_run_succeeded_is_a_no_op(conn, queues, tenan
     after = submit.run_row(conn, job.run_id)
     assert after.pop("delivery_count") == finished.pop("delivery_count") + 1
     assert after == finished
-    assert len(_versions(conn, job.doc_id)) == 1
+    assert len(submit.versions(conn, job.doc_id)) == 1
 
 
 class _CrashBeforeDelete(dlq.DeadLetterQueue):
@@ -194,7 +180,7 @@ def test_redrive_interrupted_between_send_and_delete_leaves_a_duplicate_the_work
 
     # Then nothing is lost: the copy is on the ingest queue and the original still in the DLQ
     assert ops.depth(queues) == 1 and ops.depth(queues, queues.dlq_url) == 1
-    assert _status(conn, job.run_id) == "queued"
+    assert submit.status(conn, job.run_id) == "queued"
 
     # When the operator runs the redrive again (the run is queued now: nothing to reopen)
     healthy = dlq.DeadLetterQueue(queues.client, queues.dlq_url, queues.url)
@@ -206,8 +192,8 @@ def test_redrive_interrupted_between_send_and_delete_leaves_a_duplicate_the_work
     # Then a worker processes the run once and absorbs the duplicate
     worker = stack.start_worker(stack_env, out_dir, once=True)
     assert worker.proc.wait(240) == 0, worker.logs()[-3000:]
-    assert _status(conn, job.run_id) == "succeeded"
-    assert len(_versions(conn, job.doc_id)) == 1
+    assert submit.status(conn, job.run_id) == "succeeded"
+    assert len(submit.versions(conn, job.doc_id)) == 1
     assert _completions(worker, job.run_id, "succeeded") == 1
     assert _empty(queues)
     assert [a["reason"] for a in ops.actions(conn, job.run_id)] == ["first try", "second try"]
@@ -241,7 +227,7 @@ def test_retry_of_a_failed_run_succeeds(conn, queues, tenants, stack_env, out_di
 
     # Then the same run succeeded with the same upload, once
     assert run["status"] == "succeeded" and run["error"] is None
-    assert len(_versions(conn, accepted["doc_id"])) == 1
+    assert len(submit.versions(conn, accepted["doc_id"])) == 1
     assert [a["action"] for a in ops.actions(conn, run_id)] == ["retry"]
 
 
@@ -263,7 +249,7 @@ def test_a_burst_of_fifty_failures_raises_one_alert(conn, queues, tenants, store
         hook.stop()
 
     # Then all fifty failed, and the webhook received exactly one alert naming one of them
-    assert all(_status(conn, j.run_id) == "failed" for j in jobs)
+    assert all(submit.status(conn, j.run_id) == "failed" for j in jobs)
     assert len(hook.received) == 1, hook.texts()
     [text] = hook.texts()
     assert text.startswith("[INGEST FAILURE] run ") and "extraction_error at stage extract" in text
@@ -290,8 +276,8 @@ def test_ingestion_goes_on_while_the_alert_webhook_is_down(conn, queues, tenants
     try:
         # When a worker processes them
         worker = stack.start_worker(env, out_dir)
-        wait_until(lambda: _status(conn, good.run_id) == "succeeded"
-                   and all(_status(conn, j.run_id) == "failed" for j in bad),
+        wait_until(lambda: submit.status(conn, good.run_id) == "succeeded"
+                   and all(submit.status(conn, j.run_id) == "failed" for j in bad),
                    timeout=240, interval=0.5, message="every run finished")
         stack.wait_for_log(worker, "alert webhook failed; alert dropped", timeout=30)
         samples = _worker_metrics(metrics_port)

@@ -18,24 +18,6 @@ from tests.support import browser, ops, stack
 pytestmark = pytest.mark.slow
 
 
-def nav(page, name: str):
-    return page.get_by_role("navigation", name="Main").get_by_role("link", name=name, exact=True)
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with browser.launch() as instance:
-        yield instance
-
-
-@pytest.fixture
-def context(chromium):
-    ctx = chromium.new_context(viewport=browser.LAPTOP)
-    ctx.set_default_timeout(30_000)
-    yield ctx
-    ctx.close()
-
-
 def _bucket(s3) -> str:
     """Three handbooks and one file of a type the service does not ingest."""
     bucket = f"kb-{uuid.uuid4().hex[:8]}"
@@ -60,14 +42,14 @@ def test_an_admin_syncs_a_source_deactivates_a_document_and_redrives_a_dead_lett
         browser.sign_in(page, gateway.url, admin.email)
 
         # ── the overview shows the /api/metrics figures ──────────────────────────────────
-        nav(page, "Overview").click()
+        browser.nav(page, "Overview").click()
         expect(page.get_by_role("heading", name="Overview")).to_be_visible()
         expect(page.locator('[data-figure="backlog_count"]')).to_have_text("0")
         expect(page.locator('[data-figure="failed_24h"]')).to_have_text("0")
         browser.shot(page, out_dir, "01-overview")
 
         # ── create a source on a moto bucket ─────────────────────────────────────────────
-        nav(page, "Sources").click()
+        browser.nav(page, "Sources").click()
         expect(page.get_by_text("No sources yet; add one below.")).to_be_visible()
         page.get_by_label("Name").fill("Handbooks")
         page.get_by_label("Bucket").fill(bucket)
@@ -99,7 +81,7 @@ def test_an_admin_syncs_a_source_deactivates_a_document_and_redrives_a_dead_lett
         expect(page.locator('[data-field="action_result"]')).to_have_text(
             "Saved; the changes apply from the next sync.")
         expect(page.get_by_role("heading", name="HR handbooks")).to_be_visible()
-        nav(page, "Sources").click()
+        browser.nav(page, "Sources").click()
         row = page.locator("tr", has_text="HR handbooks")
         expect(row).to_contain_text(f"{bucket}/handbooks/")
         expect(row).to_contain_text("Succeeded")
@@ -110,7 +92,7 @@ def test_an_admin_syncs_a_source_deactivates_a_document_and_redrives_a_dead_lett
         with gateway.client(admin.token) as api:
             stack.wait_until(lambda: api.get("/v1/documents").json()["total"] == 3,
                              timeout=240, interval=1, message="three synced documents")
-        nav(page, "Documents").click()
+        browser.nav(page, "Documents").click()
         expect(page.locator("table.data tbody tr")).to_have_count(3)
         page.get_by_role("link", name="handbook-0.md").click()
         expect(page.locator("ol.chunks li").first).to_contain_text("How team 0 onboards")
@@ -120,7 +102,7 @@ def test_an_admin_syncs_a_source_deactivates_a_document_and_redrives_a_dead_lett
         page.reload()
         expect(page.get_by_text("This document has no active version")).to_be_visible()
         browser.shot(page, out_dir, "04-document-deactivated")
-        nav(page, "Documents").click()
+        browser.nav(page, "Documents").click()
         expect(page.locator("table.data tbody tr")).to_have_count(2)
 
         # ── a poison message in the DLQ: inspect it, redrive it ──────────────────────────
@@ -128,7 +110,7 @@ def test_an_admin_syncs_a_source_deactivates_a_document_and_redrives_a_dead_lett
         stuck = ops.make_run(conn, store_root, admin, status="failed", name="stuck.md",
                              error="read: S3Timeout (transient).")
         ops.to_dlq(queues, stuck.body)
-        nav(page, "Dead letters").click()
+        browser.nav(page, "Dead letters").click()
         rows = page.locator('[data-field="rows"] tr')
         expect(rows).to_have_count(1)
         expect(rows.first).to_contain_text(str(stuck.run_id)[:8])
@@ -161,7 +143,7 @@ def test_an_admin_syncs_a_source_deactivates_a_document_and_redrives_a_dead_lett
 
         # ── purge what is old ────────────────────────────────────────────────────────────
         ops.to_dlq(queues, stuck.body)
-        nav(page, "Dead letters").click()
+        browser.nav(page, "Dead letters").click()
         expect(rows).to_have_count(1)
         page.get_by_label("Older than").fill("0s")
         page.get_by_role("button", name="Purge").click()
@@ -169,7 +151,7 @@ def test_an_admin_syncs_a_source_deactivates_a_document_and_redrives_a_dead_lett
         expect(rows).to_have_count(0)
 
         # ── the overview counts what happened ────────────────────────────────────────────
-        nav(page, "Overview").click()
+        browser.nav(page, "Overview").click()
         expect(page.locator('[data-figure="failed_24h"]')).to_have_text("0")
         browser.shot(page, out_dir, "08-overview-after")
 

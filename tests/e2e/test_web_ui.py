@@ -17,24 +17,6 @@ from tests.support import browser, documents, stack
 pytestmark = pytest.mark.slow
 
 
-def nav(page, name: str):
-    return page.get_by_role("navigation", name="Main").get_by_role("link", name=name, exact=True)
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with browser.launch() as instance:
-        yield instance
-
-
-@pytest.fixture
-def context(chromium):
-    ctx = chromium.new_context(viewport=browser.LAPTOP)
-    ctx.set_default_timeout(30_000)
-    yield ctx
-    ctx.close()
-
-
 def _files(tmp_path):
     """Three documents: a long one (its run stays `running` for seconds), HTML and PDF."""
     files = {
@@ -108,7 +90,7 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         expect(page.get_by_role("heading", name="Ingestion runs")).to_be_visible()
 
         # ── upload three files at once; each bar reaches 100 % ───────────────────────────
-        nav(page, "Upload").click()
+        browser.nav(page, "Upload").click()
         expect(page.locator("#upload-rules")).to_contain_text("50.0 MB")
         expect(page.locator("#upload-rules")).to_contain_text("PDF, DOCX, HTML, TXT, MD")
         browser.shot(page, out_dir, "02-upload-empty")
@@ -151,7 +133,7 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
             stack.wait_until(lambda: all(
                 r["status"] == "succeeded" for r in api.get("/v1/ingestion-runs").json()["items"]),
                 timeout=240, interval=1, message="every upload processed")
-        nav(page, "Runs").click()
+        browser.nav(page, "Runs").click()
         rows = page.locator("table.runs tbody tr")
         expect(rows).to_have_count(3)
         page.get_by_label("Status").select_option("succeeded")
@@ -162,7 +144,7 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         browser.shot(page, out_dir, "06-runs")
 
         # ── the same file again is skipped; too large and unsupported files are refused ──
-        nav(page, "Upload").click()
+        browser.nav(page, "Upload").click()
         posts = []
         page.on("request", lambda r: posts.append(r) if r.url.endswith("/v1/ingest") else None)
         huge = tmp_path / "huge.pdf"
@@ -194,7 +176,7 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         browser.shot(page, out_dir, "07-upload-skipped-and-refused")
 
         # ── the document and its chunks ──────────────────────────────────────────────────
-        nav(page, "Documents").click()
+        browser.nav(page, "Documents").click()
         page.get_by_label("Search titles").fill("handbook")
         page.get_by_role("button", name="Search").click()
         expect(page.locator("table.data tbody tr")).to_have_count(1)
@@ -209,7 +191,7 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         browser.shot(page, out_dir, "09-document")
 
         # ── a failed run shows its error in full and can be retried by its user ──────────
-        nav(page, "Upload").click()
+        browser.nav(page, "Upload").click()
         broken = tmp_path / "broken.pdf"
         broken.write_bytes(documents.make_corrupt_pdf())
         page.set_input_files("#files", str(broken))
@@ -243,7 +225,7 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         phone.close()
 
         # ── admin pages are not for users ────────────────────────────────────────────────
-        expect(nav(page, "Sources")).to_have_count(0)
+        expect(browser.nav(page, "Sources")).to_have_count(0)
         for path in ("/admin", "/admin/sources", "/admin/dlq"):
             response = page.goto(f"{gateway.url}{path}")
             assert response.status == 403, path

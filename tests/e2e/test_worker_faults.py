@@ -5,29 +5,13 @@ from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from shared import objectstore
 from tests.support import documents, stack, submit
 from tests.support.stack import wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def store_root(stack_env) -> Path:
-    return objectstore.file_path(stack_env["UPLOAD_STORE_URI"])
-
-
-def _status(conn, run_id) -> str:
-    return submit.run_row(conn, run_id)["status"]
-
-
-def _versions(conn, doc_id) -> list[dict]:
-    return conn.execute("SELECT * FROM document_versions WHERE doc_id = %s ORDER BY version_number",
-                        (doc_id,)).fetchall()
 
 
 def _queues_empty(queues) -> bool:
@@ -53,7 +37,7 @@ def test_same_job_delivered_five_times_makes_one_version(conn, queues, store_roo
     # Then the run succeeded once, with one version, and every copy was deleted
     run = submit.run_row(conn, job.run_id)
     assert run["status"] == "succeeded"
-    assert len(_versions(conn, job.doc_id)) == 1
+    assert len(submit.versions(conn, job.doc_id)) == 1
     # Copies that arrived while the first held the run came back once more, then were deleted.
     assert run["delivery_count"] >= 5
     wait_until(lambda: _queues_empty(queues), timeout=10, message="queue and DLQ empty")
@@ -68,17 +52,17 @@ def test_new_content_for_same_source_leaves_one_active_version(conn, queues, sto
     first = submit.submit(conn, queues.queue, store_root, user, documents.make_markdown(2),
                           source_uri=uri)
     worker = stack.start_worker(stack_env, out_dir)
-    wait_until(lambda: _status(conn, first.run_id) == "succeeded", timeout=180, message="v1")
+    wait_until(lambda: submit.status(conn, first.run_id) == "succeeded", timeout=180, message="v1")
 
     # When new content arrives for the same source
     second = submit.submit(conn, queues.queue, store_root, user, documents.make_markdown(3),
                            source_uri=uri)
-    wait_until(lambda: _status(conn, second.run_id) == "succeeded", timeout=120, message="v2")
+    wait_until(lambda: submit.status(conn, second.run_id) == "succeeded", timeout=120, message="v2")
     worker.stop()
 
     # Then the same document has two versions and exactly one is active: the newest
     assert first.doc_id == second.doc_id
-    versions = _versions(conn, first.doc_id)
+    versions = submit.versions(conn, first.doc_id)
     assert [v["version_number"] for v in versions] == [1, 2]
     assert [v["is_active"] for v in versions] == [False, True]
     assert versions[0]["deactivated_at"] is not None
@@ -95,7 +79,7 @@ def test_two_workers_ten_jobs_process_each_run_once(conn, queues, store_root, te
     workers = [stack.start_worker(stack_env, out_dir, name=f"worker-{i}") for i in range(2)]
 
     # When both have drained the queue
-    wait_until(lambda: all(_status(conn, j.run_id) == "succeeded" for j in jobs), timeout=300,
+    wait_until(lambda: all(submit.status(conn, j.run_id) == "succeeded" for j in jobs), timeout=300,
                message="all ten runs succeeded")
     for w in workers:
         assert w.stop() == 0
@@ -104,7 +88,7 @@ def test_two_workers_ten_jobs_process_each_run_once(conn, queues, store_root, te
     logs = "".join(w.logs() for w in workers)
     for job in jobs:
         assert logs.count(f'"event":"job started","run_id":"{job.run_id}"') == 1
-        assert len(_versions(conn, job.doc_id)) == 1
+        assert len(submit.versions(conn, job.doc_id)) == 1
     assert all(w.logs().count('"event":"job started"') > 0 for w in workers), "both worked"
 
 
@@ -121,7 +105,7 @@ def test_corrupt_pdf_fails_with_reason_and_leaves_queue_and_dlq_empty(conn, queu
     assert run["status"] == "failed" and run["finished_at"] is not None
     assert run["error"].startswith("extract:") and "PDF" in run["error"]
     assert run["error"].count(".") >= 1 and "\n" not in run["error"]
-    assert _versions(conn, job.doc_id) == []
+    assert submit.versions(conn, job.doc_id) == []
     # the raw upload is kept for debugging
     assert job.upload_path.exists()
     wait_until(lambda: _queues_empty(queues), timeout=10, message="queue and DLQ empty")
@@ -206,7 +190,7 @@ def test_database_down_while_persisting_failure_keeps_the_message(conn, queues, 
     dead = wait_until(lambda: _dlq(queues), timeout=60, message="message in the DLQ")
     worker.stop()
     assert dead[0].body == job.body
-    assert _status(conn, job.run_id) == "running"
+    assert submit.status(conn, job.run_id) == "running"
     assert "could not persist the failure" in worker.logs()
 
 
@@ -225,13 +209,13 @@ def test_sigkill_mid_job_is_taken_over_without_duplicates(conn, queues, store_ro
     second = stack.start_worker(stack_env, out_dir, name="worker-second")
 
     # Then the second takes the run over after the stale window and finishes it once
-    wait_until(lambda: _status(conn, job.run_id) == "succeeded", timeout=240,
+    wait_until(lambda: submit.status(conn, job.run_id) == "succeeded", timeout=240,
                message="run succeeded after takeover")
     second.stop()
     run = submit.run_row(conn, job.run_id)
     assert run["takeover_count"] == 1
     assert "stale takeover" in second.logs()
-    [version] = _versions(conn, job.doc_id)
+    [version] = submit.versions(conn, job.doc_id)
     chunks = conn.execute("SELECT count(*) AS n, count(DISTINCT ordinal) AS d FROM chunks "
                           "WHERE doc_version_id = %s", (version["doc_version_id"],)).fetchone()
     assert chunks["n"] == chunks["d"] == version["chunk_count"]
@@ -245,14 +229,14 @@ def test_job_three_times_longer_than_visibility_is_received_once(conn, queues, s
     env = {**stack_env, "SQS_VISIBILITY_TIMEOUT_S": "2", "HEARTBEAT_INTERVAL_S": "0.5"}
     worker = stack.start_worker(env, out_dir)
 
-    wait_until(lambda: _status(conn, job.run_id) == "succeeded", timeout=240, message="done")
+    wait_until(lambda: submit.status(conn, job.run_id) == "succeeded", timeout=240, message="done")
     worker.stop()
 
     run = submit.run_row(conn, job.run_id)
     elapsed = (run["finished_at"] - run["started_at"]).total_seconds()
     assert elapsed > 6, f"the job took only {elapsed:.1f}s; make the document longer"
     assert run["delivery_count"] == 1 and run["takeover_count"] == 0
-    assert len(_versions(conn, job.doc_id)) == 1
+    assert len(submit.versions(conn, job.doc_id)) == 1
 
 
 def test_sigterm_mid_job_exits_cleanly_and_run_completes_on_restart(conn, queues, store_root,
@@ -269,13 +253,13 @@ def test_sigterm_mid_job_exits_cleanly_and_run_completes_on_restart(conn, queues
     assert time.monotonic() - started < 15
     assert "released unfinished jobs at shutdown" in first.logs()
     # The shutdown itself never fails the run
-    assert _status(conn, job.run_id) == "running"
+    assert submit.status(conn, job.run_id) == "running"
 
     # Then a restarted worker completes it
     second = stack.start_worker(stack_env, out_dir, name="worker-restarted")
-    wait_until(lambda: _status(conn, job.run_id) == "succeeded", timeout=240, message="done")
+    wait_until(lambda: submit.status(conn, job.run_id) == "succeeded", timeout=240, message="done")
     second.stop()
-    assert len(_versions(conn, job.doc_id)) == 1
+    assert len(submit.versions(conn, job.doc_id)) == 1
 
 
 def test_lost_lock_connection_aborts_the_job_and_it_is_taken_over(conn, queues, store_root,
@@ -296,8 +280,8 @@ def test_lost_lock_connection_aborts_the_job_and_it_is_taken_over(conn, queues, 
 
     # Then the job aborts instead of writing without the lock, and the run is finished later
     stack.wait_for_log(worker, "the run's lock is gone", timeout=30)
-    wait_until(lambda: _status(conn, job.run_id) == "succeeded", timeout=240,
+    wait_until(lambda: submit.status(conn, job.run_id) == "succeeded", timeout=240,
                message="run succeeded after takeover")
     worker.stop()
     assert submit.run_row(conn, job.run_id)["takeover_count"] == 1
-    assert len(_versions(conn, job.doc_id)) == 1
+    assert len(submit.versions(conn, job.doc_id)) == 1

@@ -74,3 +74,8 @@ def shot(page: Any, out_dir: Path, name: str, *, full_page: bool = True) -> Path
     path = out_dir / f"{name}.png"
     page.screenshot(path=str(path), full_page=full_page)
     return path
+
+
+def nav(page, name: str):
+    """The main navigation's link called ``name``."""
+    return page.get_by_role("navigation", name="Main").get_by_role("link", name=name, exact=True)

@@ -61,3 +61,12 @@ def submit(conn: psycopg.Connection, queue, store_root: Path, user, data: bytes,
 
 def run_row(conn: psycopg.Connection, run_id: uuid.UUID) -> dict:
     return conn.execute("SELECT * FROM ingestion_runs WHERE run_id = %s", (run_id,)).fetchone()
+
+
+def status(conn: psycopg.Connection, run_id: uuid.UUID) -> str:
+    return run_row(conn, run_id)["status"]
+
+
+def versions(conn: psycopg.Connection, doc_id: uuid.UUID) -> list[dict]:
+    return conn.execute("SELECT * FROM document_versions WHERE doc_id = %s ORDER BY version_number",
+                        (doc_id,)).fetchall()
