@@ -141,8 +141,8 @@ def _seed(database_url: str, jwt_secret: str) -> str:
     with db.connect(database_url) as conn:
         tenant_id = users.ensure_tenant(conn, DEV_TENANT)
         admin = users.create_user(conn, tenant_id=tenant_id, email=DEV_ADMIN, password=password,
-                                  role="admin", replace=True)
-    principal = auth.Principal(UUID(str(admin["user_id"])), tenant_id, "admin")
+                                  role=auth.OPERATOR, replace=True)
+    principal = auth.Principal(UUID(str(admin["user_id"])), tenant_id, auth.OPERATOR)
     token = auth.issue_token(principal, jwt_secret, expiry_hours=24 * 30)
     (STATE / "dev-token").write_text(token + "\n")
     return token

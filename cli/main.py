@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     create = users.add_parser("create", help="create a user (and its tenant if new)")
     create.add_argument("--tenant", required=True, help="tenant name")
     create.add_argument("--email", required=True)
-    create.add_argument("--role", choices=("admin", "user"), default="user")
+    create.add_argument("--role", choices=("admin", "user", "operator"), default="user")
     create.add_argument("--password", help="default: $INGEST_PASSWORD or a prompt")
     create.set_defaults(run=_users_create)
 

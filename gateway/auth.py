@@ -20,7 +20,9 @@ from gateway.web import session
 from shared import errors
 from shared import logging as applog
 
+# Roles a tenant admin may give through the API; `operator` (platform staff) only by the CLI.
 ROLES = ("admin", "user")
+OPERATOR = "operator"
 BCRYPT_ROUNDS = 12
 # bcrypt only reads the first 72 bytes; longer passwords are refused rather than truncated.
 MAX_PASSWORD_BYTES = 72
@@ -36,7 +38,12 @@ class Principal:
 
     @property
     def is_admin(self) -> bool:
-        return self.role == "admin"
+        # An operator is also an admin of its own tenant.
+        return self.role in ("admin", OPERATOR)
+
+    @property
+    def is_operator(self) -> bool:
+        return self.role == OPERATOR
 
 
 def hash_password(password: str) -> str:

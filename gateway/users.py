@@ -26,9 +26,11 @@ def ensure_tenant(conn: db.Conn, name: str) -> UUID:
 
 def create_user(conn: db.Conn, *, tenant_id: UUID, email: str, password: str,
                 role: str, replace: bool = False) -> dict:
-    """Create a user; with ``replace`` an existing one gets the new password and role."""
-    if role not in auth.ROLES:
-        raise errors.InvalidRequest(f"Role must be one of {', '.join(auth.ROLES)}.")
+    """Create a user; with ``replace`` an existing one gets the new password and role.
+
+    The CLI's path: it may also create platform operators, which the API never can."""
+    if role not in (*auth.ROLES, auth.OPERATOR):
+        raise errors.InvalidRequest(f"Role must be one of {', '.join(auth.ROLES)} or operator.")
     params = {"tenant_id": tenant_id, "email": normalise_email(email), "role": role,
               "password_hash": auth.hash_password(password)}
     with db.translate():
