@@ -37,7 +37,8 @@ def create_app(settings: GatewaySettings) -> Litestar:
     web_router, templates = ui.mount()  # the web UI: pages, static assets, templates
     return Litestar(
         route_handlers=[
-            auth_routes.login, auth_routes.me, users.create_user, ingest.ingest,
+            auth_routes.login, auth_routes.me, auth_routes.logout, auth_routes.change_password,
+            users.router, ingest.ingest,
             runs.get_run, runs.list_runs, documents.list_documents, documents.get_document,
             documents.deactivate_document, web_router,
             health.live, health.ready, source_routes.router,

@@ -25,6 +25,7 @@ STATUS: dict[type[errors.AppError], int] = {
     errors.AlreadyIngested: 409,
     errors.FileTooLarge: 413,
     errors.UnsupportedType: 415,
+    errors.TooManyAttempts: 429,
     errors.ServiceUnavailable: 503,
 }
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
@@ -49,7 +50,10 @@ def app_error(_: Request, exc: errors.AppError) -> Response:
         log.error("request failed", exc_info=exc)
     # Some errors carry machine-readable extras (e.g. the running sync's id of a 409).
     extra = getattr(exc, "fields", None) or {}
-    return Response({**_body(exc.code, exc.detail), **extra}, status_code=status)
+    # A refusal that ends by itself (429) says when to come back.
+    retry_after = getattr(exc, "retry_after_s", None)
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return Response({**_body(exc.code, exc.detail), **extra}, status_code=status, headers=headers)
 
 
 def http_error(_: Request, exc: HTTPException) -> Response:

@@ -127,25 +127,3 @@ SELECT doc_version_id, version_number, content_hash, is_active, run_id, embeddin
 FROM document_versions
 WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s
 ORDER BY version_number DESC;
-
--- ── users ───────────────────────────────────────────────────────────────────────────────────
--- name: upsert_tenant
-INSERT INTO tenants (name) VALUES (%(name)s)
-ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name
-RETURNING tenant_id;
-
--- name: insert_user
-INSERT INTO users (tenant_id, email, password_hash, role)
-VALUES (%(tenant_id)s, %(email)s, %(password_hash)s, %(role)s)
-RETURNING user_id, tenant_id, email, role;
-
--- name: set_password
-UPDATE users SET password_hash = %(password_hash)s, role = %(role)s
-WHERE email = %(email)s
-RETURNING user_id, tenant_id, email, role;
-
--- name: find_user_by_email
-SELECT user_id, tenant_id, email, role, password_hash FROM users WHERE email = %(email)s;
-
--- name: find_user
-SELECT user_id, tenant_id, email, role FROM users WHERE user_id = %(user_id)s;
