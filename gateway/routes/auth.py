@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from litestar import Request, get, post
 
-from gateway import auth, users
+from gateway import auth, openapi, users
 from gateway.context import Context
 
 
@@ -14,7 +14,8 @@ class LoginRequest:
     password: str
 
 
-@post("/v1/auth/login", opt={"public": True}, status_code=200, tags=["auth"])
+@post("/v1/auth/login", opt={"public": True}, status_code=200, tags=["auth"],
+      responses=openapi.errors(401))
 async def login(data: LoginRequest, ctx: Context) -> dict:
     """Exchange e-mail and password for a bearer token."""
     principal = await users.login(ctx.pool, data.email, data.password)

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from litestar import Request, post
 
-from gateway import auth, users
+from gateway import auth, openapi, users
 from gateway.context import Context
 
 
@@ -15,7 +15,8 @@ class NewUser:
     role: str = "user"
 
 
-@post("/v1/users", guards=[auth.admin_only], status_code=201, tags=["users"])
+@post("/v1/users", guards=[auth.admin_only], status_code=201, tags=["users"],
+      responses=openapi.errors(409))
 async def create_user(data: NewUser, request: Request, ctx: Context) -> dict:
     """Admins add users to their own tenant."""
     principal = auth.current(request)
