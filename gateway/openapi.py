@@ -22,6 +22,7 @@ from litestar.openapi.spec import (
     Components,
     OpenAPIMediaType,
     OpenAPIResponse,
+    OpenAPIType,
     Operation,
     Reference,
     RequestBody,
@@ -67,7 +68,7 @@ def form_body(required: tuple[str, ...], **fields: Schema) -> type[Operation]:
     """An `operation_class=` for a route that reads its multipart form by hand (a stream), so
     Litestar cannot see the body: the operation declares it."""
     body = RequestBody(required=True, content={"multipart/form-data": OpenAPIMediaType(schema=Schema(
-        type="object", required=list(required), properties=dict(fields)))})
+        type=OpenAPIType.OBJECT, required=list(required), properties=dict(fields)))})
 
     @dataclass
     class FormOperation(Operation):
@@ -116,9 +117,9 @@ def _complete_operation(operation: Operation, handler: Any, path: str) -> None:
 
 
 def _error_schema() -> Schema:
-    return Schema(type="object", required=["code", "detail"], properties={
-        "code": Schema(type="string", description="Machine-readable, e.g. `invalid_paging`."),
-        "detail": Schema(type="string", description="What went wrong and what to do.")},
+    return Schema(type=OpenAPIType.OBJECT, required=["code", "detail"], properties={
+        "code": Schema(type=OpenAPIType.STRING, description="Machine-readable, e.g. `invalid_paging`."),
+        "detail": Schema(type=OpenAPIType.STRING, description="What went wrong and what to do.")},
         description=inspect.cleandoc(ErrorBody.__doc__ or ""))
 
 

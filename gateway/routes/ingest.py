@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from litestar import Request, Response, post
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.openapi.spec import Schema
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
 
 from gateway import auth, intake, openapi, uploads
 from gateway.context import Context
@@ -19,10 +19,10 @@ log = logging.getLogger(__name__)
 # /schema: the form this route streams by hand, and its two answers (docs/decisions/0051).
 UPLOAD_FORM = openapi.form_body(
     ("file",),
-    file=Schema(type="string", format="binary", description="The document; its filename and "
+    file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="The document; its filename and "
                 "bytes decide the type."),
-    title=Schema(type="string", max_length=1024, description="Defaults to the filename."),
-    doc_id=Schema(type="string", format="uuid", description="Upload a new version of this "
+    title=Schema(type=OpenAPIType.STRING, max_length=1024, description="Defaults to the filename."),
+    doc_id=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.UUID, description="Upload a new version of this "
                   "document of your tenant."))
 
 
