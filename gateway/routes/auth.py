@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from litestar import Request, get, post
 
-from gateway import auth, login_throttle, users
+from gateway import auth, login_throttle, openapi, users
 from gateway.context import Context
 
 
@@ -33,7 +33,8 @@ def _token_body(principal: auth.Principal, ctx: Context) -> dict:
     }
 
 
-@post("/v1/auth/login", opt={"public": True}, status_code=200, tags=["auth"])
+@post("/v1/auth/login", opt={"public": True}, status_code=200, tags=["auth"],
+      responses=openapi.errors(401, 429))
 async def login(data: LoginRequest, request: Request, ctx: Context) -> dict:
     """Exchange e-mail and password for a bearer token; throttled per account and address
     (429 with Retry-After)."""
@@ -49,7 +50,8 @@ async def logout(request: Request, ctx: Context) -> None:
     await users.end_sessions(ctx.pool, auth.current(request))
 
 
-@post("/v1/auth/password", status_code=200, tags=["auth"])
+@post("/v1/auth/password", status_code=200, tags=["auth"],
+      responses=openapi.errors(401, 429))
 async def change_password(data: PasswordChange, request: Request, ctx: Context) -> dict:
     """Change one's own password with the current one; every older token stops working, and
     the answer carries a new one."""

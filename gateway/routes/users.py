@@ -11,7 +11,7 @@ from uuid import UUID
 
 from litestar import Request, Router, get, patch, post
 
-from gateway import auth, users
+from gateway import auth, openapi, users
 from gateway.context import Context
 
 
@@ -33,7 +33,7 @@ class PasswordReset:
     password: str
 
 
-@post("/", status_code=201)
+@post("/", status_code=201, responses=openapi.errors(409))
 async def create_user(data: NewUser, request: Request, ctx: Context) -> dict:
     """Admins add users to their own tenant."""
     principal = auth.current(request)
@@ -48,7 +48,7 @@ async def list_users(request: Request, ctx: Context) -> dict:
     return {"items": items, "total": len(items)}
 
 
-@patch("/{user_id:uuid}")
+@patch("/{user_id:uuid}", responses=openapi.errors(409))
 async def update_user(user_id: UUID, data: UserChange, request: Request, ctx: Context) -> dict:
     """Change a user's role (admin | user) or deactivate / reactivate them; either ends their
     sessions."""
@@ -56,7 +56,7 @@ async def update_user(user_id: UUID, data: UserChange, request: Request, ctx: Co
                                     active=data.active)
 
 
-@post("/{user_id:uuid}/password", status_code=200)
+@post("/{user_id:uuid}/password", status_code=200, responses=openapi.errors(409))
 async def reset_password(user_id: UUID, data: PasswordReset, request: Request,
                          ctx: Context) -> dict:
     """Set a new password for a user (tell them out of band); their sessions end."""

@@ -17,7 +17,7 @@ from litestar import Request, Response, Router, get, post
 from litestar.datastructures import Cookie
 from litestar.response import Redirect, Template
 
-from gateway import auth, login_throttle, metrics, users
+from gateway import auth, login_throttle, metrics, paging, users
 from gateway.context import Context
 from gateway.web import assets, errorpages, reads, session
 from shared import errors
@@ -161,7 +161,7 @@ async def upload(request: Request, ctx: Context) -> Template:
 
 @get("/runs")
 async def runs(request: Request, ctx: Context, status: str | None = None,
-               page: int = 1) -> Template:
+               page: int = paging.PAGE) -> Template:
     principal = auth.current(request)
     listing = await reads.runs_page(ctx.pool, tenant_id=principal.tenant_id,
                                     status=status or None, page=page)
@@ -179,7 +179,7 @@ async def run(run_id: str, request: Request, ctx: Context) -> Template:
 
 @get("/documents")
 async def documents(request: Request, ctx: Context, search: str | None = None,
-                    page: int = 1) -> Template:
+                    page: int = paging.PAGE) -> Template:
     principal = auth.current(request)
     search = (search or "").strip()[:200] or None
     listing = await reads.documents_page(ctx.pool, tenant_id=principal.tenant_id,
