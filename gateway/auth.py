@@ -81,7 +81,7 @@ def decode_token(token: str, secret: str) -> Principal:
         raise errors.Unauthorized("Your session has expired; sign in again.") from exc
     except (jwt.InvalidTokenError, ValueError, KeyError) as exc:
         raise errors.Unauthorized("The token is invalid; sign in again.") from exc
-    if principal.role not in ROLES:
+    if principal.role not in (*ROLES, OPERATOR):
         raise errors.Unauthorized("The token carries an unknown role; sign in again.")
     return principal
 
@@ -118,6 +118,13 @@ async def authenticate(connection: ASGIConnection, _: BaseRouteHandler) -> None:
 async def admin_only(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     if not current(connection).is_admin:
         raise errors.Forbidden("Only admins may do this; ask an admin of your tenant.")
+
+
+async def operator_only(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    # Dead letters and fleet-wide figures span tenants: platform staff only, not tenant admins.
+    if not current(connection).is_operator:
+        raise errors.Forbidden("Only platform operators may do this; a tenant admin sees their "
+                               "own tenant's dead letters at /v1/dead-letters.")
 
 
 def current(connection: ASGIConnection) -> Principal:
