@@ -137,9 +137,19 @@ def _redrive(args: argparse.Namespace) -> int:
 
     selection = dlq.Selection(all=args.all, run_ids=frozenset(args.run_ids),
                               message_ids=frozenset(args.message_ids))
-    result = _with_db(lambda conn: dlq.redrive(
-        conn, selection=selection, actor=_who(args), reason=args.reason,
-        tenant_id=args.tenant, dry_run=args.dry_run, limit=args.limit), sync=args.sync)
+    def redrive(conn: Any) -> dict[str, Any]:
+        from shared import queue
+        from shared.settings import CommonSettings
+
+        result = dlq.redrive(conn, selection=selection, actor=_who(args), reason=args.reason,
+                             tenant_id=args.tenant, dry_run=args.dry_run, limit=args.limit)
+        run_ids = [i["run_id"] for i in result["items"] if i["outcome"] == "redriven"]
+        # Committed to the outbox; publish now rather than wait for a gateway's relay.
+        result["published"] = dlq.publish_now(conn, queue.from_settings(CommonSettings()),
+                                              run_ids) if run_ids else 0
+        return result
+
+    result = _with_db(redrive, sync=args.sync)
     if args.json:
         return _print_json(result)
     _table(["MESSAGE", "RUN", "RUN STATUS", "REOPEN", "OUTCOME", "DETAIL"], [
@@ -149,8 +159,10 @@ def _redrive(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(f"\n{result['redriven']} message(s) would be redriven")
     else:
-        print(f"\n{result['redriven']} message(s) redriven: their jobs are in the outbox, and "
-              "a running gateway publishes them to the ingest queue")
+        waiting = result["redriven"] - result["published"]
+        print(f"\n{result['redriven']} message(s) redriven, {result['published']} published to "
+              f"the ingest queue" + (f"; {waiting} wait in the outbox for a gateway to publish"
+                                     if waiting else ""))
     return 0
 
 

@@ -327,6 +327,25 @@ def _resolve(conn: db.Conn, message_id: str, status: str, actor: reopen.Actor,
         "actor_user_id": actor.user_id, "reason": why})
 
 
+def publish_now(conn: db.Conn, queue: Queue, run_ids: list[UUID]) -> int:
+    """Publish redriven jobs from the outbox at once (the CLI has no relay); return how many.
+
+    What cannot be sent stays in the outbox, where any gateway's relay publishes it later."""
+    sent = 0
+    with conn.transaction():
+        rows = conn.execute(Q["claim_unpublished_jobs"], {"run_ids": run_ids}).fetchall()
+        for row in rows:
+            try:
+                queue.send(orjson.dumps(row["payload"]).decode())
+            except (BotoCoreError, ClientError) as exc:
+                log.warning("redriven jobs stay in the outbox for a gateway to publish",
+                            extra={"jobs": len(rows) - sent, "error_type": type(exc).__name__})
+                break
+            conn.execute(Q["mark_job_published"], {"run_id": row["run_id"]})
+            sent += 1
+    return sent
+
+
 # ── purge ───────────────────────────────────────────────────────────────────────────────────
 def purge(conn: db.Conn, *, older_than_s: float, actor: reopen.Actor, reason: str,
           tenant_id: UUID | None = None, dry_run: bool = False) -> dict[str, Any]:

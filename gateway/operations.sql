@@ -208,3 +208,14 @@ SELECT pg_try_advisory_lock(%(key)s) AS locked;
 
 -- name: cleanup_unlock
 SELECT pg_advisory_unlock(%(key)s);
+
+-- ── the CLI's redrive publishes at once (a gateway's relay would, later) ────────────────────
+-- name: claim_unpublished_jobs
+-- SKIP LOCKED: a gateway relay publishing the same rows right now keeps them.
+SELECT run_id, payload FROM job_outbox
+WHERE run_id = ANY(%(run_ids)s::uuid[]) AND published_at IS NULL
+FOR UPDATE SKIP LOCKED;
+
+-- name: mark_job_published
+UPDATE job_outbox SET published_at = now(), attempts = attempts + 1, last_error = NULL
+WHERE run_id = %(run_id)s;

@@ -569,3 +569,36 @@ def test_cli_syncs_lists_every_tenant_and_purges_only_when_confirmed(
     # and the CLI's logs are JSON lines
     for line in purged.stderr.splitlines():
         assert orjson.loads(line)["process"] == "cli"
+
+
+def test_a_cli_redrive_that_cannot_publish_leaves_the_job_for_a_gateway(
+        conn, queues, dead, tenants, stack_env, store_root, out_dir):
+    # Given an archived dead letter of a failed run, and SQS unreachable from the CLI
+    job = ops.make_run(conn, store_root, tenants.user())
+    dlq.archive(dead, conn)  # nothing yet
+    ops.to_dlq(queues, job.body)
+    dlq.archive(dead, conn)
+    offline = {**stack_env, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+
+    # When the operator redrives it
+    done = _cli(offline, "redrive", "--all", "--no-sync", "--json")
+    (out_dir / "cli.log").write_text(done.stderr)
+
+    # Then the run is reopened and its job waits in the outbox
+    assert done.returncode == 0, done.stderr
+    result = orjson.loads(done.stdout)
+    assert result["redriven"] == 1 and result["published"] == 0
+    assert _run(conn, job.run_id)["status"] == "queued"
+    assert conn.execute("SELECT published_at FROM job_outbox WHERE run_id = %s",
+                        (job.run_id,)).fetchone()["published_at"] is None
+
+    # When a gateway runs, Then its relay publishes the job
+    gateway = stack.start_gateway(stack_env, out_dir, "gateway-relay")
+    try:
+        wait_until(lambda: conn.execute("SELECT published_at FROM job_outbox WHERE run_id = %s",
+                                        (job.run_id,)).fetchone()["published_at"],
+                   timeout=30, message="the gateway's relay publishes the job")
+    finally:
+        gateway.stop()
+    [message] = ops.drain(queues, queues.url)
+    assert orjson.loads(message["Body"])["run_id"] == str(job.run_id)
