@@ -219,8 +219,9 @@ async def source(source_id: str, request: Request) -> Template:
 
 # Operators see every tenant's dead letters; a tenant admin their own, with the same templates
 # over /v1/dead-letters and without purge (docs/decisions/0060).
-_ALL_DLQ = {"api": "/v1/admin/dlq", "base": "/admin/dlq", "everyone": True}
-_OWN_DLQ = {"api": "/v1/dead-letters", "base": "/admin/dead-letters", "everyone": False}
+_ALL_DLQ: dict[str, Any] = {"api": "/v1/admin/dlq", "base": "/admin/dlq", "everyone": True}
+_OWN_DLQ: dict[str, Any] = {"api": "/v1/dead-letters", "base": "/admin/dead-letters",
+                            "everyone": False}
 
 
 @get("/dlq", guards=[auth.operator_only])
