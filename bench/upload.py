@@ -86,6 +86,7 @@ class Stack:
             **os.environ, "DATABASE_URL": database_url, "AWS_ENDPOINT_URL": moto_url,
             "SQS_QUEUE_URL": queue_url, "SQS_DLQ_URL": dlq_url,
             "UPLOAD_STORE_URI": self.uploads.as_uri(), "JWT_SECRET": JWT_SECRET,
+            "METRICS_TOKEN": "bench-metrics-" + "m" * 20,
             "UPLOAD_MAX_SIZE_MB": "300", "LOG_LEVEL": "WARNING", **self.extra_env,
         }
         log = open(self.folder / "gateway.log", "ab")  # noqa: SIM115 - lives with the process

@@ -1,7 +1,7 @@
-"""Operator commands: `ingest dlq list|show|redrive|purge` and `ingest cleanup`.
+"""Operator commands: `ingest dlq sync|list|show|redrive|purge` and `ingest cleanup`.
 
-The same services as the admin API (gateway/dlq.py, gateway/cleanup.py), across every tenant:
-the CLI is the operator's tool. Results go to stdout (a table, or JSON with --json); logs go to
+The same services as the operators' API (gateway/dlq.py, gateway/cleanup.py), across every
+tenant: the CLI is the operator's tool. Results go to stdout (a table, or JSON with --json); logs go to
 stderr as JSON lines, like every process's.
 """
 
@@ -22,10 +22,18 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def add_commands(sub: Any) -> None:
-    dlq = sub.add_parser("dlq", help="inspect, redrive and purge the dead-letter queue")
+    dlq = sub.add_parser("dlq", help="dead letters: archive from SQS, list, redrive, purge")
     actions = dlq.add_subparsers(dest="action", required=True)
 
+    sync = actions.add_parser("sync", help="move what is in the SQS dead-letter queue into "
+                                            "Postgres now (gateways do it every 30 s)")
+    sync.add_argument("--max", type=int, default=1000, help="move at most this many")
+    sync.add_argument("--json", action="store_true", help="print JSON")
+    sync.set_defaults(run=_sync)
+
     listing = actions.add_parser("list", help="dead letters, oldest first, with their reasons")
+    listing.add_argument("--status", choices=("open", "redriven", "purged", "all"),
+                         default="open")
     listing.add_argument("--page", type=int, default=1)
     listing.add_argument("--limit", type=int, default=50, help="per page (default 50)")
     _common(listing)
@@ -36,9 +44,10 @@ def add_commands(sub: Any) -> None:
     _common(show)
     show.set_defaults(run=_show)
 
-    redrive = actions.add_parser("redrive", help="send dead letters back to the ingest queue")
+    redrive = actions.add_parser("redrive", help="send dead letters' jobs back through the "
+                                                 "outbox to the ingest queue")
     which = redrive.add_mutually_exclusive_group(required=True)
-    which.add_argument("--all", action="store_true", help="every dead letter")
+    which.add_argument("--all", action="store_true", help="every open dead letter")
     which.add_argument("--run-id", type=UUID, action="append", default=[], dest="run_ids",
                        help="the dead letters of this run (repeatable)")
     which.add_argument("--message-id", action="append", default=[], dest="message_ids",
@@ -49,7 +58,7 @@ def add_commands(sub: Any) -> None:
     _common(redrive)
     redrive.set_defaults(run=_redrive)
 
-    purge = actions.add_parser("purge", help="delete dead letters older than an age")
+    purge = actions.add_parser("purge", help="resolve dead letters older than an age as purged")
     purge.add_argument("--older-than", required=True, help="90s, 15m, 2h, 7d, 1w")
     purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     purge.add_argument("--dry-run", action="store_true", help="show what would go only")
@@ -65,8 +74,8 @@ def add_commands(sub: Any) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tenant", type=UUID, default=None, help="only this tenant's messages")
-    parser.add_argument("--max-scan", type=int, default=1000,
-                        help="look at most at this many messages (SQS has no paging)")
+    parser.add_argument("--no-sync", action="store_false", dest="sync",
+                        help="do not move what is in SQS into Postgres first")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -76,32 +85,51 @@ def _actor(parser: argparse.ArgumentParser, reason: str) -> None:
 
 
 # ── dlq ─────────────────────────────────────────────────────────────────────────────────────
+# Every command but `sync` reads and writes the dead_letters table only; by default it first
+# runs the same mover as the gateways' housekeeping, so it sees what reached SQS a moment ago.
+def _sync(args: argparse.Namespace) -> int:
+    report = _with_db(lambda conn: _archive(conn, args.max))
+    if args.json:
+        return _print_json(report)
+    print(f"moved {report['moved']} dead letter(s) from SQS into Postgres"
+          f"{'' if report['complete'] else f' (stopped after --max {args.max}; run it again)'}")
+    return 0
+
+
+def _archive(conn: Any, max_messages: int = 1000) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from gateway import dlq
+    from shared import queue
+    from shared.settings import CommonSettings
+
+    sqs = dlq.DeadLetterQueue.of(queue.from_settings(CommonSettings()))
+    return asdict(dlq.archive(sqs, conn, max_messages=max_messages))
+
+
 def _list(args: argparse.Namespace) -> int:
     from gateway import dlq
 
-    result = _with_dlq(lambda queue, conn: dlq.list_letters(
-        queue, conn, tenant_id=args.tenant, page=args.page, limit=args.limit,
-        max_scan=args.max_scan))
+    result = _with_db(lambda conn: dlq.list_letters(
+        conn, tenant_id=args.tenant, status=None if args.status == "all" else args.status,
+        page=args.page, limit=args.limit), sync=args.sync)
     if args.json:
         return _print_json(result)
     rows = [[i["message_id"], i["run_id"] or "-", i["tenant_id"] or "-", i["receive_count"],
              i["deliveries"] if i["deliveries"] is not None else "-", _age(i["age_s"]),
-             i["run_status"] or "-", i["reason"]] for i in result["items"]]
-    _table(["MESSAGE", "RUN", "TENANT", "RECEIVES", "DELIVERIES", "AGE", "RUN STATUS", "REASON"],
-           rows)
+             i["status"], i["run_status"] or "-", i["reason"]] for i in result["items"]]
+    _table(["MESSAGE", "RUN", "TENANT", "RECEIVES", "DELIVERIES", "AGE", "STATE", "RUN STATUS",
+            "REASON"], rows)
     pages = max(1, -(-result["total"] // args.limit))
-    print(f"\npage {result['page']} of {pages}, {result['total']} dead letter(s)"
-          f"{'' if result['complete'] else f' (stopped after --max-scan {args.max_scan})'}")
+    print(f"\npage {result['page']} of {pages}, {result['total']} dead letter(s)")
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
     from gateway import dlq
 
-    result = _with_dlq(lambda queue, conn: dlq.show(queue, conn, args.message_id,
-                                                    tenant_id=args.tenant,
-                                                    max_scan=args.max_scan))
-    return _print_json(result)
+    return _print_json(_with_db(lambda conn: dlq.show(conn, args.message_id,
+                                                      tenant_id=args.tenant), sync=args.sync))
 
 
 def _redrive(args: argparse.Namespace) -> int:
@@ -109,19 +137,33 @@ def _redrive(args: argparse.Namespace) -> int:
 
     selection = dlq.Selection(all=args.all, run_ids=frozenset(args.run_ids),
                               message_ids=frozenset(args.message_ids))
-    result = _with_dlq(lambda queue, conn: dlq.redrive(
-        queue, conn, selection=selection, actor=_who(args), reason=args.reason,
-        tenant_id=args.tenant, dry_run=args.dry_run, limit=args.limit, max_scan=args.max_scan))
+    def redrive(conn: Any) -> dict[str, Any]:
+        from shared import queue
+        from shared.settings import CommonSettings
+
+        result = dlq.redrive(conn, selection=selection, actor=_who(args), reason=args.reason,
+                             tenant_id=args.tenant, dry_run=args.dry_run, limit=args.limit)
+        run_ids = [i["run_id"] for i in result["items"] if i["outcome"] == "redriven"]
+        # Committed to the outbox; publish now rather than wait for a gateway's relay.
+        result["published"] = dlq.publish_now(conn, queue.from_settings(CommonSettings()),
+                                              run_ids) if run_ids else 0
+        return result
+
+    result = _with_db(redrive, sync=args.sync)
     if args.json:
-        _print_json(result)
+        return _print_json(result)
+    _table(["MESSAGE", "RUN", "RUN STATUS", "REOPEN", "OUTCOME", "DETAIL"], [
+        [i["message_id"], i["run_id"] or "-", i.get("run_status", "-"),
+         "yes" if i.get("reopened") else "no", i["outcome"], i.get("detail", "")]
+        for i in result["items"]])
+    if args.dry_run:
+        print(f"\n{result['redriven']} message(s) would be redriven")
     else:
-        _table(["MESSAGE", "RUN", "RUN STATUS", "REOPEN", "OUTCOME", "DETAIL"], [
-            [i["message_id"], i["run_id"] or "-", i.get("run_status", "-"),
-             "yes" if i.get("reopened") else "no", i["outcome"], i.get("detail", "")]
-            for i in result["items"]])
-        verb = "would redrive" if args.dry_run else "redriven"
-        print(f"\n{result['redriven']} message(s) {verb}")
-    return 1 if any(i["outcome"] == "error" for i in result["items"]) else 0
+        waiting = result["redriven"] - result["published"]
+        print(f"\n{result['redriven']} message(s) redriven, {result['published']} published to "
+              f"the ingest queue" + (f"; {waiting} wait in the outbox for a gateway to publish"
+                                     if waiting else ""))
+    return 0
 
 
 def _purge(args: argparse.Namespace) -> int:
@@ -129,21 +171,22 @@ def _purge(args: argparse.Namespace) -> int:
 
     older_than_s = dlq.parse_age(args.older_than)
 
-    def purge(dry_run: bool) -> dict[str, Any]:
-        return _with_dlq(lambda queue, conn: dlq.purge(
-            queue, conn, older_than_s=older_than_s, actor=_who(args), reason=args.reason,
-            tenant_id=args.tenant, dry_run=dry_run, max_scan=args.max_scan))
+    def purge(dry_run: bool, sync: bool) -> dict[str, Any]:
+        return _with_db(lambda conn: dlq.purge(
+            conn, older_than_s=older_than_s, actor=_who(args), reason=args.reason,
+            tenant_id=args.tenant, dry_run=dry_run), sync=sync)
 
     if not (args.yes or args.dry_run):
-        preview = purge(dry_run=True)
+        preview = purge(dry_run=True, sync=args.sync)
         if not preview["purged"]:
-            print("No dead letter is that old; nothing to purge.")
+            print("No open dead letter is that old; nothing to purge.")
             return 0
-        if not _confirm(f"Delete {preview['purged']} dead letter(s) older than "
-                        f"{args.older_than} for good?"):
+        if not _confirm(f"Purge {preview['purged']} dead letter(s) older than "
+                        f"{args.older_than}? They cannot be redriven after."):
             print("Nothing purged.")
             return 1
-    result = purge(dry_run=args.dry_run)
+        args.sync = False  # purge what was shown, not what arrived since
+    result = purge(dry_run=args.dry_run, sync=args.sync)
     if args.json:
         return _print_json(result)
     _table(["MESSAGE", "RUN", "TENANT", "AGE"], [
@@ -153,15 +196,16 @@ def _purge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_dlq(operation: Callable[[Any, Any], dict[str, Any]]) -> dict[str, Any]:
-    from gateway import dlq
-    from shared import db, queue
+def _with_db(operation: Callable[[Any], dict[str, Any]], sync: bool = False) -> dict[str, Any]:
+    from shared import db
     from shared.settings import CommonSettings
 
     settings = CommonSettings()
     applog.setup("cli", settings.log_level)
     with db.connect(settings.database_url, autocommit=True, connect_timeout=10) as conn:
-        return operation(dlq.DeadLetterQueue.of(queue.from_settings(settings)), conn)
+        if sync:
+            _archive(conn)
+        return operation(conn)
 
 
 def _who(args: argparse.Namespace) -> Any:

@@ -16,7 +16,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from gateway import auth, crash_guard, errors, housekeeping, metrics, openapi, syncs
 from gateway.context import Context, provide
 from gateway.outbox import OutboxRelay
-from gateway.routes import admin_dlq, documents, health, ingest, retry, runs, users
+from gateway.routes import admin_dlq, dead_letters, documents, health, ingest, retry, runs, users
 from gateway.routes import auth as auth_routes
 from gateway.routes import metrics as metrics_routes
 from gateway.routes import sources as source_routes
@@ -45,6 +45,9 @@ def create_app(settings: GatewaySettings) -> Litestar:
             retry.retry_run, admin_dlq.list_dead_letters, admin_dlq.show_dead_letter,
             admin_dlq.redrive_dead_letters, admin_dlq.purge_dead_letters,
             metrics_routes.prometheus, metrics_routes.dashboard,
+            # Operators' and tenant admins' dead letters, a tenant's figures (docs/decisions/0060).
+            dead_letters.list_own, dead_letters.show_own, dead_letters.redrive_own,
+            metrics_routes.tenant_dashboard,
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],

@@ -151,6 +151,13 @@ async def admin_only(connection: ASGIConnection, _: BaseRouteHandler) -> None:
         raise errors.Forbidden("Only admins may do this; ask an admin of your tenant.")
 
 
+async def operator_only(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    # Dead letters and fleet-wide figures span tenants: platform staff only, not tenant admins.
+    if not current(connection).is_operator:
+        raise errors.Forbidden("Only platform operators may do this; a tenant admin sees their "
+                               "own tenant's dead letters at /v1/dead-letters.")
+
+
 def current(connection: ASGIConnection) -> Principal:
     principal: Principal = connection.state.principal
     return principal

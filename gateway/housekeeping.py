@@ -1,4 +1,10 @@
-"""The gateway's periodic operations loop: cached queue depths, threshold alerts, cleanup.
+"""The gateway's periodic operations loop: dead letters into Postgres, cached queue depths,
+threshold alerts, cleanup.
+
+The dead-letter mover (gateway/dlq.py ``archive``) runs on every replica: SQS hands each
+message to one receiver at a time and the insert is idempotent on the message id, so replicas
+need no lock between them. It runs before the depth refresh, so the cached depth is what is
+left in SQS after the move (docs/decisions/0060).
 
 Every replica refreshes its own depth cache (one SQS call per queue per interval, whatever the
 scrape rate). The threshold check (import-runs-state-machine.md §5.2: DLQ depth, backlog) runs
@@ -15,7 +21,7 @@ import time
 from collections.abc import Awaitable
 from pathlib import Path
 
-from gateway import cleanup
+from gateway import cleanup, dlq
 from gateway.metrics import DepthCache
 from shared import alerts, db
 from shared.queue import Queue
@@ -29,7 +35,12 @@ _LOCK_KEY = 0x1D6E57_0004
 async def run_forever(settings: GatewaySettings, pool: db.AsyncPool, queue: Queue,
                       s3: object, depths: DepthCache, alerter: alerts.Alerter) -> None:
     next_cleanup = time.monotonic() if settings.cleanup_interval_s else float("inf")
+    next_archive = time.monotonic() if settings.dlq_archive_interval_s else float("inf")
     while True:
+        if queue.dlq_url and time.monotonic() >= next_archive:
+            next_archive = time.monotonic() + settings.dlq_archive_interval_s
+            await _step("dead-letter archive", asyncio.to_thread(archive_dead_letters,
+                                                                 settings, queue))
         await _step("queue depth refresh", depths.refresh(queue))
         await _step("alert threshold check", check_thresholds(settings, pool, depths, alerter))
         if time.monotonic() >= next_cleanup:
@@ -40,6 +51,12 @@ async def run_forever(settings: GatewaySettings, pool: db.AsyncPool, queue: Queu
                 artifact_store_uri=settings.artifact_store_uri,
                 policy=cleanup.Policy.from_settings(settings)))
         await asyncio.sleep(settings.housekeeping_interval_s)
+
+
+def archive_dead_letters(settings: GatewaySettings, queue: Queue) -> dlq.ArchiveReport:
+    with db.connect(settings.database_url, autocommit=True, connect_timeout=5) as conn:
+        return dlq.archive(dlq.DeadLetterQueue.of(queue), conn, max_messages=settings.dlq_scan_max,
+                           body_max_bytes=settings.dlq_body_max_bytes)
 
 
 async def _step(what: str, work: Awaitable[object]) -> None:
@@ -59,11 +76,14 @@ async def check_thresholds(settings: GatewaySettings, pool: db.AsyncPool,
         if not got or not got["ok"]:
             return []
         row = await (await conn.execute(Q["backlog"])).fetchone()
+        archived = await (await conn.execute(Q["open_dead_letters"],
+                                             {"tenant_id": None})).fetchone()
     fired = []
     backlog = int(row["backlog"]) if row else 0
     if backlog > settings.alert_backlog:
         fired.append(alerts.backlog(backlog, settings.alert_backlog))
-    dead = depths.dlq_depth
+    # Waiting for someone: still in SQS, plus archived and neither redriven nor purged.
+    dead = None if depths.dlq_depth is None else depths.dlq_depth + int(archived["open"] if archived else 0)
     if dead is not None and dead > settings.alert_dlq_depth:
         fired.append(alerts.dlq_depth(dead, settings.alert_dlq_depth))
     for alert in fired:

@@ -2,7 +2,9 @@
 
 Figures come from Postgres at each request (the truth, and cheap: indexed counts) and from a
 cache of the queue depths that the housekeeping loop refreshes, so a scrape never calls SQS.
-Every figure is a fleet-wide aggregate: no label or field names a tenant, a file or a user.
+Every fleet figure is an aggregate: no label or field names a tenant, a run, a file or a user.
+A tenant admin's own figures (/v1/metrics, the overview page) come from the same queries
+filtered by their tenant, and may name their own runs.
 Job and stage duration histograms live in the workers (worker/metrics.py), where jobs run.
 See docs/decisions/0011-metrics.md.
 """
@@ -45,6 +47,7 @@ class DepthCache:
 
     @property
     def dlq_depth(self) -> int | None:
+        """Messages still in the SQS dead-letter queue (not yet archived by the mover)."""
         return None if self.dead is None else self.dead["visible"] + self.dead["in_flight"]
 
     @property
@@ -61,7 +64,14 @@ class Snapshot:
     takeovers: int
     actions: dict[str, int]
     outbox: dict[str, Any]
+    dead_letters_open: int = 0   # archived, neither redriven nor purged
     depths: DepthCache = field(default_factory=DepthCache)
+
+    @property
+    def dlq_depth(self) -> int | None:
+        """Dead letters waiting for someone: still in SQS plus archived and unresolved."""
+        in_sqs = self.depths.dlq_depth
+        return None if in_sqs is None else in_sqs + self.dead_letters_open
 
 
 async def snapshot(pool: db.AsyncPool, depths: DepthCache, *, stale_s: float,
@@ -79,32 +89,52 @@ async def snapshot(pool: db.AsyncPool, depths: DepthCache, *, stale_s: float,
         [takeovers] = await rows("takeovers_total")
         actions = {r["action"]: int(r["actions"]) for r in await rows("actions_by_kind")}
         [outbox] = await rows("outbox_lag")
+        [dead] = await rows("open_dead_letters")
     return Snapshot({s: runs.get(s, 0) for s in STATUSES}, dashboard,
                     last_failed[0] if last_failed else None, int(takeovers["takeovers"]),
-                    {a: actions.get(a, 0) for a in ACTIONS}, outbox, depths)
+                    {a: actions.get(a, 0) for a in ACTIONS}, outbox, int(dead["open"]), depths)
 
 
 def dashboard_json(snap: Snapshot) -> dict[str, Any]:
-    """import-runs-state-machine.md §6, fleet-wide. The last failure is named by its run id:
-    a file name may hold personal data."""
+    """import-runs-state-machine.md §6, fleet-wide (operators, scrapers). The last failure is
+    only a time: its run id (or file name) belongs to a tenant, and fleet figures name none."""
+    age = snap.depths.age_s
+    return {"ingest": {
+        **_run_figures(snap),
+        "last_failed_at": _iso(snap.last_failed["finished_at"]) if snap.last_failed else None,
+        "dlq_depth": snap.dlq_depth,
+        "dead_letters_in_sqs": snap.depths.dlq_depth,
+        "dead_letters_archived_open": snap.dead_letters_open,
+        "queue_depth": snap.depths.main,
+        "queue_depth_age_s": round(age, 1) if age is not None else None,
+        "outbox_lag_s": round(float(snap.outbox["oldest_s"]), 3),
+    }}
+
+
+def tenant_json(snap: Snapshot) -> dict[str, Any]:
+    """One tenant's figures for its admins (/v1/metrics, the overview page): its runs, its
+    failures with the last one's run id, its open dead letters; no shared-queue figure."""
+    return {"ingest": {
+        **_run_figures(snap),
+        "last_failed_batch": str(snap.last_failed["run_id"]) if snap.last_failed else None,
+        "last_failed_at": _iso(snap.last_failed["finished_at"]) if snap.last_failed else None,
+        "dead_letters_open": snap.dead_letters_open,
+    }}
+
+
+def _run_figures(snap: Snapshot) -> dict[str, Any]:
     d = snap.dashboard
     avg = d["avg_processing_s"]
-    return {"ingest": {
+    return {
         "backlog_count": int(d["backlog_count"]),
         "failed_24h": int(d["failed_24h"]),
         "stale_runs": int(d["stale_runs"]),
         "avg_processing_s": round(float(avg), 3) if avg is not None else None,
-        "last_failed_batch": str(snap.last_failed["run_id"]) if snap.last_failed else None,
-        "last_failed_at": _iso(snap.last_failed["finished_at"]) if snap.last_failed else None,
-        "dlq_depth": snap.depths.dlq_depth,
-        "queue_depth": snap.depths.main,
-        "queue_depth_age_s": round(snap.depths.age_s, 1) if snap.depths.age_s is not None else None,
         "runs_by_status": snap.runs,
         "outbox_pending": int(snap.outbox["pending"]),
-        "outbox_lag_s": round(float(snap.outbox["oldest_s"]), 3),
         "takeovers_total": snap.takeovers,
         "operator_actions": snap.actions,
-    }}
+    }
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -138,6 +168,9 @@ class _SnapshotCollector:
             return
         yield from _run_metrics(snap)
         yield from _queue_metrics(snap.depths, snap.outbox)
+        yield _gauge("ingest_dead_letters_open",
+                     "Dead letters archived from SQS and neither redriven nor purged.",
+                     snap.dead_letters_open)
         yield from _counters(snap, self.relay, self.alerter)
 
 

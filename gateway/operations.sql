@@ -69,6 +69,74 @@ FROM ingestion_runs r
 JOIN unnest(%(run_ids)s::uuid[], %(tenant_ids)s::uuid[]) AS m(run_id, tenant_id)
   ON r.run_id = m.run_id AND r.tenant_id = m.tenant_id;
 
+-- ── dead letters (docs/decisions/0060): the table the housekeeping mover fills ───────────────
+-- Every query takes %(tenant_id)s: NULL is an operator's view of every tenant (and of the
+-- messages that name none); a uuid is one tenant admin's view, which never includes those.
+
+-- name: archive_dead_letter
+-- Idempotent on the SQS message id: a message received again (its delete failed) updates
+-- when it was last seen and never reopens a resolved row.
+INSERT INTO dead_letters (message_id, tenant_id, run_id, body, body_bytes, body_truncated,
+                          parse_error, dlq_reason, attributes, receive_count, sent_at)
+VALUES (%(message_id)s, %(tenant_id)s, %(run_id)s, %(body)s, %(body_bytes)s,
+        %(body_truncated)s, %(parse_error)s, %(dlq_reason)s, %(attributes)s,
+        %(receive_count)s, %(sent_at)s)
+ON CONFLICT (message_id) DO UPDATE
+SET last_seen_at = now(),
+    receive_count = GREATEST(dead_letters.receive_count, EXCLUDED.receive_count)
+RETURNING (xmax = 0) AS inserted;
+
+-- name: list_dead_letters
+-- One page, oldest first, each with its run as the database has it. The run is matched on the
+-- (tenant, run) pair the body names, so a message can only show a run of its own tenant.
+SELECT d.message_id, d.tenant_id, d.run_id, d.parse_error, d.dlq_reason, d.receive_count,
+       d.sent_at, d.first_seen_at, d.last_seen_at, d.status, d.resolved_at, d.resolved_by,
+       d.resolution_reason, d.body_truncated,
+       r.status AS run_status, r.error AS run_error, r.delivery_count,
+       r.stats ->> 'last_retry_error' AS last_retry_error,
+       count(*) OVER () AS total
+FROM dead_letters d
+LEFT JOIN ingestion_runs r ON r.run_id = d.run_id AND r.tenant_id = d.tenant_id
+WHERE (%(tenant_id)s::uuid IS NULL OR d.tenant_id = %(tenant_id)s)
+  AND (%(status)s::text IS NULL OR d.status = %(status)s)
+ORDER BY d.sent_at, d.message_id
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: show_dead_letter
+SELECT d.*, r.status AS run_status, r.error AS run_error, r.delivery_count, r.stage,
+       r.stats ->> 'last_retry_error' AS last_retry_error, r.finished_at AS run_finished_at
+FROM dead_letters d
+LEFT JOIN ingestion_runs r ON r.run_id = d.run_id AND r.tenant_id = d.tenant_id
+WHERE d.message_id = %(message_id)s
+  AND (%(tenant_id)s::uuid IS NULL OR d.tenant_id = %(tenant_id)s);
+
+-- name: select_open_dead_letters
+-- The open rows a redrive or purge acts on. FOR UPDATE SKIP LOCKED: two redrives at once
+-- never act on one row twice; the second simply does not see it.
+SELECT message_id, tenant_id, run_id, body, body_truncated, parse_error, sent_at,
+       EXTRACT(EPOCH FROM now() - COALESCE(sent_at, first_seen_at)) AS age_s
+FROM dead_letters
+WHERE status = 'open'
+  AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(all)s OR message_id = ANY(%(message_ids)s::text[])
+       OR run_id = ANY(%(run_ids)s::uuid[]))
+  AND (%(older_than_s)s::float8 IS NULL
+       OR COALESCE(sent_at, first_seen_at) <= now() - make_interval(secs => %(older_than_s)s))
+ORDER BY sent_at, message_id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: resolve_dead_letter
+UPDATE dead_letters
+SET status = %(status)s, resolved_at = now(), resolved_by = %(actor)s,
+    resolved_by_user_id = %(actor_user_id)s, resolution_reason = %(reason)s
+WHERE message_id = %(message_id)s AND status = 'open';
+
+-- name: open_dead_letters
+-- What dlq_depth adds to the messages still in SQS: archived and neither redriven nor purged.
+SELECT count(*) AS open FROM dead_letters
+WHERE status = 'open' AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s);
+
 -- ── metrics: fleet-wide aggregates (tenant_id NULL, /metrics and /api/metrics, no tenant in any
 -- label) or one tenant's (its admins' overview page) ────────────────────────────────────────
 -- name: runs_by_status
@@ -140,3 +208,14 @@ SELECT pg_try_advisory_lock(%(key)s) AS locked;
 
 -- name: cleanup_unlock
 SELECT pg_advisory_unlock(%(key)s);
+
+-- ── the CLI's redrive publishes at once (a gateway's relay would, later) ────────────────────
+-- name: claim_unpublished_jobs
+-- SKIP LOCKED: a gateway relay publishing the same rows right now keeps them.
+SELECT run_id, payload FROM job_outbox
+WHERE run_id = ANY(%(run_ids)s::uuid[]) AND published_at IS NULL
+FOR UPDATE SKIP LOCKED;
+
+-- name: mark_job_published
+UPDATE job_outbox SET published_at = now(), attempts = attempts + 1, last_error = NULL
+WHERE run_id = %(run_id)s;

@@ -99,10 +99,15 @@ class GatewaySettings(CommonSettings):
     metrics_stale_after_s: float = 300.0
     # Cleanup pass every this many seconds, one replica at a time; 0 = only `ingest cleanup`.
     cleanup_interval_s: float = Field(default=3600.0, ge=0)
-    # Bearer token that /metrics and /api/metrics require; empty = open (aggregates only).
+    # Bearer token that /metrics and /api/metrics require; required outside DEV_MODE
+    # (docs/decisions/0062). Empty in dev mode = open.
     metrics_token: str = ""
-    # Most DLQ messages one listing, redrive or purge looks at (SQS has no paging).
+    # Dead letters (docs/decisions/0060): the housekeeping loop moves SQS's dead letters into
+    # Postgres this often (0 = only `ingest dlq sync`), at most DLQ_SCAN_MAX per pass, keeping
+    # at most DLQ_BODY_MAX_BYTES of each body.
+    dlq_archive_interval_s: float = Field(default=30.0, ge=0)
     dlq_scan_max: int = Field(default=1000, ge=10)
+    dlq_body_max_bytes: int = Field(default=65536, ge=1024, le=262144)
 
     # Sign-in throttle (gateway/login_throttle.py, docs/decisions/0056), shared by all replicas
     # through Postgres: attempts per account (e-mail) and per client address in a window of
@@ -131,6 +136,12 @@ class GatewaySettings(CommonSettings):
             self.jwt_secret.lower() in PLACEHOLDER_SECRETS or len(self.jwt_secret) < 32
         ):
             raise ValueError("JWT_SECRET must be a random secret of at least 32 characters")
+        if not self.dev_mode and (
+            self.metrics_token.lower() in PLACEHOLDER_SECRETS or len(self.metrics_token) < 16
+        ):
+            # /metrics and /api/metrics span every tenant: never open outside dev mode.
+            raise ValueError("METRICS_TOKEN must be set outside DEV_MODE: a random secret of at "
+                             "least 16 characters that scrapers send as a bearer token")
         if self.sync_heartbeat_s * 2 > self.sync_stale_s:
             # A live sync must beat well inside the window, or the crash guard fails it.
             raise ValueError("SYNC_HEARTBEAT_S must be at most half SYNC_STALE_S")

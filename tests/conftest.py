@@ -149,6 +149,8 @@ def stack_env(database_url: str, moto: MotoServer, queues: Queues, tmp_path: Pat
         "UPLOAD_STORE_URI": (tmp_path / "uploads").as_uri(),
         "ARTIFACT_STORE_URI": (tmp_path / "artifacts").as_uri(),
         "JWT_SECRET": stack.TEST_JWT_SECRET,
+        # Required outside DEV_MODE (docs/decisions/0062); /metrics tests use their own.
+        "METRICS_TOKEN": "test-metrics-token-" + "m" * 20,
         "DEV_MODE": "false",
         "OUTBOX_POLL_S": "0.5",
         "OUTBOX_MAX_BACKOFF_S": "1",

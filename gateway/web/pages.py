@@ -198,16 +198,26 @@ async def document(doc_id: str, request: Request, ctx: Context) -> Template:
 # ── admin pages ─────────────────────────────────────────────────────────────────────────────
 @get("/")
 async def overview(request: Request, ctx: Context) -> Template:
-    """The /api/metrics figures for the admin's own tenant (docs/decisions/0011): runs, failures
-    and actions are tenant-scoped; only the shared queues' depths are fleet-wide."""
+    """The admin's own tenant's figures, as /v1/metrics has them (docs/decisions/0061)."""
+    return await _figures(request, ctx, "admin/overview.html", auth.current(request).tenant_id)
+
+
+@get("/fleet", guards=[auth.operator_only])
+async def fleet(request: Request, ctx: Context) -> Template:
+    """Operators: the fleet's figures, as /api/metrics has them."""
+    return await _figures(request, ctx, "admin/fleet.html", None)
+
+
+async def _figures(request: Request, ctx: Context, template: str,
+                   tenant_id: UUID | None) -> Template:
     try:
-        snap = await metrics.snapshot(ctx.pool, ctx.depths,
-                                      stale_s=ctx.settings.metrics_stale_after_s,
-                                      tenant_id=auth.current(request).tenant_id)
-        figures, problem = metrics.dashboard_json(snap)["ingest"], None
+        snap = await metrics.snapshot(ctx.pool, ctx.depths, tenant_id=tenant_id,
+                                      stale_s=ctx.settings.metrics_stale_after_s)
+        json = metrics.tenant_json(snap) if tenant_id else metrics.dashboard_json(snap)
+        figures, problem = json["ingest"], None
     except errors.AppError as exc:
         figures, problem = None, exc.detail
-    return render(request, "admin/overview.html", figures=figures, problem=problem)
+    return render(request, template, figures=figures, problem=problem)
 
 
 @get("/sources")
@@ -220,14 +230,31 @@ async def source(source_id: str, request: Request) -> Template:
     return render(request, "admin/source.html", source_id=_uuid(source_id, "source"))
 
 
-@get("/dlq")
+# Operators see every tenant's dead letters; a tenant admin their own, with the same templates
+# over /v1/dead-letters and without purge (docs/decisions/0060).
+_ALL_DLQ: dict[str, Any] = {"api": "/v1/admin/dlq", "base": "/admin/dlq", "everyone": True}
+_OWN_DLQ: dict[str, Any] = {"api": "/v1/dead-letters", "base": "/admin/dead-letters",
+                            "everyone": False}
+
+
+@get("/dlq", guards=[auth.operator_only])
 async def dead_letters(request: Request) -> Template:
-    return render(request, "admin/dlq.html")
+    return render(request, "admin/dlq.html", **_ALL_DLQ)
 
 
-@get("/dlq/{message_id:str}")
+@get("/dlq/{message_id:str}", guards=[auth.operator_only])
 async def dead_letter(message_id: str, request: Request) -> Template:
-    return render(request, "admin/dlq_message.html", message_id=message_id)
+    return render(request, "admin/dlq_message.html", message_id=message_id, **_ALL_DLQ)
+
+
+@get("/dead-letters")
+async def own_dead_letters(request: Request) -> Template:
+    return render(request, "admin/dlq.html", **_OWN_DLQ)
+
+
+@get("/dead-letters/{message_id:str}")
+async def own_dead_letter(message_id: str, request: Request) -> Template:
+    return render(request, "admin/dlq_message.html", message_id=message_id, **_OWN_DLQ)
 
 
 @get("/users")
@@ -239,7 +266,8 @@ async def user_list(request: Request, ctx: Context) -> Template:
 
 def router(files: assets.Assets) -> Router:
     admin = Router("/admin", guards=[auth.admin_only], route_handlers=[
-        overview, sources, source, dead_letters, dead_letter, user_list])
+        overview, sources, source, dead_letters, dead_letter,
+        fleet, own_dead_letters, own_dead_letter, user_list])
     return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,
                                   documents, document, admin, files.route()])

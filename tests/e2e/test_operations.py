@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cli.embedded import MotoServer, free_port
-from gateway import crash_guard, dlq, reopen
+from gateway import crash_guard
 from shared import db, objectstore
 from tests.support import documents, ops, stack, submit
 from tests.support.stack import wait_until
@@ -88,7 +88,7 @@ def test_poison_messages_land_in_the_dlq_and_redrive_processes_them_exactly_once
         assert _sweep_crashed(database_url).failed_running == 5
         assert all(submit.status(conn, j.run_id) == "failed" for j, _ in jobs)
 
-        # Then `ingest dlq list` shows all five with why they are there
+        # Then `ingest dlq list` moves them into Postgres and shows all five with why they are there
         listed = orjson.loads(_cli(stack_env, "dlq", "list", "--json").stdout)
         assert {i["run_id"] for i in listed["items"]} == {str(j.run_id) for j, _ in jobs}
         for item in listed["items"]:
@@ -102,7 +102,9 @@ def test_poison_messages_land_in_the_dlq_and_redrive_processes_them_exactly_once
                                 "--json").stdout)
         assert dry["redriven"] == 5 and {i["outcome"] for i in dry["items"]} == {"would_redrive"}
         assert [submit.run_row(conn, j.run_id) for j, _ in jobs] == before
-        assert ops.depth(queues, queues.dlq_url) == 5 and ops.depth(queues) == 0
+        assert ops.depth(queues, queues.dlq_url) == 0 and ops.depth(queues) == 0
+        assert conn.execute("SELECT count(*) AS n FROM dead_letters WHERE status = 'open'"
+                            ).fetchone()["n"] == 5
         assert conn.execute("SELECT count(*) AS n FROM run_actions").fetchone()["n"] == 0
 
         # When the cause is fixed (S3 reachable again) and the operator redrives everything
@@ -110,6 +112,7 @@ def test_poison_messages_land_in_the_dlq_and_redrive_processes_them_exactly_once
         done = orjson.loads(_cli(stack_env, "dlq", "redrive", "--all", "--reason",
                                  "S3 outage over", "--json").stdout)
         assert done["redriven"] == 5 and all(i["reopened"] for i in done["items"])
+        assert done["published"] == 5
 
         # Then each run is processed exactly once: succeeded, one version, queues empty
         wait_until(lambda: all(submit.status(conn, j.run_id) == "succeeded" for j, _ in jobs),
@@ -156,49 +159,6 @@ def test_redrive_of_a_message_whose_run_succeeded_is_a_no_op(conn, queues, tenan
     assert len(submit.versions(conn, job.doc_id)) == 1
 
 
-class _CrashBeforeDelete(dlq.DeadLetterQueue):
-    """A redrive process that dies after sending a copy, before deleting the dead letter."""
-
-    def delete(self, letter: dlq.DeadLetter) -> None:
-        raise KeyboardInterrupt("operator's laptop went to sleep")
-
-
-def test_redrive_interrupted_between_send_and_delete_leaves_a_duplicate_the_worker_absorbs(
-        conn, queues, tenants, store_root, stack_env, out_dir):
-    # Given a dead letter of a failed run whose upload is still there
-    user = tenants.user()
-    job = ops.make_run(conn, store_root, user)
-    ops.to_dlq(queues, job.body)
-    operator = reopen.Actor("cli:test")
-
-    # When a redrive dies after the send and before the delete
-    crashing = _CrashBeforeDelete(queues.client, queues.dlq_url, queues.url)
-    with pytest.raises(KeyboardInterrupt):
-        dlq.redrive(crashing, conn, selection=dlq.Selection(all=True), actor=operator,
-                    reason="first try")
-
-    # Then nothing is lost: the copy is on the ingest queue and the original still in the DLQ
-    assert ops.depth(queues) == 1 and ops.depth(queues, queues.dlq_url) == 1
-    assert submit.status(conn, job.run_id) == "queued"
-
-    # When the operator runs the redrive again (the run is queued now: nothing to reopen)
-    healthy = dlq.DeadLetterQueue(queues.client, queues.dlq_url, queues.url)
-    again = dlq.redrive(healthy, conn, selection=dlq.Selection(all=True), actor=operator,
-                        reason="second try")
-    assert [i["reopened"] for i in again["items"]] == [False]
-    assert ops.depth(queues) == 2 and ops.depth(queues, queues.dlq_url) == 0
-
-    # Then a worker processes the run once and absorbs the duplicate
-    worker = stack.start_worker(stack_env, out_dir, once=True)
-    assert worker.proc.wait(240) == 0, worker.logs()[-3000:]
-    assert submit.status(conn, job.run_id) == "succeeded"
-    assert len(submit.versions(conn, job.doc_id)) == 1
-    assert _completions(worker, job.run_id, "succeeded") == 1
-    assert _empty(queues)
-    assert [a["reason"] for a in ops.actions(conn, job.run_id)] == ["first try", "second try"]
-
-
-# ── explicit retry ──────────────────────────────────────────────────────────────────────────
 def test_retry_of_a_failed_run_succeeds(conn, queues, tenants, stack_env, out_dir):
     # Given an upload whose run failed (say the queue lost it), with its file still stored
     user = tenants.user(role="user")

@@ -34,7 +34,7 @@ COMMON_REQUIRED = {"DATABASE_URL", "AWS_REGION", "SQS_QUEUE_URL", "SQS_DLQ_URL",
                    "UPLOAD_STORE_URI", "ARTIFACT_STORE_URI"}
 REQUIRED = {
     "bootstrap": {"DATABASE_URL", "AWS_REGION"},
-    "gateway": COMMON_REQUIRED | {"JWT_SECRET"},
+    "gateway": COMMON_REQUIRED | {"JWT_SECRET", "METRICS_TOKEN"},
     "worker": COMMON_REQUIRED | {"WORKER_MAX_CONCURRENT_JOBS"},
 }
 # Read by boto3/botocore and Hugging Face rather than by our settings classes.

@@ -8,13 +8,15 @@ import pytest
 from shared.settings import GatewaySettings, WorkerSettings
 
 STRONG = "k" * 48
+METRICS = "m" * 24
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
     """Only what a test passes counts: the developer's or CI's environment must not leak in."""
     for key in ("JWT_SECRET", "AUTH_ENABLED", "DEV_MODE", "DEV_TENANT_ID", "DEV_USER_ID",
-                "UPLOAD_MAX_SIZE_MB", "WORKER_MAX_CONCURRENT_JOBS", "SQS_WAIT_TIME_S"):
+                "UPLOAD_MAX_SIZE_MB", "WORKER_MAX_CONCURRENT_JOBS", "SQS_WAIT_TIME_S",
+                "METRICS_TOKEN"):
         monkeypatch.delenv(key, raising=False)
 
 
@@ -25,8 +27,19 @@ def refused(**kwargs) -> str:
 
 
 def test_production_settings_with_a_strong_secret_construct():
-    settings = GatewaySettings(jwt_secret=STRONG)
+    settings = GatewaySettings(jwt_secret=STRONG, metrics_token=METRICS)
     assert settings.auth_enabled and not settings.dev_mode
+
+
+@pytest.mark.parametrize("token", ["", "secret", "short"])
+def test_metrics_need_a_real_token_outside_dev_mode(token):
+    # /metrics and /api/metrics span every tenant: never open in production.
+    assert "METRICS_TOKEN must be set outside DEV_MODE" in refused(jwt_secret=STRONG,
+                                                                   metrics_token=token)
+
+
+def test_metrics_may_be_open_in_dev_mode():
+    assert GatewaySettings(dev_mode=True).metrics_token == ""
 
 
 def test_auth_disabled_without_dev_mode_is_refused():
@@ -67,7 +80,7 @@ def test_missing_secret_from_environment_is_refused():
 
 
 def test_thirty_two_characters_are_enough():
-    assert GatewaySettings(jwt_secret="x" * 32).jwt_secret == "x" * 32
+    assert GatewaySettings(jwt_secret="x" * 32, metrics_token=METRICS).jwt_secret == "x" * 32
 
 
 @pytest.mark.parametrize("secret", ["", "change-me", "short"])
@@ -77,7 +90,7 @@ def test_weak_secret_is_fine_in_dev_mode(secret):
 
 def test_upload_limit_is_read_in_megabytes(monkeypatch):
     monkeypatch.setenv("UPLOAD_MAX_SIZE_MB", "1.5")
-    assert GatewaySettings(jwt_secret=STRONG).upload_max_bytes == 1_572_864
+    assert GatewaySettings(jwt_secret=STRONG, metrics_token=METRICS).upload_max_bytes == 1_572_864
 
 
 def test_worker_concurrency_must_be_positive(monkeypatch):

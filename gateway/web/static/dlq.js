@@ -1,5 +1,5 @@
-/* Admin dead-letter queue, over /v1/admin/dlq: list, inspect, redrive (selected or all) and
- * purge what is older than an age. A listing scans the queue, so it takes a second or two. */
+/* Dead letters, over /v1/admin/dlq (operators: every tenant, purge) or /v1/dead-letters (a tenant
+ * admin's own): list, inspect, redrive (selected or all). The page's data-api names which. */
 (function () {
   "use strict";
   const DF = window.DF;
@@ -22,13 +22,16 @@
     return "Done: " + parts.join(", ") + "." + (details.length ? " " + details[0] : "");
   }
 
-  async function redrive(body) {
-    return DF.api("POST", "/v1/admin/dlq/redrive", Object.assign(
+  async function redrive(api, body) {
+    return DF.api("POST", api + "/redrive", Object.assign(
       { reason: "redriven from the web UI" }, body));
   }
 
   /* ── the list ─────────────────────────────────────────────────────────────────────── */
   function listPage(root) {
+    const api = root.dataset.api;
+    const base = root.dataset.base;
+    const everyone = api === "/v1/admin/dlq";
     const rows = DF.field(root, "rows");
     const table = DF.field(root, "table");
     const result = DF.field(root, "action_result");
@@ -48,16 +51,14 @@
     async function load() {
       DF.field(root, "loading").hidden = false;
       try {
-        const data = await DF.api("GET", "/v1/admin/dlq?limit=200");
+        const data = await DF.api("GET", api + "?limit=200");
         rows.replaceChildren(...data.items.map(row));
         table.hidden = data.items.length === 0;
         all.disabled = data.items.length === 0;
         DF.field(root, "empty").hidden = data.items.length > 0;
         const incomplete = DF.field(root, "incomplete");
-        incomplete.hidden = data.complete !== false && data.total <= data.items.length;
-        incomplete.textContent = data.complete === false
-          ? "The queue holds more messages than one look covers; redrive or purge these, then reload."
-          : "Showing " + data.items.length + " of " + data.total + " messages, oldest first.";
+        incomplete.hidden = data.total <= data.items.length;
+        incomplete.textContent = "Showing " + data.items.length + " of " + data.total + " dead letters, oldest first.";
         DF.message(DF.field(root, "error"), "");
       } catch (e) {
         DF.message(DF.field(root, "error"), e.message, true);
@@ -71,10 +72,11 @@
       const box = DF.h("input", { type: "checkbox", value: letter.message_id,
         "aria-label": "Select message " + letter.message_id });
       box.addEventListener("change", updateSelection);
-      return DF.h("tr", { "data-message-id": letter.message_id },
-        DF.h("td", {}, box),
-        DF.h("td", { "data-label": "Message" }, DF.link("/admin/dlq/" + encodeURIComponent(letter.message_id),
-          letter.message_id.slice(0, 8) + "…")),
+      const cells = [DF.h("td", {}, box),
+        DF.h("td", { "data-label": "Message" }, DF.link(base + "/" + encodeURIComponent(letter.message_id),
+          letter.message_id.slice(0, 8) + "…"))];
+      if (everyone) cells.push(DF.h("td", { "data-label": "Tenant" }, letter.tenant_id ? letter.tenant_id.slice(0, 8) + "…" : "none"));
+      return DF.h("tr", { "data-message-id": letter.message_id }, ...cells,
         DF.h("td", { "data-label": "Run" }, runLink(letter.run_id)),
         DF.h("td", { "data-label": "Run status" }, letter.run_status ? DF.pill(letter.run_status) : "—"),
         DF.h("td", { "data-label": "Receives" }, letter.receive_count),
@@ -101,21 +103,21 @@
     });
     selected.addEventListener("click", () => act(selected, async function () {
       const ids = boxes().filter((b) => b.checked).map((b) => b.value);
-      return report(await redrive({ message_ids: ids }));
+      return report(await redrive(api, { message_ids: ids }));
     }));
     all.addEventListener("click", function () {
-      if (!window.confirm("Send every dead letter of your tenant back to the ingest queue?")) return;
-      act(all, async () => report(await redrive({ all: true })));
+      if (!window.confirm("Send every open dead letter" + (everyone ? "" : " of your tenant") + " back to the ingest queue?")) return;
+      act(all, async () => report(await redrive(api, { all: true })));
     });
     root.querySelector('[data-action="reload"]').addEventListener("click", load);
 
     const purge = root.querySelector("[data-purge]");
-    purge.addEventListener("submit", function (e) {
+    if (purge) purge.addEventListener("submit", function (e) {
       e.preventDefault();
       const olderThan = purge.elements.older_than.value.trim();
-      if (!window.confirm("Delete the dead letters older than " + olderThan + " for good?")) return;
+      if (!window.confirm("Purge the dead letters older than " + olderThan + "? They cannot be redriven after.")) return;
       act(purge.querySelector("button"), async function () {
-        const done = await DF.api("POST", "/v1/admin/dlq/purge",
+        const done = await DF.api("POST", api + "/purge",
           { older_than: olderThan, confirm: true, reason: "purged from the web UI" });
         return "Purged " + done.purged + " message" + (done.purged === 1 ? "" : "s") + ".";
       });
@@ -127,16 +129,18 @@
   /* ── one message ──────────────────────────────────────────────────────────────────── */
   function messagePage(root) {
     const id = root.dataset.dlqMessage;
+    const api = root.dataset.api;
     const result = DF.field(root, "action_result");
 
     async function load() {
       try {
-        const m = await DF.api("GET", "/v1/admin/dlq/" + encodeURIComponent(id));
+        const m = await DF.api("GET", api + "/" + encodeURIComponent(id));
         DF.setText(root, "reason", m.reason || "—");
         DF.facts(DF.field(root, "summary"), [
           ["Run", runLink(m.run_id)],
           ["Run status", m.run_status ? DF.pill(m.run_status) : "—"],
           ["Run error", (m.run && m.run.error) || "—"],
+          ["State", m.status + (m.resolved_by ? " by " + m.resolved_by : "")],
           ["Receives", m.receive_count],
           ["Deliveries to workers", m.deliveries ?? "—"],
           ["Sent", DF.localTime(m.sent_at)],
@@ -147,10 +151,11 @@
         DF.setText(root, "body", body);
         const attrs = Object.assign({}, m.attributes || {}, m.system_attributes || {});
         DF.facts(DF.field(root, "attributes"), Object.entries(attrs));
+        root.querySelector('[data-action="redrive-one"]').hidden = m.status !== "open";
         DF.field(root, "content").hidden = false;
       } catch (e) {
         DF.message(DF.field(root, "error"), e.status === 404
-          ? "This message is no longer in the dead-letter queue (it was redriven or purged); go back to the queue."
+          ? "No such dead letter here; go back to the list."
           : e.message, true);
       } finally {
         DF.field(root, "loading").hidden = true;
@@ -161,7 +166,7 @@
     button.addEventListener("click", async function () {
       button.disabled = true;
       try {
-        const done = await redrive({ message_ids: [id] });
+        const done = await redrive(api, { message_ids: [id] });
         DF.message(result, report(done));
         if (done.redriven) button.hidden = true;
       } catch (e) {
