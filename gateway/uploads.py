@@ -229,8 +229,9 @@ def _feed(parser: StreamingFormDataParser, chunk: bytes) -> None:
     try:
         parser.data_received(chunk)
     except UnexpectedPartException as exc:
+        name = (exc.part_name or "")[:40]
         raise errors.UnknownField(
-            f"The form field {exc.part_name[:40]!r} is not accepted; send the file in 'file' "
+            f"The form field {name!r} is not accepted; send the file in 'file' "
             "and nothing else but 'title' or 'doc_id'.") from exc
     except ParseFailedException as exc:
         raise errors.InvalidRequest(_MALFORMED) from exc
