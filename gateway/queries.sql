@@ -10,6 +10,17 @@ VALUES (%(tenant_id)s, %(source_type)s, %(source_uri)s, %(title)s, %(source_id)s
 ON CONFLICT (tenant_id, source_uri) DO UPDATE SET title = EXCLUDED.title
 RETURNING doc_id, (xmax = 0) AS is_new;
 
+-- name: lock_document_for_upload
+-- An upload that names its document (a new version): only a document of the caller's tenant.
+SELECT doc_id, title, source_uri FROM documents
+WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s
+FOR UPDATE;
+
+-- name: set_upload_identity
+-- A document versioned by id is no longer found by its first bytes (docs/decisions/0045).
+UPDATE documents SET source_uri = %(source_uri)s, source_type = %(source_type)s, title = %(title)s
+WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s;
+
 -- name: active_version_hash
 SELECT content_hash FROM document_versions
 WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s AND is_active;

@@ -3,30 +3,43 @@
 The body is parsed as it arrives (streaming-form-data); file bytes are batched, hashed and
 written in a worker thread, so neither the whole file nor a second copy of it is ever held.
 The size cap and the content check apply while streaming; any failure removes what was written.
+
+The form is hostile until checked: exactly one file part, each text field once and within its
+limit, no other field, and everything that is not file bytes (part headers, boundaries, text
+values) within one small budget, so no part of the body is ever buffered without a bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from streaming_form_data import StreamingFormDataParser
-from streaming_form_data.parser import ParseFailedException
-from streaming_form_data.targets import BaseTarget, ValueTarget
+from streaming_form_data.parser import ParseFailedException, UnexpectedPartException
+from streaming_form_data.targets import BaseTarget
 
 from gateway import filenames, filetypes
 from shared import errors, objectstore
 
 # Bytes gathered before a write; big enough to amortise the thread hop, small enough for memory.
 FLUSH_BYTES = 1024 * 1024
-# Multipart framing and the title field are small; a body beyond cap + this is too large.
+# Multipart framing and the text fields are small; a body beyond cap + this is too large.
 FRAMING_SLACK = 64 * 1024
+# The text fields the form may carry besides `file`, each at most once, with its limit in bytes.
+TEXT_FIELDS = {"title": 1024, "doc_id": 64}
+# Everything in the body that is not file bytes, together: part headers (which the parser buffers
+# whole), boundaries, preamble and text values. A real form needs a few hundred bytes.
+NON_FILE_LIMIT = 16 * 1024
 # After refusing a body we keep reading (and discarding) up to this much, so the client gets
 # our 413/415 instead of a connection reset in the middle of its send.
 DRAIN_LIMIT = 512 * 1024 * 1024
-MAX_TITLE_CHARS = 500
+# An oversized field or header is no form a client means to send: it is answered at once and
+# the rest is not read (uvicorn discards what still arrives, then closes the connection). The
+# other refusals may be a client's honest mistake, so they are drained like 413/415.
+_ANSWER_AT_ONCE = (errors.FieldTooLarge,)
 _MALFORMED = ("The body is not valid multipart/form-data; send the file in a field named 'file' "
               "with a multipart boundary.")
 
@@ -41,6 +54,7 @@ class ReceivedFile:
     size_bytes: int
     content_hash: str  # "sha256:<hex>"
     title: str | None
+    doc_id: uuid.UUID | None  # the document this upload is a new version of, if named
 
 
 def too_large(max_bytes: int) -> errors.FileTooLarge:
@@ -56,6 +70,8 @@ class _FileTarget(BaseTarget):
         super().__init__()
         self.max_bytes = max_bytes
         self.allowed = allowed
+        self.started = False
+        self.filename = ""
         self.source_type = ""
         self.size = 0
         # The parser's chunks, kept as they came: the event loop copies no file bytes.
@@ -67,8 +83,15 @@ class _FileTarget(BaseTarget):
         self.complete = False
 
     def on_start(self) -> None:
+        # A second file part would be appended to the first under the second's name, after the
+        # type check saw only the first: refuse it as soon as its headers arrive.
+        if self.started:
+            raise errors.MultipleFiles()
+        self.started = True
+        # Kept here: the parser overwrites multipart_filename with each later part's name.
+        self.filename = self.multipart_filename or ""
         # The name arrives with the part's headers: refuse a bad extension before any bytes.
-        self.source_type = filetypes.source_type_for(self.multipart_filename or "", self.allowed)
+        self.source_type = filetypes.source_type_for(self.filename, self.allowed)
 
     def on_data_received(self, chunk: bytes) -> None:
         self.size += len(chunk)
@@ -91,6 +114,32 @@ class _FileTarget(BaseTarget):
     def take(self) -> list[bytes]:
         chunks, self.pending, self.pending_bytes = self.pending, [], 0
         return chunks
+
+
+class _TextTarget(BaseTarget):
+    """One short text field, kept in memory up to its limit and refused beyond it."""
+
+    def __init__(self, name: str, limit: int) -> None:
+        super().__init__()
+        self.name = name
+        self.limit = limit
+        self.started = False
+        self.value = bytearray()
+
+    def on_start(self) -> None:
+        if self.started:
+            raise errors.DuplicateField(f"The form sends '{self.name}' more than once; send it once.")
+        self.started = True
+
+    def on_data_received(self, chunk: bytes) -> None:
+        if len(self.value) + len(chunk) > self.limit:
+            raise errors.FieldTooLarge(
+                f"The '{self.name}' field is longer than {self.limit} bytes; shorten it.")
+        self.value += chunk
+
+    def text(self) -> str | None:
+        # Postgres text cannot hold NUL: drop it, keep the rest as sent.
+        return self.value.decode("utf-8", "replace").replace("\x00", "").strip() or None
 
 
 class _Sink:
@@ -136,42 +185,59 @@ async def receive(
     max_bytes: int,
     allowed: tuple[str, ...],
 ) -> ReceivedFile:
-    """Stream the ``file`` (and optional ``title``) fields of a multipart body into the store."""
+    """Stream the ``file`` field of a multipart body into the store; read ``title``/``doc_id``."""
     if not content_type.lower().startswith("multipart/form-data"):
         raise errors.InvalidRequest("Send the file as multipart/form-data in a field named 'file'.")
     target = _FileTarget(max_bytes, allowed)
-    title = ValueTarget()
+    texts = {name: _TextTarget(name, limit) for name, limit in TEXT_FIELDS.items()}
     try:
-        parser = StreamingFormDataParser(headers={"Content-Type": content_type})
+        # strict: a field that is not registered is refused at its headers, never buffered.
+        parser = StreamingFormDataParser(headers={"Content-Type": content_type}, strict=True)
     except ParseFailedException as exc:
         raise errors.InvalidRequest(_MALFORMED) from exc
     parser.register("file", target)
-    parser.register("title", title)
+    for name, text in texts.items():
+        parser.register(name, text)
 
     def open_writer() -> objectstore.Writer:
-        name = filenames.safe_filename(target.multipart_filename or "")
-        return store.writer(f"{key_prefix}/{name}")
+        return store.writer(f"{key_prefix}/{filenames.safe_filename(target.filename)}")
 
     sink = _Sink(open_writer)
     try:
         if content_length is not None and content_length > max_bytes + FRAMING_SLACK:
             raise too_large(max_bytes)
+        received = 0
         async for chunk in body:
-            try:
-                parser.data_received(chunk)
-            except ParseFailedException as exc:
-                raise errors.InvalidRequest(_MALFORMED) from exc
+            received += len(chunk)
+            _feed(parser, chunk)
+            # Checked per chunk, so a part's headers (buffered by the parser) stay bounded.
+            if received - target.size > NON_FILE_LIMIT:
+                raise errors.FieldTooLarge(
+                    f"The form's fields and headers besides the file exceed {NON_FILE_LIMIT} "
+                    "bytes; send only file, title and doc_id.")
             if target.pending_bytes >= FLUSH_BYTES:
                 await sink.write(target.take())
-        return await _finish(target, title, sink)
+        return await _finish(target, texts, sink)
     except BaseException as exc:
         await sink.abort()
-        if isinstance(exc, errors.AppError):
+        if isinstance(exc, errors.AppError) and not isinstance(exc, _ANSWER_AT_ONCE):
             await _drain(body)
         raise
 
 
-async def _finish(target: _FileTarget, title: ValueTarget, sink: _Sink) -> ReceivedFile:
+def _feed(parser: StreamingFormDataParser, chunk: bytes) -> None:
+    try:
+        parser.data_received(chunk)
+    except UnexpectedPartException as exc:
+        name = (exc.part_name or "")[:40]
+        raise errors.UnknownField(
+            f"The form field {name!r} is not accepted; send the file in 'file' "
+            "and nothing else but 'title' or 'doc_id'.") from exc
+    except ParseFailedException as exc:
+        raise errors.InvalidRequest(_MALFORMED) from exc
+
+
+async def _finish(target: _FileTarget, texts: dict[str, _TextTarget], sink: _Sink) -> ReceivedFile:
     if not target.source_type:
         raise errors.InvalidRequest("The form has no file; send it in a field named 'file'.")
     if not target.complete:
@@ -180,21 +246,30 @@ async def _finish(target: _FileTarget, title: ValueTarget, sink: _Sink) -> Recei
         raise errors.EmptyFile()
     if not target.checked:
         target.check(complete=True)
+    doc_id = _doc_id(texts["doc_id"].text())
     uri = await sink.commit(target.take())
-    # Postgres text cannot hold NUL: drop it from what we keep for display, keep the rest as sent.
-    original = (target.multipart_filename or "").replace("\x00", "")
-    title_text = (title.value.decode("utf-8", "replace").replace("\x00", "").strip()
-                  [:MAX_TITLE_CHARS] or None)
     return ReceivedFile(
         upload_uri=uri,
-        original_filename=original,
+        # Postgres text cannot hold NUL: drop it from what we keep for display.
+        original_filename=target.filename.replace("\x00", ""),
         stored_filename=uri.rsplit("/", 1)[-1],
         source_type=target.source_type,
         content_type=filetypes.CONTENT_TYPES[target.source_type],
         size_bytes=target.size,
         content_hash=f"sha256:{sink.sha.hexdigest()}",
-        title=title_text,
+        title=texts["title"].text(),
+        doc_id=doc_id,
     )
+
+
+def _doc_id(value: str | None) -> uuid.UUID | None:
+    if value is None:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise errors.InvalidRequest(
+            "doc_id is not a document id; send the doc_id of one of your documents.") from None
 
 
 async def _drain(body: AsyncIterator[bytes]) -> None:

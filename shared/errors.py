@@ -114,6 +114,43 @@ class EmptyFile(AppError):
     code = "empty_file"
 
 
+# ── upload form errors (gateway/uploads.py): a hostile or mistaken multipart body ──────────
+class MultipleFiles(InvalidRequest):
+    """The form carries more than one file; upload one file per request."""
+
+    code = "multiple_files"
+
+
+class FieldTooLarge(InvalidRequest):
+    """A form field is longer than its limit; shorten it and upload again."""
+
+    code = "field_too_large"
+
+
+class UnknownField(InvalidRequest):
+    """The form has a field this route does not accept; send only file, title and doc_id."""
+
+    code = "unknown_field"
+
+
+class DuplicateField(InvalidRequest):
+    """A form field is sent more than once; send each field once."""
+
+    code = "duplicate_field"
+
+
+class DocumentNotFound(NotFound):
+    """No document with that doc_id exists in your tenant; upload without doc_id to create one."""
+
+    code = "document_not_found"
+
+
+class VersionedBySync(Conflict):
+    """This document comes from an S3 source, whose sync makes its versions; change the object."""
+
+    code = "document_versioned_by_sync"
+
+
 class ServiceUnavailable(AppError):
     """A backing service is unreachable; retry in a minute."""
 

@@ -45,9 +45,10 @@ class Skipped:
       operation_class=UPLOAD_FORM, responses={
           202: ResponseSpec(Queued, description="Accepted: a run is queued."),
           200: ResponseSpec(Skipped, description="Nothing to do: the content is already there."),
-          **openapi.errors(400, 404, 413, 415)})
+          **openapi.errors(400, 404, 409, 413, 415)})
 async def ingest(request: Request, ctx: Context) -> Response:
-    """Upload a document (multipart field `file`, optional `title`); 202 queued or 200 skipped."""
+    """Upload a document (multipart field `file`, optional `title` and `doc_id`); 202 queued or
+    200 skipped. With `doc_id` the upload becomes a new version of that document."""
     principal = auth.current(request)
     settings = ctx.settings
     run_id = uuid.uuid4()
@@ -70,6 +71,7 @@ async def ingest(request: Request, ctx: Context) -> Response:
         size_bytes=received.size_bytes, content_hash=received.content_hash,
         upload_uri=received.upload_uri, embedding_model=settings.embedding_model,
         embedding_dim=settings.embedding_dim,
+        doc_id=received.doc_id, replace_title=received.title is not None,
     )
     try:
         outcome = await intake.submit(ctx.pool, submission)

@@ -161,3 +161,21 @@ def test_refused_content_leaves_no_object(s3_gateway, s3, bucket, tenants):
         response = upload(client, "fake.pdf", b"not a pdf\n" * 2_000_000)
     assert_error(response, 415, "unsupported_type")
     assert keys(s3, bucket) == [] and pending_multipart(s3, bucket) == []
+
+
+def test_second_file_part_leaves_no_object_and_no_open_multipart(s3_gateway, s3, bucket, tenants,
+                                                                 conn):
+    # Given a form whose first file part (9 MiB, so a multipart upload is open in S3) is
+    # followed by a second file part
+    user = tenants.user(role="user")
+    head, content_type = multipart(b"first.txt", patterned(9 * MiB))
+    second, _ = multipart(b"second.txt", b"more text\n")
+    body = head.rsplit(b"--dragonfly-boundary-7f3a--", 1)[0] + second
+    # When it is posted
+    with s3_gateway.client(user.token) as client:
+        response = client.post("/v1/ingest", content=body, headers={"Content-Type": content_type})
+    # Then it is refused, the bucket is empty and the multipart upload was aborted
+    assert_error(response, 400, "multiple_files")
+    assert keys(s3, bucket) == [] and pending_multipart(s3, bucket) == []
+    assert counts(conn) == {"documents": 0, "ingestion_runs": 0, "job_outbox": 0,
+                            "document_versions": 0}

@@ -450,12 +450,23 @@ def test_empty_file_is_refused_400(gateway, tenants, conn, stack_env):
     assert_nothing_left(conn, upload_root(stack_env))
 
 
-def test_form_without_file_field_is_refused_400(gateway, tenants, conn, stack_env):
+def test_form_with_the_file_in_another_field_is_refused_400(gateway, tenants, conn, stack_env):
     user = tenants.user(role="user")
     # Given a multipart form whose file sits in another field, When it is posted
     with gateway.client(user.token) as client:
         response = client.post("/v1/ingest", files={"document": ("a.txt", b"hello")},
                                data={"title": "x"})
+    # Then it is refused as an unknown field with a hint about the field name; nothing is left
+    body = assert_error(response, 400, "unknown_field")
+    assert "'document'" in body["detail"] and "'file'" in body["detail"]
+    assert_nothing_left(conn, upload_root(stack_env))
+
+
+def test_form_without_file_field_is_refused_400(gateway, tenants, conn, stack_env):
+    user = tenants.user(role="user")
+    # Given a multipart form with only a title, When it is posted
+    with gateway.client(user.token) as client:
+        response = client.post("/v1/ingest", files={"title": (None, b"Minutes")})
     # Then it is refused with a hint about the field name, and nothing is left behind
     body = assert_error(response, 400, "invalid_request")
     assert "'file'" in body["detail"]
