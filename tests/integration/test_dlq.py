@@ -3,7 +3,6 @@ and the same through the admin API (tenant-scoped) and the `ingest dlq` CLI (all
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -319,7 +318,7 @@ def test_admin_api_is_for_admins_only(gateway, tenants):
 # ── CLI: every tenant ───────────────────────────────────────────────────────────────────────
 def _cli(stack_env, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cli.main", "dlq", *args], cwd=stack.ROOT,
-                          env={**os.environ, **stack_env}, capture_output=True, text=True,
+                          env=stack.clean_env(stack_env), capture_output=True, text=True,
                           timeout=120, input=stdin)
 
 
