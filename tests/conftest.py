@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,13 +42,19 @@ _TEST_HASH = auth.hash_password(TEST_PASSWORD)
 
 
 @pytest.fixture(scope="session")
-def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+def pg() -> Iterator[EmbeddedPostgres]:
+    # Not under pytest's temp root: every pytest run of this user resets that root to 0700 and
+    # prunes old runs' folders, which would cut the server (run as `pgserver` under root) off
+    # from its data while this session still uses it.
+    folder = Path(tempfile.mkdtemp(prefix="ingest-test-pg-"))
+    folder.chmod(0o755)
     # Disposable: no fsync, trust auth. Only the test suite opts out of a durable server.
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", disposable=True)
+    server = EmbeddedPostgres(folder / "data", disposable=True)
     server.start()
     migrate.apply(server.ensure_database(TEMPLATE))
     yield server
     server.stop("immediate")
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -177,8 +184,6 @@ def no_secrets_in_logs() -> Iterator[None]:
     holds no JWT, bearer token, DSN password, AWS key, SSN or e-mail address (§5.3–5.4)."""
     from tests.support import logscan
 
-    # Each run starts from an empty test-output/: what is there afterwards is this run's.
-    shutil.rmtree(OUTPUT, ignore_errors=True)
     with logscan.watch(OUTPUT) as findings:
         yield
     assert not findings, "secrets or personal data reached the logs:\n" + "\n".join(
