@@ -23,10 +23,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 PRIVATE = ("pg-password", "dev.env", "dev-token", "dev-password", "jwt-secret")
 
 
-def _start(folder: Path, out_dir: Path, workers: int) -> devstack.DevStack:
+def _start(folder: Path, out_dir: Path, workers: int, **settings: str) -> devstack.DevStack:
     port = free_port()
     # PYTHONPATH: the folder is not the project; everything else is a newcomer's environment.
-    env = devstack.newcomer_env(folder / "home", PYTHONPATH=str(ROOT))
+    env = devstack.newcomer_env(folder / "home", PYTHONPATH=str(ROOT), **settings)
     (folder / "home").mkdir(parents=True, exist_ok=True)
     argv = [str(ROOT / ".venv" / "bin" / "python"), "-m", "cli.main", "dev",
             "--port", str(port), "--workers", str(workers)]
@@ -102,7 +102,7 @@ def test_a_cluster_made_with_trust_auth_is_migrated_to_a_password(stack_folder, 
 
 def test_a_restart_keeps_the_data_and_publishes_the_jobs_moto_lost(stack_folder, out_dir):
     # Given a stack without workers, where one upload waits queued and another's run was left
-    # running an hour ago by a worker that is gone (no session holds its lock)
+    # running 5 minutes ago by a worker that is gone (no session holds its lock)
     stack = _start(stack_folder, out_dir, workers=0)
     try:
         _assert_private_and_durable(stack)
@@ -112,13 +112,15 @@ def test_a_restart_keeps_the_data_and_publishes_the_jobs_moto_lost(stack_folder,
             wait_until(lambda: _published_at(conn, queued) and _published_at(conn, orphaned),
                        message="both jobs published to moto")
             conn.execute("UPDATE ingestion_runs SET status = 'running', started_at = now(), "
-                         "updated_at = now() - interval '1 hour' WHERE run_id = %s", (orphaned,))
+                         "updated_at = now() - interval '5 minutes' WHERE run_id = %s",
+                         (orphaned,))
         assert stack.interrupt() == 0
     finally:
         stack.kill()
 
-    # When it starts again with a worker (moto's messages died with it)
-    stack = _start(stack_folder, out_dir, workers=1)
+    # When it starts again with a worker (moto's messages died with it), whose takeover window
+    # (scaled down from 15 min) the orphan's heartbeat has passed, and the crash guard's not
+    stack = _start(stack_folder, out_dir, workers=1, RUNNING_STALE_AFTER_S="60")
     try:
         # Then both runs are processed without anyone's help, with the same token and data
         again = stack.token()
@@ -149,8 +151,8 @@ def test_a_child_that_dies_is_restarted_and_no_work_is_lost(stack_folder, out_di
         wait_until(lambda: _published_at(conn, queued) and _published_at(conn, owned),
                    message="both jobs published to moto")
         owner.execute("SELECT pg_advisory_lock(%s)", (runs.lock_key(UUID(owned)),))
-        conn.execute("UPDATE ingestion_runs SET status = 'running', started_at = now(), "
-                     "updated_at = now() - interval '1 hour' WHERE run_id = %s", (owned,))
+        conn.execute("UPDATE ingestion_runs SET status = 'running', started_at = now() "
+                     "WHERE run_id = %s", (owned,))
         owned_published = _published_at(conn, owned)
 
         # When moto is killed -9
