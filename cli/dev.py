@@ -198,6 +198,7 @@ def _seed(database_url: str, jwt_secret: str) -> str:
 
 def _moto_starter(moto: MotoServer) -> Callable[[], subprocess.Popen]:
     def start() -> subprocess.Popen:
+        moto.stop()  # a retry after a failed hook: the last try's moto may still be running
         moto.start()  # same port: the URLs every child holds stay valid
         assert moto.proc is not None
         return moto.proc
