@@ -2,6 +2,8 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# The stamp is named after pyproject.toml's content, not its date: a checkout or copy that
+# touches the file without changing it does not reinstall; any change to it does.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .DEFAULT_GOAL := help
@@ -10,7 +12,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP):
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch is pinned (pyproject) to the CPU build on this machine's disk; see README.
@@ -20,16 +22,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install the project with its dev tools
 
+# `python -m` from this folder runs this checkout's code, whichever checkout installed the venv.
 run: $(STAMP) ## start the whole embedded stack (Postgres, SQS/S3, gateway, workers); Ctrl-C stops it
-	$(VENV)/bin/ingest dev
+	$(PY) -m cli.main dev
 
 test: $(STAMP) browser ## run every test against real Postgres, SQS/S3 and processes
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-browser: ## install Debian's chromium for the web UI tests (where apt-get exists)
+browser: ## install Debian's chromium for the web UI tests (where apt-get exists; required under CI=true)
 	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null || \
 		(apt-get update && apt-get install -y chromium) || \
-		echo "chromium could not be installed: the browser tests will skip (fail under CI=true)"
+		{ if [ "$$CI" = true ]; then echo "chromium could not be installed (CI=true needs it)"; exit 1; fi; \
+		  echo "chromium could not be installed: the browser tests will skip"; }
+	@[ "$$CI" != true ] || command -v chromium >/dev/null || \
+		{ echo "CI=true: no chromium and no apt-get to install it"; exit 1; }
 
 test-fast: $(STAMP) ## run the tests that need no embedding model
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -45,7 +45,7 @@ def main() -> None:
     args = _args()
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         root = Path(tmp)
-        pg, moto = EmbeddedPostgres(root / "pg"), MotoServer()
+        pg, moto = EmbeddedPostgres(root / "pg", disposable=True), MotoServer()
         pg.start()
         moto.start()
         try:

@@ -195,7 +195,7 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-sync-") as folder:
         root = pathlib.Path(folder)
-        pg = EmbeddedPostgres(root / "pg")
+        pg = EmbeddedPostgres(root / "pg", disposable=True)
         moto = MotoServer(log_path=root / "moto.log")
         try:
             pg.start()

@@ -59,7 +59,7 @@ class Stack:
     def __init__(self, folder: pathlib.Path, extra_env: dict[str, str] | None = None) -> None:
         self.folder = folder
         self.extra_env = extra_env or {}
-        self.pg = EmbeddedPostgres(folder / "pg")
+        self.pg = EmbeddedPostgres(folder / "pg", disposable=True)
         self.moto = MotoServer(log_path=folder / "moto.log")
         self.gateway: subprocess.Popen | None = None
         self.port = free_port()

@@ -1,62 +1,86 @@
 """`ingest dev`: the whole stack on one machine, data under .ingest/, stopped by Ctrl-C.
 
 Postgres and moto run as child processes; the gateway and workers are started exactly as in
-production (`ingest gateway`, `ingest worker`), configured only through the environment.
+production (`ingest gateway`, `ingest worker`), configured only through the environment. The
+stack needs nothing from the caller's environment: its settings (database password, moto's
+dummy AWS keys, queue URLs, JWT secret) are made here and handed to the children explicitly.
+A child that exits is restarted with backoff (cli/supervisor.py, docs/decisions/0041).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 from cli.embedded import EmbeddedPostgres, MotoServer, free_port
+from cli.supervisor import Supervisor
 from shared import aws, db, objectstore, queue
 from shared.db import migrate
+from shared.settings import DevSettings
+from worker import runs
+
+log = logging.getLogger("cli.dev")
+Q = db.load_queries(Path(__file__).with_name("dev.sql"))
 
 STATE = Path(".ingest")
 QUEUE_NAME = "ingest-jobs"
 BUCKET = "ingest-uploads"
 DEV_TENANT = "dev"
 DEV_ADMIN = "admin@dev.local"
+# moto accepts any keys; the stack's processes get these, never the caller's real ones.
+MOTO_KEYS = ("test", "test")
+REGION = "us-east-1"
 
 
 def run(*, workers: int | None, port: int | None) -> int:
-    STATE.mkdir(exist_ok=True)
-    workers = int(os.environ.get("WORKER_PROCESSES", "1")) if workers is None else workers
-    port = port or int(os.environ.get("PORT", "8000"))
-    pg = EmbeddedPostgres(STATE / "pgdata", port=_saved_port("pg-port"))
+    settings = DevSettings()
+    STATE.mkdir(mode=0o700, exist_ok=True)
+    workers = settings.worker_processes if workers is None else workers
+    port = port or settings.port
+    pg = EmbeddedPostgres(STATE / "pgdata", port=_saved_port("pg-port"),
+                          password=_secret("pg-password"))
     moto = MotoServer(port=_saved_port("moto-port"), log_path=STATE / "moto.log")
-    children: list[subprocess.Popen] = []
-    stopping = False
+    supervisor = Supervisor(backoff_s=settings.dev_restart_backoff_s,
+                            backoff_max_s=settings.dev_restart_backoff_max_s)
 
     def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
+        supervisor.stopping = True
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     try:
         database_url = _start_database(pg)
-        env = _environment(database_url, moto.start(), port)
-        _prepare_queues_and_bucket(env, database_url)
+        moto.start()
+        env = _environment(database_url, moto.url, port)
+        _prepare_queues_and_bucket(env)
+        _write_private(STATE / "dev.env", "".join(f"{k}={v}\n" for k, v in env.items()))
+        _republish_lost_jobs(database_url)
         token = _seed(database_url, env["JWT_SECRET"])
-        children.append(_spawn("gateway", env))
-        children += [_spawn("worker", env) for _ in range(workers)]
+
+        def moto_back() -> None:
+            # A new moto has empty queues and no bucket: make them again on the same port (so
+            # every child's URLs stay valid) and publish again what the old one held.
+            _prepare_queues_and_bucket(env)
+            _republish_lost_jobs(database_url)
+
+        supervisor.add("moto", _moto_starter(moto), moto_back, stop_last=True,
+                       running=moto.proc)
+        supervisor.add("gateway", lambda: _spawn("gateway", env))
+        for i in range(workers):
+            supervisor.add(f"worker-{i + 1}", lambda: _spawn("worker", env))
         _announce(port, token, workers)
-        while not stopping:
-            if any(c.poll() is not None for c in children):
-                print("a child process exited; stopping the stack", file=sys.stderr)
-                return 1
-            time.sleep(0.5)
+        supervisor.run()
         return 0
     finally:
-        _stop_children(children)
+        supervisor.stop_all()
         moto.stop()
         pg.stop()
         print("stopped", file=sys.stderr)
@@ -92,23 +116,31 @@ def _start_database(pg: EmbeddedPostgres) -> str:
     return url
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read, never readable by others even for a moment."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its old mode through os.open
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
 def _secret(name: str, nbytes: int = 32) -> str:
     path = STATE / name
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(nbytes))
-        path.chmod(0o600)
+        _write_private(path, secrets.token_urlsafe(nbytes))
+    path.chmod(0o600)
     return path.read_text().strip()
 
 
 def _environment(database_url: str, aws_url: str, port: int) -> dict[str, str]:
     root = STATE.resolve()
-    settings = {
+    return {
         "DEV_MODE": "true",
         "DATABASE_URL": database_url,
         "AWS_ENDPOINT_URL": aws_url,
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": MOTO_KEYS[0],
+        "AWS_SECRET_ACCESS_KEY": MOTO_KEYS[1],
+        "AWS_REGION": REGION,
         "UPLOAD_STORE_URI": (root / "uploads").as_uri(),
         "ARTIFACT_STORE_URI": (root / "artifacts").as_uri(),
         "JWT_SECRET": _secret("jwt-secret"),
@@ -116,22 +148,38 @@ def _environment(database_url: str, aws_url: str, port: int) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
-    return settings
 
 
-def _prepare_queues_and_bucket(env: dict[str, str], database_url: str) -> None:
-    sqs = aws.client("sqs", endpoint_url=env["AWS_ENDPOINT_URL"], region=env["AWS_REGION"])
-    s3 = aws.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region=env["AWS_REGION"])
-    env["SQS_QUEUE_URL"], env["SQS_DLQ_URL"] = queue.ensure_queues(sqs, QUEUE_NAME)
-    objectstore.ensure_bucket(s3, BUCKET, env["AWS_REGION"])
-    (STATE / "dev.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-    # moto keeps messages in memory: jobs published before the last stop are gone, so runs
-    # still waiting for a worker get their jobs published again (the worker dedups by run).
+def _client(service: str, env: dict[str, str]) -> Any:
+    # The keys are passed, not read from this process's environment, which may have none.
+    return aws.client(service, endpoint_url=env["AWS_ENDPOINT_URL"], region=env["AWS_REGION"],
+                      credentials=(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]))
+
+
+def _prepare_queues_and_bucket(env: dict[str, str]) -> None:
+    urls = queue.ensure_queues(_client("sqs", env), QUEUE_NAME)
+    if "SQS_QUEUE_URL" in env and (env["SQS_QUEUE_URL"], env["SQS_DLQ_URL"]) != urls:
+        log.error("moto gave the queues new URLs; restart `ingest dev`", extra={"urls": urls})
+    env["SQS_QUEUE_URL"], env["SQS_DLQ_URL"] = urls
+    objectstore.ensure_bucket(_client("s3", env), BUCKET, env["AWS_REGION"])
+
+
+def _republish_lost_jobs(database_url: str) -> None:
+    """Publish again (through the outbox) the jobs moto lost: those of queued runs, and of
+    running runs whose lock no session holds (their worker is gone). A run whose worker lives
+    keeps its message in that worker's hands and is left alone."""
     with db.connect(database_url) as conn:
-        conn.execute("""UPDATE job_outbox o SET published_at = NULL, next_attempt_at = now()
-                        FROM ingestion_runs r
-                        WHERE r.run_id = o.run_id AND r.status = 'queued'
-                          AND o.published_at IS NOT NULL""")
+        queued = conn.execute(Q["republish_queued"]).fetchall()
+        orphaned = 0
+        for row in conn.execute(Q["running_with_published_job"]).fetchall():
+            run_id = UUID(str(row["run_id"]))
+            free = conn.execute(Q["try_lock_run"], {"key": runs.lock_key(run_id)}).fetchone()
+            if free and free["free"]:
+                conn.execute(Q["republish_run"], {"run_id": run_id})
+                orphaned += 1
+    if queued or orphaned:
+        log.info("jobs republished", extra={"queued_runs": len(queued),
+                                            "running_runs_without_owner": orphaned})
 
 
 def _seed(database_url: str, jwt_secret: str) -> str:
@@ -146,13 +194,25 @@ def _seed(database_url: str, jwt_secret: str) -> str:
     principal = auth.Principal(UUID(str(admin["user_id"])), tenant_id, auth.OPERATOR,
                                admin["token_version"])
     token = auth.issue_token(principal, jwt_secret, expiry_hours=24 * 30)
-    (STATE / "dev-token").write_text(token + "\n")
+    _write_private(STATE / "dev-token", token + "\n")
     return token
 
 
+def _moto_starter(moto: MotoServer) -> Callable[[], subprocess.Popen]:
+    def start() -> subprocess.Popen:
+        moto.stop()  # a retry after a failed hook: the last try's moto may still be running
+        moto.start()  # same port: the URLs every child holds stay valid
+        assert moto.proc is not None
+        return moto.proc
+
+    return start
+
+
 def _spawn(command: str, env: dict[str, str]) -> subprocess.Popen:
+    # Its own process group: a Ctrl-C at the terminal reaches only `ingest dev`, which stops
+    # the children in order instead of having them die mid-way on their own.
     return subprocess.Popen([sys.executable, "-m", "cli.main", command],
-                            env={**os.environ, **env})
+                            env={**os.environ, **env}, process_group=0)
 
 
 def _announce(port: int, token: str, workers: int) -> None:
@@ -165,16 +225,3 @@ Dragonfly Ingest is running ({workers} worker process(es)); Ctrl-C stops everyth
   Try:       curl -H "Authorization: Bearer $(cat {STATE}/dev-token)" \\
                   -F file=@README.md http://127.0.0.1:{port}/v1/ingest
 """, flush=True)
-
-
-def _stop_children(children: list[subprocess.Popen], grace_s: float = 30) -> None:
-    for child in children:
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for child in children:
-        try:
-            child.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()

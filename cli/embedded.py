@@ -15,11 +15,14 @@ import pwd
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
+from psycopg import sql
 
 
 def free_port() -> int:
@@ -40,19 +43,31 @@ def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen | Non
 
 
 class EmbeddedPostgres:
-    """A Postgres cluster in ``data_dir`` listening on 127.0.0.1:port."""
+    """A Postgres cluster in ``data_dir`` listening on 127.0.0.1:port.
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    By default it is durable (fsync and full-page writes on, Postgres's defaults) and wants
+    ``password`` (scram-sha-256) from every connection. ``disposable=True`` is the test suite's
+    mode: no durability, trust auth, for a throw-away cluster in a temporary folder. See
+    docs/decisions/0040-durable-dev-postgres.md.
+    """
+
+    def __init__(self, data_dir: Path, port: int | None = None, *, password: str | None = None,
+                 disposable: bool = False) -> None:
         from pgserver import _commands
 
+        if not disposable and not password:
+            raise ValueError("a durable embedded Postgres needs a password")
         self.data_dir = data_dir.resolve()
         self.port = port or free_port()
+        self.password = None if disposable else password
+        self.disposable = disposable
         self.bin = Path(_commands.POSTGRES_BIN_PATH)
         # Postgres refuses to run as root; pgserver's own helper creates an unprivileged user.
         self.run_as = "pgserver" if os.geteuid() == 0 else None
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+        auth = f"postgres:{quote(self.password, safe='')}" if self.password else "postgres"
+        return f"postgresql://{auth}@127.0.0.1:{self.port}/{database}"
 
     def _run(self, *args: str, timeout: float = 60) -> None:
         subprocess.run([str(self.bin / args[0]), *args[1:]], check=True, timeout=timeout,
@@ -73,15 +88,48 @@ class EmbeddedPostgres:
     def start(self) -> str:
         self._prepare_dirs()
         if not (self.data_dir / "PG_VERSION").exists():
-            self._run("initdb", "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
-                      "--encoding=utf8", "--locale=C")
+            self._initdb()
+        options = f"-h 127.0.0.1 -p {self.port} -k '' -c max_connections=300"
+        if self.disposable:
+            # Tests only: a crash may corrupt the cluster, which is thrown away anyway.
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._run("pg_ctl", "-D", str(self.data_dir), "-w", "-t", "60",
                   "-l", str(self.data_dir / "server.log"),
                   # TCP only: a Unix socket path under a deep folder can exceed 107 bytes.
-                  "-o", f"-h 127.0.0.1 -p {self.port} -k '' -c max_connections=300 "
-                        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off",
-                  "start")
+                  "-o", options, "start")
+        if self.password and _hba_trusts(self.data_dir / "pg_hba.conf"):
+            self._require_password()
         return self.url()
+
+    def _initdb(self) -> None:
+        if self.disposable:
+            self._run("initdb", "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
+                      "--encoding=utf8", "--locale=C")
+            return
+        assert self.password is not None
+        # initdb reads the superuser's password from a file; the server's user must read it.
+        with tempfile.NamedTemporaryFile("w", dir=self.data_dir.parent, prefix=".pwfile-") as pw:
+            pw.write(self.password + "\n")
+            pw.flush()
+            if self.run_as is not None:
+                user = pwd.getpwnam(self.run_as)
+                os.chown(pw.name, user.pw_uid, user.pw_gid)
+            self._run("initdb", "-D", str(self.data_dir), "-U", "postgres", "--pwfile", pw.name,
+                      "--auth=scram-sha-256", "--encoding=utf8", "--locale=C")
+        _write_hba(self.data_dir / "pg_hba.conf")
+
+    def _require_password(self) -> None:
+        """Migrate a cluster made with trust auth (before 0040): set the superuser's password
+        while trust still lets us in, then switch pg_hba.conf to scram and reload."""
+        trusted = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        with psycopg.connect(trusted, autocommit=True) as conn:
+            conn.execute("SET password_encryption = 'scram-sha-256'")
+            conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(
+                sql.Literal(self.password)))
+            _write_hba(self.data_dir / "pg_hba.conf")
+            conn.execute("SELECT pg_reload_conf()")
+        print(f"{self.data_dir}: trust authentication replaced by a password (scram-sha-256)",
+              file=sys.stderr)
 
     def stop(self, mode: str = "fast") -> None:
         if (self.data_dir / "postmaster.pid").exists():
@@ -94,6 +142,22 @@ class EmbeddedPostgres:
             if not exists:
                 conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
+
+
+# Loopback TCP only (the server opens no Unix socket), always with a password.
+HBA = """# Written by `ingest dev` (docs/decisions/0040): a password on loopback TCP, nothing else.
+host    all             all             127.0.0.1/32            scram-sha-256
+host    all             all             ::1/128                 scram-sha-256
+"""
+
+
+def _write_hba(path: Path) -> None:
+    path.write_text(HBA)  # an existing file keeps its owner (the server's user) and mode
+
+
+def _hba_trusts(path: Path) -> bool:
+    lines = (line.split("#", 1)[0].split() for line in path.read_text().splitlines())
+    return any(fields and fields[-1] == "trust" for fields in lines)
 
 
 class MotoServer:
@@ -109,10 +173,11 @@ class MotoServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> str:
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=log, stderr=log, start_new_session=True)
+        # Appended: `ingest dev` restarts moto into the same log (the child keeps its own fd).
+        with open(self.log_path or os.devnull, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=log, stderr=log, start_new_session=True)
         wait_for_port(self.port, timeout=60, proc=self.proc)
         # The port opens before the app is importable; wait for a real answer.
         deadline = time.monotonic() + 30

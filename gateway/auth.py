@@ -91,7 +91,7 @@ def decode_token(token: str, secret: str) -> Principal:
         raise errors.Unauthorized("Your session has expired; sign in again.") from exc
     except (jwt.InvalidTokenError, ValueError, KeyError, TypeError) as exc:
         raise errors.Unauthorized("The token is invalid; sign in again.") from exc
-    if principal.role not in (*ROLES, OPERATOR):
+    if principal.role not in (*ROLES, OPERATOR):  # operators sign in too (`make run`'s admin)
         raise errors.Unauthorized("The token carries an unknown role; sign in again.")
     return principal
 

@@ -178,3 +178,16 @@ class WorkerSettings(CommonSettings):
         if self.heartbeat_interval_s * 2 > self.running_stale_after_s:
             raise ValueError("HEARTBEAT_INTERVAL_S must be at most half RUNNING_STALE_AFTER_S")
         return self
+
+
+class DevSettings(BaseSettings):
+    """`ingest dev` itself (cli/dev.py); its gateway and workers read their own classes above."""
+
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False)
+
+    port: int = 8000
+    worker_processes: int = Field(default=1, ge=0)
+    # A child (gateway, worker, moto) that exits is restarted after this delay, doubled after
+    # each exit in a row up to the cap (docs/decisions/0041).
+    dev_restart_backoff_s: float = Field(default=1.0, gt=0)
+    dev_restart_backoff_max_s: float = Field(default=30.0, gt=0)

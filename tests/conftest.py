@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-# Before anything imports boto3 or sentence-transformers.
+# For this process only (in-process clients and models), before anything imports boto3 or
+# sentence-transformers. Processes a test starts never see these: tests/support/stack.py
+# builds their environment from scratch, and stack_env carries the same settings explicitly.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
 os.environ.setdefault("AWS_REGION", "us-east-1")
@@ -38,12 +42,19 @@ _TEST_HASH = auth.hash_password(TEST_PASSWORD)
 
 
 @pytest.fixture(scope="session")
-def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data")
+def pg() -> Iterator[EmbeddedPostgres]:
+    # Not under pytest's temp root: every pytest run of this user resets that root to 0700 and
+    # prunes old runs' folders, which would cut the server (run as `pgserver` under root) off
+    # from its data while this session still uses it.
+    folder = Path(tempfile.mkdtemp(prefix="ingest-test-pg-"))
+    folder.chmod(0o755)
+    # Disposable: no fsync, trust auth. Only the test suite opts out of a durable server.
+    server = EmbeddedPostgres(folder / "data", disposable=True)
     server.start()
     migrate.apply(server.ensure_database(TEMPLATE))
     yield server
     server.stop("immediate")
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -131,10 +142,12 @@ def tenants(conn: psycopg.Connection) -> Tenants:
 
 @pytest.fixture
 def out_dir(request: pytest.FixtureRequest) -> Path:
-    """A folder for this test's logs and screenshots, kept after the run for reviewers."""
+    """A clean folder for this test's logs and screenshots, kept after the run for reviewers:
+    nothing a previous run left there can satisfy this test's log assertions."""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid)[-150:]
     path = OUTPUT / name
-    path.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
     return path
 
 
@@ -155,6 +168,8 @@ def stack_env(database_url: str, moto: MotoServer, queues: Queues, tmp_path: Pat
         "OUTBOX_POLL_S": "0.5",
         "OUTBOX_MAX_BACKOFF_S": "1",
         "LOG_LEVEL": "INFO",
+        **stack.MOTO_ENV,
+        **stack.OFFLINE_ENV,
     }
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,3 +32,15 @@ def context(chromium):
     ctx.set_default_timeout(30_000)
     yield ctx
     ctx.close()
+
+
+@pytest.fixture
+def stack_folder() -> Iterator[Path]:
+    """An empty folder for an `ingest dev` of this test, outside pytest's temp root: that root
+    is shared by every pytest run of this user, and each new run resets it to 0700 and removes
+    old runs' folders, which would lock the embedded Postgres (running as the unprivileged
+    `pgserver` user under root) out of its own binaries and data mid-test."""
+    folder = Path(tempfile.mkdtemp(prefix="ingest-dev-test-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

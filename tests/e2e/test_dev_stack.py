@@ -1,90 +1,190 @@
-"""`ingest dev` (what `make run` starts): one command brings the whole stack up, Ctrl-C takes
-every child down, and a second start reuses the data."""
+"""`ingest dev` (what `make run` starts), each run in a folder of its own with a newcomer's
+environment (tests/support/devstack.py): its database is durable and password-protected, a
+restart keeps the data and publishes again the jobs moto lost, and a child that dies is
+restarted. The fresh-clone `make run` → upload → Ctrl-C path is tests/e2e/test_newcomer.py."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
+import stat
 from pathlib import Path
+from uuid import UUID
 
 import httpx
-import psutil
+import psycopg
 import pytest
 
-from cli.embedded import free_port
+from cli.embedded import EmbeddedPostgres, free_port
+from tests.support import devstack
 from tests.support.stack import ROOT, wait_until
+from worker import runs
 
-pytestmark = pytest.mark.slow
-
-
-def _start(folder: Path, port: int, log: Path) -> subprocess.Popen:
-    """Logs (JSON, stderr) go to ``log``; the banner for the person at the terminal (stdout),
-    which by design shows the dev token, goes beside it and is not a log."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "AWS_ENDPOINT_URL", "SQS_QUEUE_URL", "SQS_DLQ_URL")}
-    with open(log, "ab") as err, open(_console(log), "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "dev", "--port", str(port), "--workers", "1"],
-            cwd=folder, env={**env, "PYTHONPATH": str(ROOT)}, stdout=out, stderr=err)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+PRIVATE = ("pg-password", "dev.env", "dev-token", "dev-password", "jwt-secret")
 
 
-def _console(log: Path) -> Path:
-    return log.with_suffix(".console.txt")
-
-
-def _wait_ready(proc: subprocess.Popen, url: str, log: Path) -> None:
-    def ready() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"ingest dev exited:\n{log.read_text()[-3000:]}")
-        try:
-            return httpx.get(f"{url}/health/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(ready, timeout=180, interval=0.5, message="dev stack ready")
-
-
-def _stop(proc: subprocess.Popen) -> list[psutil.Process]:
-    children = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(90) == 0
-    return children
-
-
-def test_dev_stack_starts_stops_cleanly_and_keeps_its_data(tmp_path, out_dir):
+def _start(folder: Path, out_dir: Path, workers: int, **settings: str) -> devstack.DevStack:
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = out_dir / "ingest-dev.log"
+    # PYTHONPATH: the folder is not the project; everything else is a newcomer's environment.
+    env = devstack.newcomer_env(folder / "home", PYTHONPATH=str(ROOT), **settings)
+    (folder / "home").mkdir(parents=True, exist_ok=True)
+    argv = [str(ROOT / ".venv" / "bin" / "python"), "-m", "cli.main", "dev",
+            "--port", str(port), "--workers", str(workers)]
+    stack = devstack.start(argv, folder, env, out_dir, port)
+    stack.wait_ready()
+    return stack
 
-    # Given a fresh folder, when `ingest dev` starts
-    proc = _start(tmp_path, port, log)
-    try:
-        _wait_ready(proc, url, log)
-        token = (tmp_path / ".ingest" / "dev-token").read_text().strip()
-        assert token in _console(log).read_text(), "the token is printed"
-        # Then the printed token works and an upload is processed by the stack's worker
-        headers = {"Authorization": f"Bearer {token}"}
-        response = httpx.post(f"{url}/v1/ingest", headers=headers, timeout=30,
-                              files={"file": ("hello.md", b"# Hello\n\nDragonfly dev stack.")})
-        assert response.status_code == 202, response.text
-        run_url = f"{url}/v1/ingestion-runs/{response.json()['run_id']}"
-        wait_until(lambda: httpx.get(run_url, headers=headers).json()["status"] == "succeeded",
-                   timeout=180, interval=0.5, message="run succeeded in the dev stack")
-    finally:
-        # When Ctrl-C arrives, every child (Postgres, moto, gateway, worker) is gone
-        children = _stop(proc) if proc.poll() is None else []
-    assert children, "the stack had child processes"
-    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
 
-    # And a second start reuses the data: same token, same run
-    proc = _start(tmp_path, port, log)
+def _upload(stack: devstack.DevStack, token: str, name: str) -> str:
+    response = httpx.post(f"{stack.url}/v1/ingest", headers={"Authorization": f"Bearer {token}"},
+                          files={"file": (name, f"# {name}\n\nDragonfly dev stack.".encode())},
+                          timeout=30)
+    assert response.status_code == 202, response.text
+    return str(response.json()["run_id"])
+
+
+def _status(conn: psycopg.Connection, run_id: str) -> str:
+    return conn.execute("SELECT status FROM ingestion_runs WHERE run_id = %s",
+                        (run_id,)).fetchone()[0]
+
+
+def _wait_succeeded(conn: psycopg.Connection, *run_ids: str, timeout: float = 240) -> None:
+    def done() -> bool:
+        states = [_status(conn, r) for r in run_ids]
+        assert "failed" not in states, states
+        return all(s == "succeeded" for s in states)
+
+    wait_until(done, timeout=timeout, interval=0.5, message=f"runs {run_ids} succeeded")
+
+
+def _published_at(conn: psycopg.Connection, run_id: str):
+    return conn.execute("SELECT published_at FROM job_outbox WHERE run_id = %s",
+                        (run_id,)).fetchone()[0]
+
+
+def _assert_private_and_durable(stack: devstack.DevStack) -> None:
+    for name in PRIVATE:
+        mode = stat.S_IMODE((stack.state / name).stat().st_mode)
+        assert mode == 0o600, f"{name} is {oct(mode)}"
+    dsn = stack.settings()["DATABASE_URL"]
+    password = (stack.state / "pg-password").read_text().strip()
+    assert password in dsn
+    # Without the password the server refuses, even from this machine
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(dsn.replace(f":{password}@", "@"), connect_timeout=5).close()
+    # With it, the server is durable: a power cut cannot corrupt the stack's data
+    with psycopg.connect(dsn) as conn:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            assert conn.execute(f"SHOW {setting}").fetchone()[0] == "on", setting
+        method = conn.execute("SELECT DISTINCT auth_method FROM pg_hba_file_rules").fetchall()
+        assert method == [("scram-sha-256",)]
+
+
+def test_a_cluster_made_with_trust_auth_is_migrated_to_a_password(stack_folder, out_dir):
+    # Given .ingest/pgdata from before 0040: trust auth, a database with data in it
+    old = EmbeddedPostgres(stack_folder / ".ingest" / "pgdata", disposable=True)
+    old.start()
+    with psycopg.connect(old.ensure_database("ingest"), autocommit=True) as conn:
+        conn.execute("CREATE TABLE kept (note text); INSERT INTO kept VALUES ('from before')")
+    old.stop()
+
+    # When `ingest dev` starts on it
+    stack = _start(stack_folder, out_dir, workers=0)
     try:
-        _wait_ready(proc, url, log)
-        again = (tmp_path / ".ingest" / "dev-token").read_text().strip()
-        listed = httpx.get(f"{url}/v1/documents", headers={"Authorization": f"Bearer {again}"})
-        assert listed.status_code == 200 and listed.json()["total"] == 1
-        assert httpx.get(run_url, headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        # Then the server wants the generated password now, is durable, and kept the data
+        _assert_private_and_durable(stack)
+        with psycopg.connect(stack.settings()["DATABASE_URL"]) as conn:
+            assert conn.execute("SELECT note FROM kept").fetchone() == ("from before",)
+        assert stack.interrupt() == 0
     finally:
-        _stop(proc)
+        stack.kill()
+
+
+def test_a_restart_keeps_the_data_and_publishes_the_jobs_moto_lost(stack_folder, out_dir):
+    # Given a stack without workers, where one upload waits queued and another's run was left
+    # running 5 minutes ago by a worker that is gone (no session holds its lock)
+    stack = _start(stack_folder, out_dir, workers=0)
+    try:
+        _assert_private_and_durable(stack)
+        token = stack.token()
+        queued, orphaned = _upload(stack, token, "queued.md"), _upload(stack, token, "orphan.md")
+        with psycopg.connect(stack.settings()["DATABASE_URL"], autocommit=True) as conn:
+            wait_until(lambda: _published_at(conn, queued) and _published_at(conn, orphaned),
+                       message="both jobs published to moto")
+            conn.execute("UPDATE ingestion_runs SET status = 'running', started_at = now(), "
+                         "updated_at = now() - interval '5 minutes' WHERE run_id = %s",
+                         (orphaned,))
+        assert stack.interrupt() == 0
+    finally:
+        stack.kill()
+
+    # When it starts again with a worker (moto's messages died with it), whose takeover window
+    # (scaled down from 15 min) the orphan's heartbeat has passed, and the crash guard's not
+    stack = _start(stack_folder, out_dir, workers=1, RUNNING_STALE_AFTER_S="60")
+    try:
+        # Then both runs are processed without anyone's help, with the same token and data
+        again = stack.token()
+        assert again == (stack_folder / ".ingest" / "dev-token").read_text().strip()
+        with psycopg.connect(stack.settings()["DATABASE_URL"], autocommit=True) as conn:
+            _wait_succeeded(conn, queued, orphaned)
+        listed = httpx.get(f"{stack.url}/v1/documents",
+                           headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert listed.status_code == 200 and listed.json()["total"] == 2
+        assert stack.interrupt() == 0
+    finally:
+        stack.kill()
+
+
+def test_a_child_that_dies_is_restarted_and_no_work_is_lost(stack_folder, out_dir):
+    stack = _start(stack_folder, out_dir, workers=1)
+    try:
+        token = stack.token()
+        conn = psycopg.connect(stack.settings()["DATABASE_URL"], autocommit=True)
+        owner = psycopg.connect(stack.settings()["DATABASE_URL"], autocommit=True)
+        _wait_succeeded(conn, _upload(stack, token, "first.md"))
+
+        # Given a run queued with its message in moto (the worker is frozen, so nobody takes
+        # it), and a running run whose worker is alive (its session holds the run's lock)
+        worker = stack.child("cli.main worker")
+        worker.suspend()
+        queued, owned = _upload(stack, token, "queued.md"), _upload(stack, token, "owned.md")
+        wait_until(lambda: _published_at(conn, queued) and _published_at(conn, owned),
+                   message="both jobs published to moto")
+        owner.execute("SELECT pg_advisory_lock(%s)", (runs.lock_key(UUID(owned)),))
+        conn.execute("UPDATE ingestion_runs SET status = 'running', started_at = now() "
+                     "WHERE run_id = %s", (owned,))
+        owned_published = _published_at(conn, owned)
+
+        # When moto is killed -9
+        moto = stack.child("moto.server")
+        moto.kill()
+        # Then a new moto answers on the same port, and the queued run completes
+        wait_until(lambda: stack.child("moto.server").pid != moto.pid, timeout=60,
+                   message="moto restarted")
+        worker.resume()
+        _wait_succeeded(conn, queued)
+        # and an upload after the restart is processed too
+        _wait_succeeded(conn, _upload(stack, token, "after-moto.md"))
+        # while the run with a live owner was left in its owner's hands
+        assert _published_at(conn, owned) == owned_published
+        assert '"child":"moto"' in stack.log.read_text()
+
+        # When the worker is killed -9, Then another takes its place and processes uploads
+        worker.send_signal(signal.SIGKILL)
+        wait_until(lambda: stack.child("cli.main worker").pid != worker.pid, timeout=60,
+                   message="worker restarted")
+        _wait_succeeded(conn, _upload(stack, token, "after-worker.md"))
+        restarts = [line for line in stack.log.read_text().splitlines()
+                    if "child exited; restarting it" in line]
+        assert any('"child":"worker-1"' in line and '"returncode":-9' in line
+                   for line in restarts), restarts
+        owner.close()
+        conn.close()
+
+        # And Ctrl-C still stops everything, with no restart on the way out
+        children = stack.children()
+        assert stack.interrupt() == 0
+        devstack.assert_all_gone(children)
+        assert len(stack.log.read_text().split("child restarted")) == 3
+    finally:
+        stack.kill()

@@ -5,7 +5,6 @@ secrets in exception texts."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import uuid
@@ -32,7 +31,7 @@ def _empty(queues) -> bool:
 
 def _cli(stack_env, *args: str) -> subprocess.CompletedProcess:
     result = subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=stack.ROOT,
-                            env={**os.environ, **stack_env}, capture_output=True, text=True,
+                            env=stack.clean_env(stack_env), capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     return result

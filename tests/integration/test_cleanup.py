@@ -190,7 +190,7 @@ def test_cli_cleanup(conn, tenants, stack_env, out_dir):
     # Given an old orphan in the configured upload store
     root = objectstore.file_path(stack_env["UPLOAD_STORE_URI"])
     orphan = _orphan(root, "lost.pdf", days=2)
-    env = {**os.environ, **stack_env}
+    env = stack.clean_env(stack_env)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "cli.main", "cleanup", *args],

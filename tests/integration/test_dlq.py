@@ -4,7 +4,6 @@ the operators' API (/v1/admin/dlq), a tenant admin's API (/v1/dead-letters) and 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -533,7 +532,7 @@ def test_a_redrive_whose_send_fails_after_the_reopen_is_published_later(
 # ── CLI: every tenant ───────────────────────────────────────────────────────────────────────
 def _cli(stack_env, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cli.main", "dlq", *args], cwd=stack.ROOT,
-                          env={**os.environ, **stack_env}, capture_output=True, text=True,
+                          env=stack.clean_env(stack_env), capture_output=True, text=True,
                           timeout=120, input=stdin)
 
 

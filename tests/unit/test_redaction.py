@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from shared import logging as applog
-from tests.support import logscan
+from tests.support import logscan, stack
 
 
 @pytest.mark.parametrize("text,secret", [
@@ -69,7 +69,7 @@ CRASH = textwrap.dedent("""
 def test_uncaught_exceptions_are_logged_as_redacted_json():
     # When a thread and then the main thread die of exceptions that quote secrets
     result = subprocess.run([sys.executable, "-c", CRASH], capture_output=True, text=True,
-                            timeout=60)
+                            timeout=60, cwd=stack.ROOT, env=stack.clean_env({}))
 
     # Then stderr holds two JSON lines, redacted, and nothing else
     assert result.returncode != 0
