@@ -109,7 +109,7 @@ def _complete_operation(operation: Operation, handler: Any, path: str) -> None:
     if not handler.opt.get("public"):
         operation.security = [{BEARER: []}]
         responses.setdefault("401", _error_response(401))
-    if auth.admin_only in handler.resolve_guards():
+    if {auth.admin_only, auth.operator_only} & set(handler.resolve_guards()):
         responses.setdefault("403", _error_response(403))
     if "{" in path:
         # A path parameter of the wrong type matches no route: 404, like an unknown id.

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway import dlq
 from shared import objectstore
 from tests.integration.test_retry import _failed_upload
 from tests.integration.test_web import _document, page_csrf, sign_in
@@ -121,17 +122,22 @@ def _dead_letter(conn, queues, store_root, user) -> submit.Submitted:
     return run
 
 
-def test_dlq_redrive_and_purge_need_the_csrf_header(gateway, conn, admin, store_root, queues):
-    # Given two dead letters of the admin's tenant
-    first = _dead_letter(conn, queues, store_root, admin)
-    _dead_letter(conn, queues, store_root, admin)
+def test_dlq_redrive_and_purge_need_the_csrf_header(gateway, conn, tenants, store_root, queues):
+    # Given two dead letters, and a platform operator (the DLQ is theirs, docs/decisions/0061)
+    operator = tenants.user(role="operator")
+    first = _dead_letter(conn, queues, store_root, operator)
+    _dead_letter(conn, queues, store_root, operator)
 
     def state():
         return (ops.depth(queues, queues.dlq_url), ops.depth(queues, queues.url),
                 _rows(conn, "SELECT run_id, status FROM ingestion_runs ORDER BY run_id"),
-                _rows(conn, "SELECT action FROM run_actions"))
+                _rows(conn, "SELECT action FROM run_actions"),
+                _rows(conn, "SELECT message_id, status FROM dead_letters ORDER BY message_id"))
 
-    with sign_in(gateway, admin.email) as browser:
+    # moved into the dead_letters table, as the gateway's housekeeping does
+    dlq.archive(dlq.DeadLetterQueue(queues.client, queues.dlq_url), conn)
+    assert len(_rows(conn, "SELECT 1 FROM dead_letters WHERE status = 'open'")) == 2
+    with sign_in(gateway, operator.email) as browser:
         # Redrive one: refused without the token, done with it
         _assert_csrf_guards(browser, Case("POST", "/v1/admin/dlq/redrive",
                                           {"run_ids": [str(first.run_id)]}, state, 200))
