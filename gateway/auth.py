@@ -81,7 +81,7 @@ def decode_token(token: str, secret: str) -> Principal:
         raise errors.Unauthorized("Your session has expired; sign in again.") from exc
     except (jwt.InvalidTokenError, ValueError, KeyError) as exc:
         raise errors.Unauthorized("The token is invalid; sign in again.") from exc
-    if principal.role not in ROLES:
+    if principal.role not in (*ROLES, OPERATOR):
         raise errors.Unauthorized("The token carries an unknown role; sign in again.")
     return principal
 
