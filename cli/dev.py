@@ -142,7 +142,9 @@ def _seed(database_url: str, jwt_secret: str) -> str:
         tenant_id = users.ensure_tenant(conn, DEV_TENANT)
         admin = users.create_user(conn, tenant_id=tenant_id, email=DEV_ADMIN, password=password,
                                   role=auth.OPERATOR, replace=True)
-    principal = auth.Principal(UUID(str(admin["user_id"])), tenant_id, auth.OPERATOR)
+    # The seed re-sets the password, which moves the token version on: the token carries it.
+    principal = auth.Principal(UUID(str(admin["user_id"])), tenant_id, auth.OPERATOR,
+                               admin["token_version"])
     token = auth.issue_token(principal, jwt_secret, expiry_hours=24 * 30)
     (STATE / "dev-token").write_text(token + "\n")
     return token

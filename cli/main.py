@@ -8,7 +8,6 @@ import logging
 import os
 import sys
 from pathlib import Path
-from uuid import UUID
 
 from cli import ops
 from shared import logging as applog
@@ -58,6 +57,22 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--role", choices=("admin", "user", "operator"), default="user")
     create.add_argument("--password", help="default: $INGEST_PASSWORD or a prompt")
     create.set_defaults(run=_users_create)
+    listing = users.add_parser("list", help="list a tenant's users")
+    listing.add_argument("--tenant", required=True, help="tenant name")
+    listing.set_defaults(run=_users_list)
+    set_role = users.add_parser("set-role", help="change a user's role (ends their sessions)")
+    set_role.add_argument("--email", required=True)
+    set_role.add_argument("--role", required=True, choices=("admin", "user", "operator"))
+    set_role.set_defaults(run=_users_update)
+    for action, text in (("deactivate", "refuse sign-in and end every session"),
+                         ("reactivate", "allow sign-in again")):
+        cmd = users.add_parser(action, help=text)
+        cmd.add_argument("--email", required=True)
+        cmd.set_defaults(run=_users_update, active=action == "reactivate")
+    reset = users.add_parser("reset-password", help="set a new password (ends their sessions)")
+    reset.add_argument("--email", required=True)
+    reset.add_argument("--password", help="default: $INGEST_PASSWORD or a prompt")
+    reset.set_defaults(run=_users_update)
 
     token = sub.add_parser("token", help="print a bearer token for a user (for scripts)")
     token.add_argument("--email", required=True)
@@ -96,7 +111,11 @@ def _gateway(args: argparse.Namespace) -> int:
     applog.setup("gateway", settings.log_level)
     uvicorn.run(create_app(settings), host=args.host or settings.host,
                 port=args.port or settings.port, loop="uvloop", http="httptools",
-                log_config=None, access_log=False, timeout_graceful_shutdown=10)
+                log_config=None, access_log=False, timeout_graceful_shutdown=10,
+                # X-Forwarded-For names the client only from TRUSTED_PROXIES (never by default:
+                # the sign-in throttle counts per client address).
+                proxy_headers=bool(settings.trusted_proxies),
+                forwarded_allow_ips=list(settings.trusted_proxies))
     return 0
 
 
@@ -158,19 +177,58 @@ def _users_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _users_list(args: argparse.Namespace) -> int:
+    from gateway import users
+    from shared import db, errors
+    from shared.settings import CommonSettings
+
+    with db.connect(CommonSettings().database_url) as conn:
+        try:
+            rows = users.list_tenant_users(conn, args.tenant)
+        except errors.NotFound as exc:
+            print(exc.detail, file=sys.stderr)
+            return 1
+    for user in rows:
+        status = "active" if user["active"] else "deactivated"
+        print(f"{user['user_id']}  {user['role']:<8}  {status:<11}  {user['email']}")
+    return 0
+
+
+def _users_update(args: argparse.Namespace) -> int:
+    """set-role, deactivate, reactivate and reset-password: each ends the user's sessions."""
+    from gateway import users
+    from shared import db, errors
+    from shared.settings import CommonSettings
+
+    password = None
+    if args.action == "reset-password":
+        password = (args.password or os.environ.get("INGEST_PASSWORD")
+                    or getpass.getpass("New password: "))
+    with db.connect(CommonSettings().database_url) as conn:
+        try:
+            user = users.cli_update(conn, args.email, role=getattr(args, "role", None),
+                                    active=getattr(args, "active", None), password=password)
+        except (errors.NotFound, errors.InvalidRequest) as exc:
+            print(exc.detail, file=sys.stderr)
+            return 1
+    status = "active" if user["active"] else "deactivated"
+    print(f"{args.action}: {user['role']} {user['user_id']} is {status}; its sessions ended")
+    return 0
+
+
 def _token(args: argparse.Namespace) -> int:
-    from gateway import auth
-    from shared import db
+    from gateway import auth, users
+    from shared import db, errors
     from shared.settings import GatewaySettings
 
     settings = GatewaySettings()
     with db.connect(settings.database_url) as conn:
-        row = conn.execute("SELECT user_id, tenant_id, role FROM users WHERE email = %s",
-                           (args.email.strip().lower(),)).fetchone()
-    if row is None:
-        print(f"no user with e-mail {args.email!r}", file=sys.stderr)
-        return 1
-    principal = auth.Principal(UUID(str(row["user_id"])), UUID(str(row["tenant_id"])), row["role"])
+        try:
+            # The token carries the user's current version: it ends with their sessions.
+            principal = users.token_principal(conn, args.email)
+        except errors.NotFound as exc:
+            print(exc.detail, file=sys.stderr)
+            return 1
     print(auth.issue_token(principal, settings.jwt_secret, args.hours or settings.jwt_expiry_hours))
     return 0
 

@@ -13,7 +13,7 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from gateway import auth, crash_guard, errors, housekeeping, metrics, syncs
+from gateway import auth, crash_guard, errors, housekeeping, metrics, openapi, syncs
 from gateway.context import Context, provide
 from gateway.outbox import OutboxRelay
 from gateway.routes import admin_dlq, documents, health, ingest, retry, runs, users
@@ -35,9 +35,10 @@ def create_app(settings: GatewaySettings) -> Litestar:
             yield
 
     web_router, templates = ui.mount()  # the web UI: pages, static assets, templates
-    return Litestar(
+    app = Litestar(
         route_handlers=[
-            auth_routes.login, auth_routes.me, users.create_user, ingest.ingest,
+            auth_routes.login, auth_routes.me, auth_routes.logout, auth_routes.change_password,
+            users.router, ingest.ingest,
             runs.get_run, runs.list_runs, documents.list_documents, documents.get_document,
             documents.deactivate_document, web_router,
             health.live, health.ready, source_routes.router,
@@ -62,6 +63,8 @@ def create_app(settings: GatewaySettings) -> Litestar:
         logging_config=None,
         debug=False,
     )
+    openapi.complete(app)  # bearer scheme, shared error answers (docs/decisions/0051)
+    return app
 
 
 @asynccontextmanager

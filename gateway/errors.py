@@ -7,7 +7,8 @@ import logging
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from shared import errors
+from gateway import paging
+from shared import db, errors
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,7 @@ STATUS: dict[type[errors.AppError], int] = {
     errors.AlreadyIngested: 409,
     errors.FileTooLarge: 413,
     errors.UnsupportedType: 415,
+    errors.TooManyAttempts: 429,
     errors.ServiceUnavailable: 503,
 }
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
@@ -49,17 +51,33 @@ def app_error(_: Request, exc: errors.AppError) -> Response:
         log.error("request failed", exc_info=exc)
     # Some errors carry machine-readable extras (e.g. the running sync's id of a 409).
     extra = getattr(exc, "fields", None) or {}
-    return Response({**_body(exc.code, exc.detail), **extra}, status_code=status)
+    # A refusal that ends by itself (429) says when to come back.
+    retry_after = getattr(exc, "retry_after_s", None)
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return Response({**_body(exc.code, exc.detail), **extra}, status_code=status, headers=headers)
 
 
 def http_error(_: Request, exc: HTTPException) -> Response:
     detail = exc.detail
+    code = _HTTP_CODES.get(exc.status_code, "internal_error" if exc.status_code >= 500 else "error")
     if isinstance(exc, ValidationException) and exc.extra:
-        first = exc.extra[0] if isinstance(exc.extra, list) else exc.extra
+        problems = exc.extra if isinstance(exc.extra, list) else [exc.extra]
+        first = problems[0]
         if isinstance(first, dict):
             detail = f"{first.get('key', 'request')}: {first.get('message', detail)}"
-    code = _HTTP_CODES.get(exc.status_code, "internal_error" if exc.status_code >= 500 else "error")
+        # page/limit/cursor out of their declared bounds (gateway/paging.py).
+        if all(isinstance(p, dict) and p.get("key") in paging.PARAMS for p in problems):
+            code, detail = paging.InvalidPaging.code, f"{detail}. {paging.InvalidPaging.__doc__}"
     return Response(_body(code, detail), status_code=exc.status_code, headers=exc.headers)
+
+
+def bad_value(_: Request, exc: Exception) -> Response:
+    # JSON may carry lone surrogates ("\ud800") or NUL bytes, which no encoder, bcrypt or
+    # Postgres accepts: the request's values are unusable, not our server broken.
+    log.warning("request value refused: %s", type(exc).__name__)
+    return Response(_body("invalid_value", "The request holds a value that cannot be stored "
+                          "(a NUL byte, broken Unicode, a number out of range); fix it and "
+                          "retry."), status_code=400)
 
 
 def internal_error(_: Request, exc: Exception) -> Response:
@@ -68,4 +86,5 @@ def internal_error(_: Request, exc: Exception) -> Response:
                           "contact support if it keeps happening."), status_code=500)
 
 
-HANDLERS = {errors.AppError: app_error, HTTPException: http_error, Exception: internal_error}
+HANDLERS = {errors.AppError: app_error, HTTPException: http_error, UnicodeError: bad_value,
+            db.BAD_VALUE: bad_value, Exception: internal_error}

@@ -96,25 +96,37 @@ FROM ingestion_runs
 WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s;
 
 -- name: list_runs
+-- By page (OFFSET) or after a cursor's row (after_at/after_id, a keyset on the tenant_created
+-- index; gateway/paging.py). total counts the whole filtered listing, not what follows the cursor.
 SELECT run_id, tenant_id, doc_id, status, run_type, source_id, initiated_by, config, stats, error,
        stage, progress, delivery_count, takeover_count, created_at, started_at, updated_at, finished_at,
-       count(*) OVER () AS total
+       (SELECT count(*) FROM ingestion_runs c WHERE c.tenant_id = %(tenant_id)s
+          AND (%(status)s::text IS NULL OR c.status = %(status)s)) AS total
 FROM ingestion_runs
 WHERE tenant_id = %(tenant_id)s AND (%(status)s::text IS NULL OR status = %(status)s)
-ORDER BY created_at DESC, run_id
+  AND (%(after_at)s::timestamptz IS NULL
+       OR (created_at, run_id) < (%(after_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY created_at DESC, run_id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: list_documents
 -- Only documents with an active version (§4.4): a queued upload is not a document yet.
+-- Paged like list_runs.
 SELECT d.doc_id, d.title, d.source_type, d.source_uri, d.source_id, d.created_at,
        v.doc_version_id, v.version_number, v.content_hash, v.chunk_count, v.char_count,
        v.page_count, v.embedding_model, v.created_at AS version_created_at,
-       count(*) OVER () AS total
+       (SELECT count(*) FROM documents cd
+        JOIN document_versions cv ON cv.doc_id = cd.doc_id AND cv.tenant_id = cd.tenant_id
+         AND cv.is_active
+        WHERE cd.tenant_id = %(tenant_id)s
+          AND (%(search)s::text IS NULL OR cd.title ILIKE %(search)s ESCAPE '\')) AS total
 FROM documents d
 JOIN document_versions v ON v.doc_id = d.doc_id AND v.tenant_id = d.tenant_id AND v.is_active
 WHERE d.tenant_id = %(tenant_id)s
   AND (%(search)s::text IS NULL OR d.title ILIKE %(search)s ESCAPE '\')
-ORDER BY d.created_at DESC, d.doc_id
+  AND (%(after_at)s::timestamptz IS NULL
+       OR (d.created_at, d.doc_id) < (%(after_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY d.created_at DESC, d.doc_id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: get_document
@@ -127,25 +139,3 @@ SELECT doc_version_id, version_number, content_hash, is_active, run_id, embeddin
 FROM document_versions
 WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s
 ORDER BY version_number DESC;
-
--- ── users ───────────────────────────────────────────────────────────────────────────────────
--- name: upsert_tenant
-INSERT INTO tenants (name) VALUES (%(name)s)
-ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name
-RETURNING tenant_id;
-
--- name: insert_user
-INSERT INTO users (tenant_id, email, password_hash, role)
-VALUES (%(tenant_id)s, %(email)s, %(password_hash)s, %(role)s)
-RETURNING user_id, tenant_id, email, role;
-
--- name: set_password
-UPDATE users SET password_hash = %(password_hash)s, role = %(role)s
-WHERE email = %(email)s
-RETURNING user_id, tenant_id, email, role;
-
--- name: find_user_by_email
-SELECT user_id, tenant_id, email, role, password_hash FROM users WHERE email = %(email)s;
-
--- name: find_user
-SELECT user_id, tenant_id, email, role FROM users WHERE user_id = %(user_id)s;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared import errors
+from gateway import paging
 
 RUN_FIELDS = ("run_id", "tenant_id", "doc_id", "status", "run_type", "source_id", "initiated_by",
               "stage", "progress", "delivery_count", "takeover_count", "created_at", "started_at",
@@ -26,8 +26,8 @@ def document(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def page_params(page: int, limit: int) -> tuple[int, int]:
-    if page < 1 or not 1 <= limit <= 100:
-        raise errors.InvalidRequest("page must be ≥ 1 and limit between 1 and 100.")
+    """For listings that take page/limit by hand; routes declare gateway/paging.py instead."""
+    paging.check_page(page, limit)
     return limit, (page - 1) * limit
 
 

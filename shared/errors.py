@@ -37,6 +37,17 @@ class Forbidden(AppError):
     code = "forbidden"
 
 
+class TooManyAttempts(AppError):
+    """Too many sign-in attempts; wait a while, then try again."""
+
+    code = "too_many_attempts"
+
+    def __init__(self, retry_after_s: float, detail: str | None = None) -> None:
+        # Whole seconds, at least one: the Retry-After header and the page's sentence use it.
+        self.retry_after_s = max(1, int(retry_after_s + 0.999))
+        super().__init__(detail)
+
+
 class NotFound(AppError):
     """Nothing with that id exists in your tenant."""
 

@@ -105,6 +105,18 @@ class GatewaySettings(CommonSettings):
     # Most DLQ messages one listing, redrive or purge looks at (SQS has no paging).
     dlq_scan_max: int = Field(default=1000, ge=10)
 
+    # Sign-in throttle (gateway/login_throttle.py, docs/decisions/0056), shared by all replicas
+    # through Postgres: attempts per account (e-mail) and per client address in a window of
+    # quiet; one more is refused with 429 and starts a lock-out that doubles each time, capped.
+    login_max_attempts_per_account: int = Field(default=5, ge=1)
+    login_max_attempts_per_address: int = Field(default=50, ge=1)
+    login_attempt_window_s: float = Field(default=900.0, gt=0)
+    login_lockout_s: float = Field(default=60.0, gt=0)
+    login_lockout_max_s: float = Field(default=3600.0, gt=0)
+    # Proxies whose X-Forwarded-For names the client (IPs or CIDRs, JSON list); empty = the
+    # peer address is the client, and X-Forwarded-For is ignored.
+    trusted_proxies: tuple[str, ...] = ()
+
     @property
     def upload_max_bytes(self) -> int:
         return int(self.upload_max_size_mb * 1024 * 1024)

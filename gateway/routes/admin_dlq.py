@@ -12,7 +12,7 @@ from uuid import UUID
 from botocore.exceptions import BotoCoreError, ClientError
 from litestar import Request, get, post
 
-from gateway import auth, dlq, reopen
+from gateway import auth, dlq, openapi, reopen
 from gateway.context import Context
 from shared import db, errors
 
@@ -38,7 +38,7 @@ class PurgeRequest:
     reason: str = "purged from the dead-letter queue through the admin API"
 
 
-@get("/v1/admin/dlq", guards=[auth.admin_only], tags=TAGS)
+@get("/v1/admin/dlq", guards=[auth.admin_only], tags=TAGS, responses=openapi.errors(503))
 async def list_dead_letters(request: Request, ctx: Context, page: int = 1,
                             limit: int = 50) -> dict:
     """Your tenant's dead letters, oldest first, with reason, receive count and age."""
@@ -47,13 +47,15 @@ async def list_dead_letters(request: Request, ctx: Context, page: int = 1,
     return await _call(ctx, dlq.list_letters, tenant_id=_tenant(request), page=page, limit=limit)
 
 
-@get("/v1/admin/dlq/{message_id:str}", guards=[auth.admin_only], tags=TAGS)
+@get("/v1/admin/dlq/{message_id:str}", guards=[auth.admin_only], tags=TAGS,
+     responses=openapi.errors(404, 503))
 async def show_dead_letter(message_id: str, request: Request, ctx: Context) -> dict:
     """One dead letter in full: body, attributes and its run."""
     return await _call(ctx, dlq.show, message_id, tenant_id=_tenant(request))
 
 
-@post("/v1/admin/dlq/redrive", guards=[auth.admin_only], status_code=200, tags=TAGS)
+@post("/v1/admin/dlq/redrive", guards=[auth.admin_only], status_code=200, tags=TAGS,
+      responses=openapi.errors(503))
 async def redrive_dead_letters(data: RedriveRequest, request: Request, ctx: Context) -> dict:
     """Send dead letters back to the ingest queue; failed runs are reopened, on the record."""
     selection = dlq.Selection(all=data.all, run_ids=frozenset(data.run_ids),
@@ -63,7 +65,8 @@ async def redrive_dead_letters(data: RedriveRequest, request: Request, ctx: Cont
                        limit=data.limit)
 
 
-@post("/v1/admin/dlq/purge", guards=[auth.admin_only], status_code=200, tags=TAGS)
+@post("/v1/admin/dlq/purge", guards=[auth.admin_only], status_code=200, tags=TAGS,
+      responses=openapi.errors(503))
 async def purge_dead_letters(data: PurgeRequest, request: Request, ctx: Context) -> dict:
     """Delete your tenant's dead letters older than `older_than` (90s, 15m, 2h, 7d)."""
     if not (data.dry_run or data.confirm):

@@ -5,7 +5,7 @@ from uuid import UUID
 
 from litestar import Request, get, post
 
-from gateway import auth, document_admin, views
+from gateway import auth, document_admin, openapi, paging, views
 from gateway.context import Context
 from shared import db, errors
 
@@ -17,20 +17,23 @@ def _like(search: str) -> str:
     return f"%{escaped}%"
 
 
-@get("/v1/documents", tags=["documents"])
-async def list_documents(request: Request, ctx: Context, page: int = 1, limit: int = 20,
+@get("/v1/documents", tags=["documents"], dependencies=paging.CURSORS)
+async def list_documents(request: Request, ctx: Context, window: paging.Window,
                          search: str | None = None) -> dict:
-    """Documents with an active version, newest first; `search` matches the title."""
+    """Documents with an active version, newest first; `search` matches the title; follow
+    `next_cursor` to read them all."""
     principal = auth.current(request)
-    lim, offset = views.page_params(page, limit)
+    scope = ("documents", principal.tenant_id, search)
+    secret = ctx.settings.jwt_secret
     async with ctx.pool.connection() as conn:
         rows = await (await conn.execute(Q["list_documents"], {
-            "tenant_id": principal.tenant_id, "limit": lim, "offset": offset,
-            "search": _like(search) if search else None})).fetchall()
-    return views.paged([views.document(r) for r in rows], rows, page, limit)
+            "tenant_id": principal.tenant_id, "search": _like(search) if search else None,
+            **window.params(secret, scope)})).fetchall()
+    return window.result(rows, views.document, secret=secret, scope=scope,
+                         key=("created_at", "doc_id"))
 
 
-@get("/v1/documents/{doc_id:uuid}", tags=["documents"])
+@get("/v1/documents/{doc_id:uuid}", tags=["documents"], responses=openapi.errors(404))
 async def get_document(doc_id: UUID, request: Request, ctx: Context) -> dict:
     principal = auth.current(request)
     keys = {"tenant_id": principal.tenant_id, "doc_id": doc_id}
@@ -43,7 +46,7 @@ async def get_document(doc_id: UUID, request: Request, ctx: Context) -> dict:
 
 
 @post("/v1/documents/{doc_id:uuid}/deactivate", guards=[auth.admin_only], status_code=200,
-      tags=["documents"])
+      tags=["documents"], responses=openapi.errors(404, 409))
 async def deactivate_document(doc_id: UUID, request: Request, ctx: Context) -> dict:
     """Stop serving a document (admins): its active version is deactivated, nothing deleted;
     409 when it has no active version."""

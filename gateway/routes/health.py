@@ -4,6 +4,7 @@ import asyncio
 
 from litestar import Response, get
 
+from gateway import openapi
 from gateway.context import Context
 
 
@@ -12,7 +13,7 @@ async def live() -> dict:
     return {"status": "ok"}
 
 
-@get("/health/ready", opt={"public": True}, tags=["health"])
+@get("/health/ready", opt={"public": True}, tags=["health"], responses=openapi.errors(503))
 async def ready(ctx: Context) -> Response:
     """Ready when the database answers and the queue is reachable."""
     checks = {"database": await _database(ctx), "queue": await _queue(ctx)}

@@ -3,17 +3,49 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from dataclasses import dataclass
 
 from litestar import Request, Response, post
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
 
-from gateway import auth, intake, uploads
+from gateway import auth, intake, openapi, uploads
 from gateway.context import Context
 from shared import objectstore
 
 log = logging.getLogger(__name__)
 
 
-@post("/v1/ingest", request_max_body_size=None, tags=["ingest"])
+# /schema: the form this route streams by hand, and its two answers (docs/decisions/0051).
+UPLOAD_FORM = openapi.form_body(
+    ("file",),
+    file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="The document; its filename and "
+                "bytes decide the type."),
+    title=Schema(type=OpenAPIType.STRING, max_length=1024, description="Defaults to the filename."),
+    doc_id=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.UUID, description="Upload a new version of this "
+                  "document of your tenant."))
+
+
+@dataclass
+class Queued:
+    run_id: uuid.UUID
+    doc_id: uuid.UUID
+    status: str  # "queued"
+
+
+@dataclass
+class Skipped:
+    doc_id: uuid.UUID
+    status: str  # "skipped": the same bytes are already the active version or on their way
+    reason: str | None = None
+    run_id: uuid.UUID | None = None
+
+
+@post("/v1/ingest", request_max_body_size=None, tags=["ingest"], status_code=202,
+      operation_class=UPLOAD_FORM, responses={
+          202: ResponseSpec(Queued, description="Accepted: a run is queued."),
+          200: ResponseSpec(Skipped, description="Nothing to do: the content is already there."),
+          **openapi.errors(400, 404, 413, 415)})
 async def ingest(request: Request, ctx: Context) -> Response:
     """Upload a document (multipart field `file`, optional `title`); 202 queued or 200 skipped."""
     principal = auth.current(request)

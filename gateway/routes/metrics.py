@@ -13,7 +13,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from gateway import auth, metrics
+from gateway import auth, metrics, openapi
 from gateway.context import Context
 from shared import db, errors
 
@@ -38,7 +38,8 @@ async def prometheus(ctx: Context) -> Response:
     return Response(body, media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
 
-@get("/api/metrics", opt=OPT, guards=[metrics_token], tags=["operations"])
+@get("/api/metrics", opt=OPT, guards=[metrics_token], tags=["operations"],
+     responses=openapi.errors(401, 503))
 async def dashboard(ctx: Context) -> dict:
     """Backlog, failures of the last 24 h, stale runs, processing time, DLQ depth."""
     return metrics.dashboard_json(await _snapshot(ctx))

@@ -6,7 +6,7 @@ from uuid import UUID
 
 from litestar import Request, post
 
-from gateway import auth, reopen
+from gateway import auth, openapi, reopen
 from gateway.context import Context
 from shared import objectstore
 
@@ -16,7 +16,8 @@ class RetryRequest:
     reason: str = "retried by its user"
 
 
-@post("/v1/ingestion-runs/{run_id:uuid}/retry", status_code=202, tags=["runs"])
+@post("/v1/ingestion-runs/{run_id:uuid}/retry", status_code=202, tags=["runs"],
+      responses=openapi.errors(403, 404, 409))
 async def retry_run(run_id: UUID, request: Request, ctx: Context,
                     data: RetryRequest | None = None) -> dict:
     """Run a failed run again with its stored upload (admins, or the user who started it).

@@ -5,7 +5,7 @@ from uuid import UUID
 
 from litestar import Request, get
 
-from gateway import auth, views
+from gateway import auth, openapi, paging, views
 from gateway.context import Context
 from shared import db, errors
 
@@ -13,7 +13,7 @@ Q = db.load_queries(Path(__file__).parents[1] / "queries.sql")
 STATUSES = ("queued", "running", "succeeded", "failed")
 
 
-@get("/v1/ingestion-runs/{run_id:uuid}", tags=["runs"])
+@get("/v1/ingestion-runs/{run_id:uuid}", tags=["runs"], responses=openapi.errors(404))
 async def get_run(run_id: UUID, request: Request, ctx: Context) -> dict:
     principal = auth.current(request)
     async with ctx.pool.connection() as conn:
@@ -24,15 +24,17 @@ async def get_run(run_id: UUID, request: Request, ctx: Context) -> dict:
     return views.run(row)
 
 
-@get("/v1/ingestion-runs", tags=["runs"])
-async def list_runs(request: Request, ctx: Context, page: int = 1, limit: int = 20,
+@get("/v1/ingestion-runs", tags=["runs"], dependencies=paging.CURSORS)
+async def list_runs(request: Request, ctx: Context, window: paging.Window,
                     status: str | None = None) -> dict:
+    """Runs, newest first; follow `next_cursor` to read them all."""
     principal = auth.current(request)
     if status is not None and status not in STATUSES:
         raise errors.InvalidRequest(f"status must be one of {', '.join(STATUSES)}.")
-    lim, offset = views.page_params(page, limit)
+    scope = ("runs", principal.tenant_id, status)
+    secret = ctx.settings.jwt_secret
     async with ctx.pool.connection() as conn:
         rows = await (await conn.execute(Q["list_runs"], {
-            "tenant_id": principal.tenant_id, "status": status, "limit": lim,
-            "offset": offset})).fetchall()
-    return views.paged([views.run(r) for r in rows], rows, page, limit)
+            "tenant_id": principal.tenant_id, "status": status,
+            **window.params(secret, scope)})).fetchall()
+    return window.result(rows, views.run, secret=secret, scope=scope, key=("created_at", "run_id"))

@@ -7,11 +7,11 @@ from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, patch, post
 
-from gateway import auth, source_access, sources, syncs, views
+from gateway import auth, openapi, paging, source_access, sources, syncs
 from gateway.context import Context
 
 
-@post("/", status_code=201)
+@post("/", status_code=201, responses=openapi.errors(409))
 async def create_source(data: dict[str, Any], request: Request, ctx: Context) -> dict:
     """Register a bucket/prefix (optional endpoint_url, region, include/exclude globs).
 
@@ -25,23 +25,22 @@ async def create_source(data: dict[str, Any], request: Request, ctx: Context) ->
     return sources.view(row)
 
 
-@get("/")
-async def list_sources(request: Request, ctx: Context, page: int = 1, limit: int = 20) -> dict:
+@get("/", dependencies=paging.PAGES)
+async def list_sources(request: Request, ctx: Context, window: paging.Window) -> dict:
     principal = auth.current(request)
-    lim, offset = views.page_params(page, limit)
-    rows = await sources.list_page(ctx.pool, tenant_id=principal.tenant_id, limit=lim,
-                                   offset=offset)
-    return views.paged([sources.view(r) for r in rows], rows, page, limit)
+    rows = await sources.list_page(ctx.pool, tenant_id=principal.tenant_id, limit=window.limit,
+                                   offset=(window.page - 1) * window.limit)
+    return window.result(rows, sources.view)
 
 
-@get("/{source_id:uuid}")
+@get("/{source_id:uuid}", responses=openapi.errors(404))
 async def get_source(source_id: UUID, request: Request, ctx: Context) -> dict:
     principal = auth.current(request)
     return sources.view(await sources.get(ctx.pool, tenant_id=principal.tenant_id,
                                           source_id=source_id))
 
 
-@patch("/{source_id:uuid}")
+@patch("/{source_id:uuid}", responses=openapi.errors(404, 409))
 async def update_source(source_id: UUID, data: dict[str, Any], request: Request,
                         ctx: Context) -> dict:
     """Change any field but the bucket; takes effect at the next sync."""
@@ -52,7 +51,7 @@ async def update_source(source_id: UUID, data: dict[str, Any], request: Request,
                                              by_operator=principal.is_operator, changes=changes))
 
 
-@delete("/{source_id:uuid}", status_code=200)
+@delete("/{source_id:uuid}", status_code=200, responses=openapi.errors(404, 409))
 async def delete_source(source_id: UUID, request: Request, ctx: Context) -> dict:
     """Soft-delete: the source disappears and its documents stop being served; no row is
     removed (docs/decisions/0020-s3-source-deletion.md)."""
@@ -60,7 +59,7 @@ async def delete_source(source_id: UUID, request: Request, ctx: Context) -> dict
     return await sources.delete(ctx.pool, tenant_id=principal.tenant_id, source_id=source_id)
 
 
-@post("/{source_id:uuid}/sync", status_code=202)
+@post("/{source_id:uuid}/sync", status_code=202, responses=openapi.errors(400, 404, 409))
 async def trigger_sync(source_id: UUID, request: Request, ctx: Context) -> Response:
     """Start a sync in the background: 202 with its id, or 409 with the running one's id; 403
     when the tenant's grant for the bucket was revoked, 400 when the endpoint is no longer
@@ -72,17 +71,16 @@ async def trigger_sync(source_id: UUID, request: Request, ctx: Context) -> Respo
     return Response(started, status_code=202, headers={"Location": location})
 
 
-@get("/{source_id:uuid}/syncs")
-async def list_syncs(source_id: UUID, request: Request, ctx: Context, page: int = 1,
-                     limit: int = 20) -> dict:
+@get("/{source_id:uuid}/syncs", dependencies=paging.PAGES)
+async def list_syncs(source_id: UUID, request: Request, ctx: Context,
+                     window: paging.Window) -> dict:
     principal = auth.current(request)
-    lim, offset = views.page_params(page, limit)
     rows = await syncs.list_page(ctx.pool, tenant_id=principal.tenant_id, source_id=source_id,
-                                 limit=lim, offset=offset)
-    return views.paged([syncs.view(r) for r in rows], rows, page, limit)
+                                 limit=window.limit, offset=(window.page - 1) * window.limit)
+    return window.result(rows, syncs.view)
 
 
-@get("/{source_id:uuid}/syncs/{sync_id:uuid}")
+@get("/{source_id:uuid}/syncs/{sync_id:uuid}", responses=openapi.errors(404))
 async def get_sync(source_id: UUID, sync_id: UUID, request: Request, ctx: Context) -> dict:
     principal = auth.current(request)
     return syncs.view(await syncs.get(ctx.pool, tenant_id=principal.tenant_id,

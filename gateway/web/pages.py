@@ -8,6 +8,7 @@ that their scripts fill from /v1/sources and /v1/admin/dlq, the same API a CLI o
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
@@ -16,7 +17,7 @@ from litestar import Request, Response, Router, get, post
 from litestar.datastructures import Cookie
 from litestar.response import Redirect, Template
 
-from gateway import auth, metrics, users
+from gateway import auth, login_throttle, metrics, paging, users
 from gateway.context import Context
 from gateway.web import assets, errorpages, reads, session
 from shared import errors
@@ -77,7 +78,7 @@ def home() -> Redirect:
 async def login_form(request: Request, ctx: Context, next: str | None = None,
                      signed_out: bool = False, expired: bool = False) -> Response:
     token = session.cookie_token(request)
-    if token and _valid(token, ctx):
+    if token and await _valid(token, ctx):
         return Redirect(safe_next(next))
     notice = ("You are signed out." if signed_out else
               "Your session has ended; sign in again to continue." if expired else None)
@@ -94,7 +95,14 @@ async def login_submit(request: Request, ctx: Context) -> Response:
                                  "again.")
     try:
         principal = await users.login(ctx.pool, str(form.get("email", "")),
-                                      str(form.get("password", "")))
+                                      str(form.get("password", "")),
+                                      address=auth.client_address(request),
+                                      limits=login_throttle.Limits.from_settings(ctx.settings))
+    except errors.TooManyAttempts as exc:
+        page = _login_page(request, ctx, next=target, status_code=429, error=exc.detail,
+                           email=str(form.get("email", "")))
+        page.headers["Retry-After"] = str(exc.retry_after_s)
+        return page
     except (errors.Unauthorized, errors.InvalidRequest) as exc:
         return _login_page(request, ctx, next=target, status_code=401, error=exc.detail,
                            email=str(form.get("email", "")))
@@ -117,9 +125,9 @@ def _login_page(request: Request, ctx: Context, *, next: str | None, status_code
                   email=email)
 
 
-def _valid(token: str, ctx: Context) -> bool:
+async def _valid(token: str, ctx: Context) -> bool:
     try:
-        auth.decode_token(token, ctx.settings.jwt_secret)
+        await auth.live_principal(ctx.pool, token, ctx.settings.jwt_secret)
     except errors.Unauthorized:
         return False
     return True
@@ -133,6 +141,11 @@ async def logout(request: Request, ctx: Context) -> Response:
                                           ctx.settings.jwt_secret):
         raise errors.Forbidden("The sign-out form came from an old page; reload the page and "
                                "sign out again.")
+    if token:
+        # Clearing the cookie is not enough: a copied cookie must stop working too.
+        with contextlib.suppress(errors.Unauthorized):
+            await users.end_sessions(ctx.pool, await auth.live_principal(
+                ctx.pool, token, ctx.settings.jwt_secret))
     secure = session.secure(request, ctx.settings.session_cookie_secure)
     return Redirect("/login?signed_out=true", status_code=303,
                     cookies=[session.cleared_session_cookie(secure=secure)])
@@ -148,7 +161,7 @@ async def upload(request: Request, ctx: Context) -> Template:
 
 @get("/runs")
 async def runs(request: Request, ctx: Context, status: str | None = None,
-               page: int = 1) -> Template:
+               page: int = paging.PAGE) -> Template:
     principal = auth.current(request)
     listing = await reads.runs_page(ctx.pool, tenant_id=principal.tenant_id,
                                     status=status or None, page=page)
@@ -166,7 +179,7 @@ async def run(run_id: str, request: Request, ctx: Context) -> Template:
 
 @get("/documents")
 async def documents(request: Request, ctx: Context, search: str | None = None,
-                    page: int = 1) -> Template:
+                    page: int = paging.PAGE) -> Template:
     principal = auth.current(request)
     search = (search or "").strip()[:200] or None
     listing = await reads.documents_page(ctx.pool, tenant_id=principal.tenant_id,
@@ -217,9 +230,16 @@ async def dead_letter(message_id: str, request: Request) -> Template:
     return render(request, "admin/dlq_message.html", message_id=message_id)
 
 
+@get("/users")
+async def user_list(request: Request, ctx: Context) -> Template:
+    """The tenant's users; changes go through /v1/users from the page's script (CSRF header)."""
+    listing = await users.list_users(ctx.pool, auth.current(request).tenant_id)
+    return render(request, "admin/users.html", users=listing)
+
+
 def router(files: assets.Assets) -> Router:
     admin = Router("/admin", guards=[auth.admin_only], route_handlers=[
-        overview, sources, source, dead_letters, dead_letter])
+        overview, sources, source, dead_letters, dead_letter, user_list])
     return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,
                                   documents, document, admin, files.route()])

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from gateway import views
+from gateway import paging, views
 from shared import db, errors
 
 API = db.load_queries(Path(__file__).parents[1] / "queries.sql")
@@ -24,12 +24,11 @@ async def runs_page(pool: db.AsyncPool, *, tenant_id: UUID, status: str | None,
                     page: int) -> dict[str, Any]:
     if status not in (None, *RUN_STATUSES):
         status = None  # an unknown filter in a hand-edited URL shows everything
-    limit, offset = views.page_params(page, PAGE_SIZE)
+    window = paging.Window(page, PAGE_SIZE)
     async with pool.connection() as conn:
         rows = await (await conn.execute(API["list_runs"], {
-            "tenant_id": tenant_id, "status": status, "limit": limit,
-            "offset": offset})).fetchall()
-    return views.paged([views.run(r) for r in rows], rows, page, limit) | {"status": status}
+            "tenant_id": tenant_id, "status": status, **window.params("", ())})).fetchall()
+    return window.result(rows, views.run) | {"status": status}
 
 
 async def run(pool: db.AsyncPool, *, tenant_id: UUID, run_id: UUID) -> dict[str, Any]:
@@ -44,12 +43,12 @@ async def run(pool: db.AsyncPool, *, tenant_id: UUID, run_id: UUID) -> dict[str,
 
 async def documents_page(pool: db.AsyncPool, *, tenant_id: UUID, search: str | None,
                          page: int) -> dict[str, Any]:
-    limit, offset = views.page_params(page, PAGE_SIZE)
+    window = paging.Window(page, PAGE_SIZE)
     async with pool.connection() as conn:
         rows = await (await conn.execute(API["list_documents"], {
-            "tenant_id": tenant_id, "limit": limit, "offset": offset,
-            "search": _like(search) if search else None})).fetchall()
-    return views.paged([views.document(r) for r in rows], rows, page, limit)
+            "tenant_id": tenant_id, "search": _like(search) if search else None,
+            **window.params("", ())})).fetchall()
+    return window.result(rows, views.document)
 
 
 async def document(pool: db.AsyncPool, *, tenant_id: UUID, doc_id: UUID) -> dict[str, Any]:

@@ -71,6 +71,9 @@ def async_pool(url: str, *, min_size: int = 1, max_size: int = 10,
 UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, pg_errors.AdminShutdown)
 # Errors a retry of the same transaction may cure.
 RETRYABLE = (*UNAVAILABLE, pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
+# SQLSTATE class 22 (a NUL byte in text, a number out of range): the value came from a request,
+# so the gateway answers 400 (gateway/errors.py) wherever a query did not translate it itself.
+BAD_VALUE = psycopg.DataError
 
 
 def is_unavailable(exc: BaseException) -> bool:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 from tests.conftest import TEST_PASSWORD
+from tests.support.stack import wait_until
 
 
 def test_gateway_serves_everything_but_processing_without_workers(gateway, tenants, conn):
@@ -20,7 +19,10 @@ def test_gateway_serves_everything_but_processing_without_workers(gateway, tenan
         upload = client.post("/v1/ingest", files={"file": ("notes.txt", b"plain notes " * 20)})
         assert upload.status_code == 202
         run_id = upload.json()["run_id"]
-        time.sleep(2)
+        # The relay publishing the job is the last thing the gateway does for an upload.
+        wait_until(lambda: conn.execute(
+            "SELECT published_at FROM job_outbox WHERE run_id = %s", (run_id,)
+        ).fetchone()["published_at"], timeout=30, message="the job is published")
 
         # Then everything answers, and the run waits in `queued` with nothing lost
         runs = client.get("/v1/ingestion-runs", params={"status": "queued"}).json()

@@ -8,7 +8,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 import uuid
 
 import httpx
@@ -245,7 +244,9 @@ def test_a_burst_of_fifty_failures_raises_one_alert(conn, queues, tenants, store
         # When a worker processes them all
         worker = stack.start_worker(env, out_dir, once=True)
         assert worker.proc.wait(240) == 0, worker.logs()[-3000:]
-        time.sleep(1)
+        # The worker has exited, so whatever it posted has reached the webhook by now or never
+        # will; wait only for the receiver's thread to record it.
+        wait_until(lambda: hook.received, timeout=10, message="the alert arrives")
     finally:
         hook.stop()
 
@@ -271,9 +272,12 @@ def test_ingestion_goes_on_while_the_alert_webhook_is_down(conn, queues, tenants
                          name=f"broken-{i}.pdf") for i in range(3)]
     good = submit.submit(conn, queues.queue, store_root, user, documents.make_markdown(1))
     metrics_port = free_port()
+    # One job at a time, and a webhook timeout far longer than any of these jobs: an alert
+    # posted on the job's path would hold the next job back by ALERT_TIMEOUT_S.
+    alert_timeout_s = 20
     env = {**stack_env, "ALERT_WEBHOOK_URLS": f"{down_url},{hanging.url}",
-           "ALERT_WINDOW_S": "0.1", "ALERT_TIMEOUT_S": "1",
-           "WORKER_METRICS_PORT": str(metrics_port)}
+           "ALERT_WINDOW_S": "0.1", "ALERT_TIMEOUT_S": str(alert_timeout_s),
+           "WORKER_MAX_CONCURRENT_JOBS": "1", "WORKER_METRICS_PORT": str(metrics_port)}
     try:
         # When a worker processes them
         worker = stack.start_worker(env, out_dir)
@@ -290,6 +294,14 @@ def test_ingestion_goes_on_while_the_alert_webhook_is_down(conn, queues, tenants
     assert code == 0
     assert _empty(queues)
     assert "SECRET-PATH" not in worker.logs()
+    # and no job waited for an alert: each started right after the previous one finished,
+    # although every failure sent an alert to a webhook that answers after 30 s
+    timeline = conn.execute(
+        "SELECT started_at, finished_at FROM ingestion_runs WHERE run_id = ANY(%s) "
+        "ORDER BY started_at", ([j.run_id for j in (*bad, good)],)).fetchall()
+    gaps = [(later["started_at"] - earlier["finished_at"]).total_seconds()
+            for earlier, later in zip(timeline, timeline[1:], strict=False)]
+    assert len(gaps) == 3 and max(gaps) < alert_timeout_s / 2, gaps
     # and the worker's own metrics counted the jobs, timed them and their stages, and the alerts
     assert samples[("ingest_worker_jobs_total", (("status", "failed"),))] == 3
     assert samples[("ingest_worker_jobs_total", (("status", "succeeded"),))] == 1

@@ -73,7 +73,11 @@ def test_gateway_alerts_on_dlq_depth_backlog_and_crash_guard_once_each(
         "CRASH_GUARD_INTERVAL_S": "0.5"}, out_dir)
     try:
         wait_until(lambda: len(hook.received) >= 3, timeout=20, message="three alerts")
-        time.sleep(3)  # six more checks
+        # Each later check of a still-open incident is counted in its window: wait for six
+        # more checks of both thresholds, which would each have alerted without the window.
+        wait_until(lambda: _held_back(conn, "dlq_depth") >= 6
+                   and _held_back(conn, "backlog") >= 6,
+                   timeout=60, message="six more checks of each threshold")
     finally:
         gateway.stop()
 
@@ -89,3 +93,8 @@ def test_gateway_alerts_on_dlq_depth_backlog_and_crash_guard_once_each(
     assert failure.startswith("[INGEST FAILURE] crash guard failed 1 run(s): 1 never picked up")
     assert str(queued[0].run_id) in failure
     assert all("@" not in t for t in texts)
+
+
+def _held_back(conn, key: str) -> int:
+    row = conn.execute("SELECT suppressed FROM alert_windows WHERE key = %s", (key,)).fetchone()
+    return row["suppressed"] if row else 0

@@ -70,7 +70,11 @@ def test_retry_without_a_body_uses_a_default_reason(gateway, conn, queues, tenan
     with gateway.client(admin.token) as client:
         run_id = _failed_upload(conn, queues, client)["run_id"]
         assert client.post(f"/v1/ingestion-runs/{run_id}/retry").status_code == 202
-    assert ops.actions(conn, run_id)[0]["reason"]
+    # The record says who retried it, why (the default reason) and what the run failed with
+    [action] = ops.actions(conn, run_id)
+    assert action["action"] == "retry" and action["reason"] == "retried by its user"
+    assert action["actor"] == f"user:{admin.user_id}"
+    assert action["details"]["previous_error"] == "read: S3 unreachable."
 
 
 def test_retry_when_the_upload_is_gone_answers_upload_expired(gateway, conn, queues, tenants,

@@ -2,7 +2,9 @@
 
 Small buckets with short listing pages (SYNC_LIST_PAGE_SIZE=10) so that paging, listing
 failures and crashes between pages are cheap to stage. Runs are "processed" by settle_runs (the
-worker's result written directly) where a test needs active versions: see its docstring.
+worker's result written directly) where a test needs active versions: its docstring says why
+that cannot change these tests' verdicts, and tests/e2e/test_s3_sync_worker.py runs a sync's
+runs through a real worker.
 """
 
 from __future__ import annotations

@@ -69,11 +69,22 @@ def counts(conn) -> dict[str, int]:
 
 
 def add_active_version(conn, *, tenant_id, doc_id, run_id, content_hash: str) -> None:
-    """What the worker writes when it finishes a run: the document's active version."""
-    conn.execute(
-        "INSERT INTO document_versions (tenant_id, doc_id, run_id, version_number, content_hash,"
-        " is_active, embedding_model, embedding_dim) VALUES (%s, %s, %s, 1, %s, true, %s, 384)",
-        (tenant_id, doc_id, run_id, content_hash, "sentence-transformers/all-MiniLM-L6-v2"))
+    """What the worker leaves when it finishes a run: the run `succeeded` (through `running`,
+    as the transition trigger requires) and the document's active version, in one transaction.
+
+    Without chunks: the callers test intake's deduplication and the reads' tenant filters,
+    which look only at the version's hash and `is_active` and the run's status, never at chunks.
+    """
+    with conn.transaction():
+        conn.execute("UPDATE ingestion_runs SET status = 'running', started_at = now() "
+                     "WHERE run_id = %s AND status = 'queued'", (run_id,))
+        conn.execute(
+            "INSERT INTO document_versions (tenant_id, doc_id, run_id, version_number, "
+            "content_hash, is_active, embedding_model, embedding_dim) "
+            "VALUES (%s, %s, %s, 1, %s, true, %s, 384)",
+            (tenant_id, doc_id, run_id, content_hash, "sentence-transformers/all-MiniLM-L6-v2"))
+        conn.execute("UPDATE ingestion_runs SET status = 'succeeded', finished_at = now() "
+                     "WHERE run_id = %s", (run_id,))
 
 
 def sha(data: bytes) -> str:

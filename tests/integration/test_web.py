@@ -13,6 +13,7 @@ import jwt
 import pytest
 
 from gateway.web import session
+from shared import objectstore
 from tests.conftest import TEST_PASSWORD
 from tests.support import stack
 
@@ -79,8 +80,9 @@ def test_sign_in_sets_an_httponly_session_cookie(gateway, tenants):
         assert 'href="/admin' not in page.text
 
 
-def test_the_cookie_authenticates_the_api_with_a_csrf_header(gateway, tenants):
+def test_the_cookie_authenticates_the_api_with_a_csrf_header(gateway, tenants, conn, stack_env):
     user = tenants.user(role="user")
+    uploads = objectstore.file_path(stack_env["UPLOAD_STORE_URI"])
     with sign_in(gateway, user.email) as browser:
         csrf = page_csrf(browser)
         # Reads need no CSRF header
@@ -93,6 +95,10 @@ def test_the_cookie_authenticates_the_api_with_a_csrf_header(gateway, tenants):
         assert refused.json()["code"] == "forbidden"
         wrong = browser.post("/v1/ingest", files=files, headers={"X-CSRF-Token": "0" * 64})
         assert wrong.status_code == 403
+        # and left nothing behind: no document, run or job, and no stored file
+        for table in ("documents", "ingestion_runs", "job_outbox"):
+            assert conn.execute(f"SELECT count(*) AS n FROM {table}").fetchone()["n"] == 0, table
+        assert not uploads.exists() or not [p for p in uploads.rglob("*") if p.is_file()]
 
         # With the page's CSRF token it is accepted
         accepted = browser.post("/v1/ingest", files=files, headers={"X-CSRF-Token": csrf})

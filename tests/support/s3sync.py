@@ -87,6 +87,13 @@ def settle_runs(conn: psycopg.Connection, tenant_id: Any) -> int:
     the worker's own tests cover processing. Each run gets the version the worker would write
     (next number, the job's hash, active, the previous one deactivated), and its outbox row is
     marked published so no gateway publishes it later.
+
+    Why the shortcut cannot change a sync test's verdict: what a sync reads of the worker's
+    result (gateway/sources.sql `touch_known_objects`, `missing_objects`, `source_served_objects`)
+    is a version's `content_hash` and `is_active` and a run's `status`, written here as the
+    worker writes them; it never reads chunks, and the worker's per-document lock is held only
+    while a worker writes, which no worker does here. tests/e2e/test_s3_sync_worker.py runs the
+    same sequence (sync, process, re-sync, change, delete) against a real `ingest worker`.
     """
     with conn.transaction():
         runs = conn.execute(

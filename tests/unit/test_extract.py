@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import subprocess
+import sys
 import zipfile
 
 import docx
 import pytest
 
 from shared import errors
-from tests.support import documents
+from tests.support import documents, stack
 from worker.pipeline import extract
 
 
@@ -113,12 +116,40 @@ def test_docx_merged_cell_appears_once(tmp_path):
     assert extract.extract(path, "docx").text == "Merged | Single"
 
 
+# Runs in a fresh interpreter so that its peak resident memory is the extraction's alone.
+_MEASURE = """
+import resource, sys, time
+from shared import errors
+from worker.pipeline import extract
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+started = time.monotonic()
+try:
+    extract.extract(__import__("pathlib").Path(sys.argv[1]), "docx")
+    print("accepted")
+except errors.BadDocument as exc:
+    elapsed = time.monotonic() - started
+    grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    print(type(exc).__name__, grown_kb, elapsed, exc.detail, sep="\\t")
+"""
+
+
 def test_zip_bomb_docx_is_refused_before_inflating(write):
-    with pytest.raises(errors.BadDocument) as caught:
-        extract.extract(write("bomb.docx", documents.make_zip_bomb_docx()), "docx")
-    assert type(caught.value) is errors.BadDocument
-    assert_user_message(caught.value)
-    assert "zip bomb" in caught.value.detail
+    # Given a 300 KB DOCX that inflates to 300 MB
+    path = write("bomb.docx", documents.make_zip_bomb_docx(inflated_mb=300))
+
+    # When a fresh process extracts it
+    child = subprocess.run([sys.executable, "-c", _MEASURE, str(path)], cwd=stack.ROOT,
+                           capture_output=True, text=True, timeout=120,
+                           env={"PATH": os.environ.get("PATH", ""), "HF_HUB_OFFLINE": "1"})
+    assert child.returncode == 0, child.stderr[-3000:]
+    kind, grown_kb, elapsed, detail = child.stdout.strip().split("\t")
+
+    # Then it is refused as a zip bomb without inflating it: its peak memory grew by far less
+    # than the inflated size (a few MB at most) and the refusal took well under a second
+    assert kind == "BadDocument" and "zip bomb" in detail, child.stdout
+    assert detail.startswith("extract: ") and detail.endswith(".")
+    assert int(grown_kb) < 20 * 1024, f"peak RSS grew by {grown_kb} KB"
+    assert float(elapsed) < 1.0, f"took {elapsed} s"
 
 
 def test_zip_bomb_docx_is_refused_by_ratio_under_the_size_limit(write):
