@@ -100,7 +100,9 @@ class Bench:
             self.tenant_id = users.ensure_tenant(conn, "bench")
             self.user_id = users.create_user(conn, tenant_id=self.tenant_id,
                                              email="admin@bench.test",
-                                             password="bench-password", role="admin")["user_id"]
+                                             password="bench-password",
+                                             # an operator: no grant needed (0065)
+                                             role="operator")["user_id"]
 
     async def __aenter__(self) -> Bench:
         self.pool = db.async_pool(self.settings.database_url, max_size=10, name="bench")

@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--hours", type=float, default=None, help="expiry (default JWT_EXPIRY_HOURS)")
     token.set_defaults(run=_token)
     ops.add_commands(sub)
+    from cli import sources  # `ingest sources grant|revoke|grants` (docs/decisions/0065)
+
+    sources.add_commands(sub)
     return parser
 
 

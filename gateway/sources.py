@@ -3,7 +3,8 @@
 A source names a bucket and prefix, optionally an endpoint and region, and include/exclude
 globs. It never holds credentials: the gateway reads them from its environment or role. A
 source is deleted softly (docs/decisions/0020-s3-source-deletion.md): no row is removed, its
-documents stop being served.
+documents stop being served. Who may read which bucket, and where requests may go, is
+gateway/source_access.py: create and update ask it before they write.
 """
 
 from __future__ import annotations
@@ -17,21 +18,26 @@ from typing import Any
 from urllib.parse import urlparse
 from uuid import UUID
 
-from gateway import deactivation
+from gateway import deactivation, source_access
 from shared import db, errors
 
 Q = db.load_queries(Path(__file__).with_name("sources.sql"))
 
 FIELDS = ("name", "bucket", "prefix", "endpoint_url", "region", "include_patterns",
           "exclude_patterns", "enabled")
+# S3 bucket naming rules (general purpose buckets): 3-63 of a-z 0-9 . -, a letter or digit at
+# each end, no '..', '.-' or '-.', not an IP address, no reserved prefix or suffix.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_BUCKET_IP = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 _REGION = re.compile(r"^[a-z0-9-]{1,40}$")
 # Field names that look like someone trying to store credentials with the source.
 _CREDENTIAL_LIKE = re.compile(r"(?i)secret|access.?key|password|token|credential|session")
 MAX_PATTERNS = 100
 MAX_PATTERN_CHARS = 512
 MAX_NAME_CHARS = 200
-MAX_PREFIX_CHARS = 1024
+MAX_PREFIX_BYTES = 1024  # an S3 key's limit, in UTF-8 bytes
 DELETED_REASON = "Cancelled: the source was deleted before this run started."
 
 
@@ -89,8 +95,12 @@ def view(row: dict[str, Any]) -> dict[str, Any]:
 
 
 # ── validation ──────────────────────────────────────────────────────────────────────────────
-def parse(data: Any, *, allowlist: tuple[str, ...], partial: bool) -> dict[str, Any]:
-    """Check a create (all required fields) or PATCH (only those given) body; return clean values."""
+def parse(data: Any, *, partial: bool) -> dict[str, Any]:
+    """Check a create (all required fields) or PATCH (only those given) body; return clean values.
+
+    Only the shape: whether this tenant may read the bucket, and whether the endpoint may be
+    called, is for create/update (gateway/source_access.py).
+    """
     if not isinstance(data, dict):
         raise errors.InvalidRequest("Send the source as a JSON object.")
     _refuse_unknown(data)
@@ -99,9 +109,9 @@ def parse(data: Any, *, allowlist: tuple[str, ...], partial: bool) -> dict[str, 
     if partial and "bucket" in data:
         raise errors.InvalidRequest("A source's bucket cannot change: its documents are named "
                                     "after it; create a new source instead.")
-    checks = {"name": _name, "bucket": _bucket, "prefix": _prefix, "region": _region,
+    checks = {"name": _name, "bucket": bucket_name, "prefix": clean_prefix, "region": _region,
               "include_patterns": _patterns, "exclude_patterns": _patterns, "enabled": _enabled,
-              "endpoint_url": lambda v: _endpoint(v, allowlist)}
+              "endpoint_url": _endpoint}
     clean = {field: checks[field](data[field]) for field in FIELDS if field in data}
     if not partial:
         clean.setdefault("prefix", "")
@@ -138,16 +148,33 @@ def _name(value: Any) -> str:
     return name
 
 
-def _bucket(value: Any) -> str:
-    if not isinstance(value, str) or not _BUCKET.match(value):
+def bucket_name(value: Any) -> str:
+    if (not isinstance(value, str) or not _BUCKET.match(value) or ".." in value
+            or ".-" in value or "-." in value or _BUCKET_IP.match(value)
+            or value.startswith(_BUCKET_RESERVED_PREFIXES)
+            or value.endswith(_BUCKET_RESERVED_SUFFIXES)):
         raise errors.InvalidRequest("bucket must be an S3 bucket name: 3 to 63 lowercase "
-                                    "letters, digits, dots or hyphens.")
+                                    "letters, digits, dots or hyphens, starting and ending with "
+                                    "a letter or digit, not shaped like an IP address.")
     return value
 
 
-def _prefix(value: Any) -> str:
+def clean_prefix(value: Any) -> str:
+    """A key prefix: at most 1,024 UTF-8 bytes, no control characters, no '.', '..' or empty
+    folder and no backslash. S3 keys are literal, but some S3-compatible servers and proxies
+    normalise paths, and a prefix is confined to a granted folder by plain string comparison."""
+    if not isinstance(value, str) or len(value.encode()) > MAX_PREFIX_BYTES or any(
+            ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise errors.InvalidRequest(f"prefix must be text of at most {MAX_PREFIX_BYTES} bytes, "
+                                    "without control characters.")
     # S3 keys rarely start with '/', and a prefix that does would match nothing.
-    return _text(value, "prefix", MAX_PREFIX_CHARS).lstrip("/")
+    prefix = value.lstrip("/")
+    # The last piece may be a partial name ('docs/rep' lists 'docs/report.md') or '' after '/'.
+    *folders, last = prefix.split("/")
+    if "\\" in prefix or any(f in ("", ".", "..") for f in folders) or last in (".", ".."):
+        raise errors.InvalidRequest("prefix must not contain '.', '..' or empty folders, nor a "
+                                    "backslash; write the folder as it is, e.g. 'docs/2024/'.")
+    return prefix
 
 
 def _region(value: Any) -> str | None:
@@ -172,11 +199,15 @@ def _patterns(value: Any) -> list[str]:
     return value
 
 
-def _endpoint(value: Any, allowlist: tuple[str, ...]) -> str | None:
+def _endpoint(value: Any) -> str | None:
     if value is None:
         return None
     url = _text(value, "endpoint_url", 2048).rstrip("/")
     parsed = urlparse(url)
+    try:
+        parsed.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError as exc:
+        raise errors.InvalidRequest("endpoint_url has an invalid port.") from exc
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise errors.InvalidRequest("endpoint_url must be an http(s) URL such as "
                                     "'https://s3.eu-west-1.amazonaws.com'.")
@@ -184,18 +215,20 @@ def _endpoint(value: Any, allowlist: tuple[str, ...]) -> str | None:
         # A URL with user:password@ would store a credential; query strings have no use here.
         raise errors.InvalidRequest("endpoint_url must not contain credentials, a query or a "
                                     "fragment; the gateway signs requests with its own role.")
-    if allowlist and url not in {a.rstrip("/") for a in allowlist}:
-        raise errors.InvalidRequest("This endpoint is not allowed here; ask an operator to add it "
-                                    "to SOURCE_ENDPOINT_ALLOWLIST.")
     return url
 
 
 # ── create / read / update ──────────────────────────────────────────────────────────────────
-async def create(pool: db.AsyncPool, *, tenant_id: UUID, created_by: UUID,
-                 fields: dict[str, Any]) -> dict[str, Any]:
+async def create(pool: db.AsyncPool, rules: source_access.Rules, *, tenant_id: UUID,
+                 created_by: UUID, by_operator: bool, fields: dict[str, Any]) -> dict[str, Any]:
+    """Register a source the caller may read (``by_operator``: the caller is platform staff)."""
+    await source_access.check_endpoint(rules, fields["endpoint_url"])
     try:
         with db.translate():
             async with pool.connection() as conn:
+                await source_access.authorize(conn, rules, tenant_id=tenant_id,
+                                              bucket=fields["bucket"], prefix=fields["prefix"],
+                                              by_operator=by_operator)
                 row = await (await conn.execute(Q["insert_source"], {
                     **fields, "tenant_id": tenant_id, "created_by": created_by})).fetchone()
     except errors.Conflict as exc:
@@ -221,8 +254,12 @@ async def list_page(pool: db.AsyncPool, *, tenant_id: UUID, limit: int,
             "tenant_id": tenant_id, "limit": limit, "offset": offset})).fetchall()
 
 
-async def update(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID,
-                 changes: dict[str, Any]) -> dict[str, Any]:
+async def update(pool: db.AsyncPool, rules: source_access.Rules, *, tenant_id: UUID,
+                 source_id: UUID, by_operator: bool, changes: dict[str, Any]) -> dict[str, Any]:
+    """Change a source; a new prefix must be readable by the caller or the source's creator, a
+    new endpoint must pass the endpoint rules."""
+    if "endpoint_url" in changes:
+        await source_access.check_endpoint(rules, changes["endpoint_url"])
     keys = {"tenant_id": tenant_id, "source_id": source_id}
     try:
         with db.translate():
@@ -230,6 +267,13 @@ async def update(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID,
                 current = await (await conn.execute(Q["lock_source"], keys)).fetchone()
                 if current is None:
                     raise errors.NotFound("No source with that id exists in your tenant.")
+                if "prefix" in changes:
+                    # An operator vouched for the whole bucket of a source it registered.
+                    vouched = by_operator or await source_access.creator_is_operator(
+                        conn, tenant_id=tenant_id, source_id=source_id)
+                    await source_access.authorize(conn, rules, tenant_id=tenant_id,
+                                                  bucket=current["bucket"],
+                                                  prefix=changes["prefix"], by_operator=vouched)
                 await conn.execute(Q["update_source"], {**current, **changes, **keys})
     except errors.Conflict as exc:
         raise errors.Conflict(f"A source named {changes.get('name')!r} already exists; choose "

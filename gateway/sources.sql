@@ -237,3 +237,49 @@ SELECT count(*) AS n FROM cancelled;
 -- name: mark_objects_deleted
 UPDATE source_objects SET status = 'deleted', deleted_at = COALESCE(deleted_at, now())
 WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s AND key = ANY(%(keys)s);
+
+-- ── grants (docs/decisions/0065): which buckets an operator granted a tenant ─────────────────
+-- name: live_grant_prefixes
+SELECT prefix FROM source_grants
+WHERE tenant_id = %(tenant_id)s AND bucket = %(bucket)s AND revoked_at IS NULL;
+
+-- name: source_creator_is_operator
+-- Operator authority is the creator's, read now: a demoted creator's sources need a grant.
+SELECT u.role = 'operator' AS by_operator
+FROM ingestion_sources s JOIN users u ON u.user_id = s.created_by AND u.tenant_id = s.tenant_id
+WHERE s.tenant_id = %(tenant_id)s AND s.source_id = %(source_id)s;
+
+-- name: insert_grant
+-- Nothing back when the same live grant exists (the partial unique index).
+INSERT INTO source_grants (tenant_id, bucket, prefix, granted_by)
+VALUES (%(tenant_id)s, %(bucket)s, %(prefix)s, %(granted_by)s)
+ON CONFLICT (tenant_id, bucket, prefix) WHERE revoked_at IS NULL DO NOTHING
+RETURNING grant_id, tenant_id, bucket, prefix, granted_by, granted_at;
+
+-- name: live_grant
+SELECT grant_id, tenant_id, bucket, prefix, granted_by, granted_at FROM source_grants
+WHERE tenant_id = %(tenant_id)s AND bucket = %(bucket)s AND prefix = %(prefix)s
+  AND revoked_at IS NULL;
+
+-- name: revoke_grants
+-- One folder, or (prefix NULL) every live grant of the bucket. The rows stay, as the record.
+UPDATE source_grants SET revoked_at = now(), revoked_by = %(revoked_by)s
+WHERE tenant_id = %(tenant_id)s AND bucket = %(bucket)s AND revoked_at IS NULL
+  AND (%(prefix)s::text IS NULL OR prefix = %(prefix)s::text)
+RETURNING grant_id, bucket, prefix, revoked_at;
+
+-- name: list_grants
+-- Operators' view, across tenants unless one is named.
+SELECT g.grant_id, g.tenant_id, t.name AS tenant, g.bucket, g.prefix, g.granted_by,
+       g.granted_at, g.revoked_by, g.revoked_at
+FROM source_grants g JOIN tenants t USING (tenant_id)
+WHERE (%(tenant_id)s::uuid IS NULL OR g.tenant_id = %(tenant_id)s::uuid)
+  AND (%(include_revoked)s OR g.revoked_at IS NULL)
+ORDER BY t.name, g.bucket, g.prefix, g.granted_at;
+
+-- name: count_live_sources_of_bucket
+SELECT count(*) AS n FROM ingestion_sources
+WHERE tenant_id = %(tenant_id)s AND bucket = %(bucket)s AND deleted_at IS NULL;
+
+-- name: tenant_named
+SELECT tenant_id FROM tenants WHERE name = %(name)s;

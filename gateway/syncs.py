@@ -23,7 +23,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
-from gateway import s3objects, sources, sync
+from gateway import s3objects, source_access, sources, sync
 from shared import db, errors, objectstore
 from shared.settings import GatewaySettings
 
@@ -42,6 +42,7 @@ class SyncManager:
                  store: objectstore.Store, upload_s3: Any, on_queued: Any = None) -> None:
         self.settings, self.pool, self.store, self.upload_s3 = settings, pool, store, upload_s3
         self.on_queued = on_queued or (lambda: None)
+        self.rules = source_access.Rules.of(settings)
         # Bounds downloads across every sync this gateway runs (SYNC_DOWNLOAD_CONCURRENCY).
         self.executor = ThreadPoolExecutor(settings.sync_download_concurrency,
                                            thread_name_prefix="sync-fetch")
@@ -109,6 +110,7 @@ class SyncManager:
                 raise errors.NotFound("No source with that id exists in your tenant.")
             if not row["enabled"]:
                 raise errors.SourceDisabled()
+            await source_access.check_before_sync(conn, self.rules, row)  # revoked? DNS moved?
             async with conn.transaction():
                 for orphan in await (await conn.execute(Q["fail_orphaned_sync"], keys)).fetchall():
                     log.warning("sync left by a dead gateway failed", extra={

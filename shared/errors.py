@@ -78,6 +78,24 @@ class SourceDisabled(Conflict):
     code = "source_disabled"
 
 
+class BucketNotGranted(Forbidden):
+    """Your tenant has no grant for this bucket; ask an operator to run `ingest sources grant`."""
+
+    code = "bucket_not_granted"
+
+
+class PlatformBucket(Forbidden):
+    """This bucket holds the platform's own uploads or artifacts; no source may read it."""
+
+    code = "platform_bucket"
+
+
+class EndpointNotAllowed(InvalidRequest):
+    """This endpoint is not allowed; ask an operator to add it to SOURCE_ENDPOINT_ALLOWLIST."""
+
+    code = "endpoint_not_allowed"
+
+
 class RunNotFailed(Conflict):
     """Only a failed run can be retried; this one has not failed."""
 
@@ -184,6 +202,12 @@ class NoTextFound(BadDocument):
     """The document contains no extractable text (a scan without OCR?); upload a text version."""
 
     code = "no_text"
+
+
+class UploadOutsideStore(BadDocument):
+    """The job names a file outside its run's folder of the upload store; it was not read."""
+
+    code = "upload_outside_store"
 
 
 class TransientError(AppError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
@@ -174,6 +174,44 @@ def open_store(root_uri: str, s3: Any) -> FileStore | S3Store:
         bucket, prefix = split_s3(root_uri)
         return S3Store(s3, bucket, prefix)
     raise ValueError(f"unsupported store URI {root_uri!r}: use file:// or s3://")
+
+
+# ── where a run's upload may be (the worker reads and deletes only there) ──────────────────
+class OutsideStore(ValueError):
+    """A URI that is not a file of the given run in the upload store."""
+
+
+def confine_upload(uri: str, *, store_uri: str, tenant_id: object, run_id: object) -> str:
+    """Return ``uri`` if it names one file directly under ``<store>/<tenant_id>/<run_id>/``.
+
+    A job message is input like any other: its URI must not reach another tenant's file, a path
+    outside the store or another bucket. Compared textually, never normalised into shape:
+    ``.``/``..`` segments, empty segments, a query or a fragment are refused, not resolved.
+    """
+    parsed, store = urlparse(uri), urlparse(store_uri)
+    if parsed.scheme != store.scheme or parsed.params or parsed.query or parsed.fragment:
+        raise OutsideStore("not a URI of the upload store")
+    folder = (str(tenant_id), str(run_id))
+    if parsed.scheme == "file":
+        root = file_path(store_uri).resolve()
+        raw = unquote(parsed.path)
+        parts = PurePosixPath(raw).parts
+        if (parsed.netloc or "\x00" in raw or str(PurePosixPath(raw)) != raw
+                or parts[:-1] != (*root.parts, *folder) or parts[-1] in (".", "..")
+                # A symlink inside the run's folder must not lead elsewhere either.
+                or Path(raw).resolve().parent != root.joinpath(*folder)):
+            raise OutsideStore("not a file of this run in the upload store")
+        return uri
+    if parsed.scheme == "s3":
+        bucket, prefix = split_s3(store_uri)
+        expected = "/".join(p for p in (prefix.strip("/"), *folder) if p) + "/"
+        key = parsed.path[1:]
+        name = key[len(expected):]
+        if (parsed.netloc != bucket or not key.startswith(expected) or not name or "/" in name
+                or name in (".", "..") or "\\" in key):
+            raise OutsideStore("not an object of this run in the upload bucket")
+        return uri
+    raise OutsideStore("not a URI of the upload store")
 
 
 # ── reading and deleting by URI (the worker reads whatever URI a job names) ─────────────────

@@ -86,8 +86,9 @@ class GatewaySettings(CommonSettings):
     # A running sync writes its heartbeat this often; the crash guard fails it once stale.
     sync_heartbeat_s: float = Field(default=10.0, gt=0)
     sync_stale_s: float = Field(default=120.0, gt=0)
-    # Endpoints a source may name (exact URLs); empty = any http(s) URL. Requests to a source's
-    # endpoint are signed with the gateway's credentials, so production should list its own.
+    # Endpoints a source may name (exact URLs, JSON list). Outside DEV_MODE an endpoint_url must
+    # be listed; in DEV_MODE with none listed, hosts must resolve to public or loopback
+    # addresses (docs/decisions/0066). Requests there are signed with the gateway's credentials.
     source_endpoint_allowlist: tuple[str, ...] = ()
 
     # Operations (docs/operations.md). Every replica refreshes its cached queue depths this

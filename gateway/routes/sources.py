@@ -7,17 +7,21 @@ from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, patch, post
 
-from gateway import auth, openapi, paging, sources, syncs
+from gateway import auth, openapi, paging, source_access, sources, syncs
 from gateway.context import Context
 
 
 @post("/", status_code=201, responses=openapi.errors(409))
 async def create_source(data: dict[str, Any], request: Request, ctx: Context) -> dict:
-    """Register a bucket/prefix (optional endpoint_url, region, include/exclude globs)."""
+    """Register a bucket/prefix (optional endpoint_url, region, include/exclude globs).
+
+    A tenant admin only inside a bucket granted to its tenant (403 bucket_not_granted);
+    operators any bucket; nobody the platform's own (403 platform_bucket)."""
     principal = auth.current(request)
-    fields = sources.parse(data, allowlist=ctx.settings.source_endpoint_allowlist, partial=False)
-    row = await sources.create(ctx.pool, tenant_id=principal.tenant_id,
-                               created_by=principal.user_id, fields=fields)
+    fields = sources.parse(data, partial=False)
+    row = await sources.create(ctx.pool, source_access.Rules.of(ctx.settings),
+                               tenant_id=principal.tenant_id, created_by=principal.user_id,
+                               by_operator=principal.is_operator, fields=fields)
     return sources.view(row)
 
 
@@ -41,9 +45,10 @@ async def update_source(source_id: UUID, data: dict[str, Any], request: Request,
                         ctx: Context) -> dict:
     """Change any field but the bucket; takes effect at the next sync."""
     principal = auth.current(request)
-    changes = sources.parse(data, allowlist=ctx.settings.source_endpoint_allowlist, partial=True)
-    return sources.view(await sources.update(ctx.pool, tenant_id=principal.tenant_id,
-                                             source_id=source_id, changes=changes))
+    changes = sources.parse(data, partial=True)
+    return sources.view(await sources.update(ctx.pool, source_access.Rules.of(ctx.settings),
+                                             tenant_id=principal.tenant_id, source_id=source_id,
+                                             by_operator=principal.is_operator, changes=changes))
 
 
 @delete("/{source_id:uuid}", status_code=200, responses=openapi.errors(404, 409))
@@ -54,9 +59,11 @@ async def delete_source(source_id: UUID, request: Request, ctx: Context) -> dict
     return await sources.delete(ctx.pool, tenant_id=principal.tenant_id, source_id=source_id)
 
 
-@post("/{source_id:uuid}/sync", status_code=202, responses=openapi.errors(404, 409))
+@post("/{source_id:uuid}/sync", status_code=202, responses=openapi.errors(400, 404, 409))
 async def trigger_sync(source_id: UUID, request: Request, ctx: Context) -> Response:
-    """Start a sync in the background: 202 with its id, or 409 with the running one's id."""
+    """Start a sync in the background: 202 with its id, or 409 with the running one's id; 403
+    when the tenant's grant for the bucket was revoked, 400 when the endpoint is no longer
+    allowed."""
     principal = auth.current(request)
     started = await ctx.syncs.trigger(tenant_id=principal.tenant_id, source_id=source_id,
                                       initiated_by=principal.user_id)

@@ -77,7 +77,8 @@ def test_poison_messages_land_in_the_dlq_and_redrive_processes_them_exactly_once
         queues.queue.send(submit.jobs.encode(moved))
         jobs.append((job, moved))
     env = {k: v for k, v in stack_env.items() if k != "AWS_ENDPOINT_URL"}
-    env |= {"AWS_ENDPOINT_URL_SQS": moto.url, "AWS_ENDPOINT_URL_S3": proxy.url}
+    env |= {"AWS_ENDPOINT_URL_SQS": moto.url, "AWS_ENDPOINT_URL_S3": proxy.url,
+            "UPLOAD_STORE_URI": f"s3://{bucket}/uploads"}  # where the jobs' uploads now are
     worker = stack.start_worker(env, out_dir)
     try:
         # When they exhaust their receives (maxReceiveCount 3)
@@ -287,11 +288,14 @@ def test_secrets_in_exception_texts_are_redacted_in_every_process_log(conn, queu
     # exception quotes it
     user = tenants.user()
     job = submit.submit(conn, None, store_root, user, documents.make_markdown(1), copies=0)
-    hostile = job.job.model_copy(update={"upload_uri": f"s3://{HOSTILE_BUCKET}/123-45-6789.md"})
+    hostile = job.job.model_copy(update={
+        "upload_uri": f"s3://{HOSTILE_BUCKET}/{user.tenant_id}/{job.run_id}/123-45-6789.md"})
     queues.queue.send(submit.jobs.encode(hostile))
 
     # When a worker fails it
-    worker = stack.start_worker(stack_env, out_dir, once=True)
+    # (its upload store is that bucket, so the URI passes confinement and reaches S3)
+    worker = stack.start_worker({**stack_env, "UPLOAD_STORE_URI": f"s3://{HOSTILE_BUCKET}"},
+                                out_dir, once=True)
     assert worker.proc.wait(240) == 0, worker.logs()[-3000:]
     # and a gateway refuses to start because the DSN, password and all, was pasted into the
     # wrong variable (the settings error quotes the value)

@@ -13,8 +13,11 @@ cores, so processing 1,200 documents would take many minutes. Hence:
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from gateway import source_access
 from tests.support import s3sync, stack
 from tests.support.stack import wait_until
 from tests.support.tcpproxy import TcpProxy
@@ -57,7 +60,8 @@ def titled(client, title: str) -> int:
 def test_a_bucket_of_1200_objects_syncs_changes_and_deletions(stack_env, out_dir, tenants, conn,
                                                               s3, moto):
     admin = tenants.user(role="admin")
-    env = {**stack_env, "UPLOAD_MAX_SIZE_MB": "0.01", "SYNC_DOWNLOAD_CONCURRENCY": "4"}
+    env = {**stack_env, "UPLOAD_MAX_SIZE_MB": "0.01", "SYNC_DOWNLOAD_CONCURRENCY": "4",
+           "SOURCE_ENDPOINT_ALLOWLIST": json.dumps([moto.url])}
     # Given a bucket of 1,200 small documents in nested prefixes (more than one listing page of
     # 1,000), plus unsupported and over-size objects
     objects = {key(i): body(i) for i in range(SUPPORTED)}
@@ -65,6 +69,8 @@ def test_a_bucket_of_1200_objects_syncs_changes_and_deletions(stack_env, out_dir
               "kb/Makefile": b"all:\n", "kb/big/manual.md": b"# Big\n" + b"x" * 20_000,
               "kb/big/export.txt": b"y" * 30_000}
     bucket = s3sync.new_bucket(s3, {**objects, **extras})
+    source_access.grant(conn, tenant_id=admin.tenant_id, bucket=bucket, prefix="",
+                        granted_by="test", platform=())
 
     # ── first sync: the relay cannot publish, so the outbox shows exactly what was queued ──
     dead = TcpProxy(moto.port).start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway import source_access
 from tests.support import s3sync, stack
 from tests.support.stack import wait_until
 
@@ -43,6 +44,8 @@ def test_a_real_worker_processes_a_syncs_runs_and_the_next_sync_builds_on_its_ve
                             b"more cherries.</p></body></html>",
                "kb/d.md": _md("Delta", "Dates.")}
     bucket = s3sync.new_bucket(s3, objects)
+    source_access.grant(conn, tenant_id=admin.tenant_id, bucket=bucket, prefix="",
+                        granted_by="test", platform=())  # tenant admins need a grant (0065)
     uri = {key: f"s3://{bucket}/{key}" for key in objects}
     env = {**stack_env, **SYNC_ENV}
     gateway = stack.start_gateway(env, out_dir)

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from gateway import dlq
+from gateway import dlq, source_access
 from shared import objectstore
 from tests.support import browser, ops, stack
 
@@ -36,6 +36,8 @@ def test_an_admin_syncs_a_source_deactivates_a_document_and_redrives_a_dead_lett
 
     admin = tenants.user(role="admin")
     bucket = _bucket(s3)
+    source_access.grant(conn, tenant_id=admin.tenant_id, bucket=bucket, prefix="",
+                        granted_by="test", platform=())
     page = context.new_page()
     page.on("dialog", lambda dialog: dialog.accept())  # the confirm() of destructive actions
     worker = None

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import dlq
+from gateway import dlq, source_access
 from shared import objectstore
 from tests.integration.test_retry import _failed_upload
 from tests.integration.test_web import _document, page_csrf, sign_in
@@ -95,6 +95,8 @@ def _sources(conn) -> list[dict]:
 
 def test_source_create_update_delete_and_sync_need_the_csrf_header(gateway, conn, admin, s3):
     bucket = s3sync.new_bucket(s3, {"a.md": b"# A\n\nSome words about A.\n"})
+    source_access.grant(conn, tenant_id=admin.tenant_id, bucket=bucket, prefix="",
+                        granted_by="test", platform=())  # tenant admins need a grant (0065)
     with sign_in(gateway, admin.email) as browser:
         _assert_csrf_guards(browser, Case("POST", "/v1/sources", {"bucket": bucket},
                                           lambda: _sources(conn), 201))

@@ -32,6 +32,8 @@ SYNC_ENV = {
     "CRASH_GUARD_INTERVAL_S": "0.5",
     # 10 KB: an "over-size" object is cheap to make.
     "UPLOAD_MAX_SIZE_MB": "0.01",
+    # Sources point at moto and fault proxies on loopback: allowed in dev mode only (0066).
+    "DEV_MODE": "true",
 }
 
 
@@ -49,7 +51,8 @@ def gw(sync_env, out_dir):
 
 @pytest.fixture
 def admin(tenants):
-    return tenants.user(role="admin")
+    # An operator may sync any bucket; grants for tenant admins: test_sources_api.py (0065).
+    return tenants.user(role="operator")
 
 
 def md(i: int, text: str = "") -> bytes:

@@ -37,31 +37,21 @@ def test_document_identity_is_the_bucket_and_key():
 
 
 def test_create_defaults():
-    clean = sources.parse({"bucket": "kb-1", "prefix": "hand/"}, allowlist=(), partial=False)
+    clean = sources.parse({"bucket": "kb-1", "prefix": "hand/"}, partial=False)
     assert clean == {"bucket": "kb-1", "prefix": "hand/", "name": "kb-1/hand",
                      "endpoint_url": None, "region": None, "include_patterns": [],
                      "exclude_patterns": [], "enabled": True}
 
 
 def test_patch_keeps_only_given_fields():
-    assert sources.parse({"enabled": False}, allowlist=(), partial=True) == {"enabled": False}
-
-
-def test_endpoint_allowlist_is_enforced():
-    allow = ("https://s3.eu-west-1.amazonaws.com",)
-    ok = sources.parse({"bucket": "kb-1", "endpoint_url": "https://s3.eu-west-1.amazonaws.com/"},
-                       allowlist=allow, partial=False)
-    assert ok["endpoint_url"] == "https://s3.eu-west-1.amazonaws.com"
-    with pytest.raises(errors.InvalidRequest, match="SOURCE_ENDPOINT_ALLOWLIST"):
-        sources.parse({"bucket": "kb-1", "endpoint_url": "http://169.254.169.254"},
-                      allowlist=allow, partial=False)
+    assert sources.parse({"enabled": False}, partial=True) == {"enabled": False}
 
 
 @pytest.mark.parametrize("field", ["secret", "aws_access_key_id", "sessionToken", "password",
                                    "credentials"])
 def test_credential_fields_are_refused(field):
     with pytest.raises(errors.InvalidRequest, match="never store credentials"):
-        sources.parse({"bucket": "kb-1", field: "x"}, allowlist=(), partial=False)
+        sources.parse({"bucket": "kb-1", field: "x"}, partial=False)
 
 
 def test_sync_heartbeat_must_fit_the_stale_window():
@@ -74,3 +64,39 @@ def test_lock_keys_are_signed_64_bit_and_stable():
     sid = uuid.uuid4()
     key = sources.lock_key(sid)
     assert -(2 ** 63) <= key < 2 ** 63 and key == sources.lock_key(sid)
+
+
+# ── bucket names and prefixes ───────────────────────────────────────────────────────────────
+@pytest.mark.parametrize("bucket", ["kb-1", "my.docs.bucket", "a1b", "x" * 63])
+def test_valid_bucket_names(bucket):
+    assert sources.parse({"bucket": bucket}, partial=False)["bucket"] == bucket
+
+
+@pytest.mark.parametrize("bucket", [
+    "ab", "x" * 64, "Bad_Bucket", "-kb", "kb-", "kb..docs", "kb.-docs", "kb-.docs",
+    "192.168.5.4", "xn--kb", "sthree-kb", "amzn-s3-demo-kb", "kb-s3alias", "kb--ol-s3",
+    "kb.mrap", "kb--x-s3", "kb/../other", "kb\u0000x", 42, None])
+def test_bucket_names_break_no_s3_naming_rule(bucket):
+    with pytest.raises(errors.InvalidRequest, match="S3 bucket name"):
+        sources.parse({"bucket": bucket}, partial=False)
+
+
+@pytest.mark.parametrize(("prefix", "clean"), [
+    ("", ""), ("docs/", "docs/"), ("/docs/2024/", "docs/2024/"), ("docs/rep", "docs/rep"),
+    ("a..b/", "a..b/"), (".hidden/", ".hidden/"), ("é" * 512, "é" * 512)])
+def test_valid_prefixes(prefix, clean):
+    assert sources.clean_prefix(prefix) == clean
+
+
+@pytest.mark.parametrize("prefix", [
+    "team-a/../team-b/", "..", "../", "team-a/..", "./docs", "docs/./x", "docs//x", "a\\..\\b",
+    "é" * 513, "x" * 1025, "docs/\n", "docs/\x00", 7])
+def test_prefixes_that_could_escape_or_are_too_long_are_refused(prefix):
+    with pytest.raises(errors.InvalidRequest, match="prefix"):
+        sources.clean_prefix(prefix)
+
+
+@pytest.mark.parametrize("url", ["http://minio:99999", "http://minio:port"])
+def test_endpoint_ports_are_checked(url):
+    with pytest.raises(errors.InvalidRequest, match="port"):
+        sources.parse({"bucket": "kb-1", "endpoint_url": url}, partial=False)

@@ -1,4 +1,4 @@
-"""Stage read: get the raw upload onto local disk, wherever the job says it is."""
+"""Stage read: get the raw upload onto local disk, once the job's URI is confined to its run."""
 
 from __future__ import annotations
 
@@ -11,7 +11,19 @@ from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
 
-from shared import errors, objectstore, retry
+from shared import errors, jobs, objectstore, retry
+
+
+def confined_upload(job: jobs.IngestJob, store_uri: str) -> str:
+    """The job's upload URI if it lies in ``<upload store>/<tenant_id>/<run_id>/``; else the run
+    fails with the reason, and nothing is read or deleted (docs/decisions/0068)."""
+    try:
+        return objectstore.confine_upload(job.upload_uri, store_uri=store_uri,
+                                          tenant_id=job.tenant_id, run_id=job.run_id)
+    except objectstore.OutsideStore as exc:
+        raise errors.UploadOutsideStore(
+            f"read: the job's upload_uri is {exc}, so it was neither read nor deleted; "
+            "retry the run, and report it if it keeps failing.", stage="read") from exc
 
 
 @contextlib.contextmanager

@@ -62,7 +62,8 @@ class Pipeline:
         step = _Stepper(lease, abort, timings)
         step.progress("read", 0.02)
         read_started = time.monotonic()
-        with read.open_upload(job.upload_uri, self.s3) as path:
+        with read.open_upload(read.confined_upload(job, self.settings.upload_store_uri),
+                              self.s3) as path:
             timings["read_ms"] = round((time.monotonic() - read_started) * 1000)
             with step("extract", 0.05):
                 doc = extract.extract(path, job.source_type,
@@ -126,7 +127,7 @@ class Pipeline:
 
     def _remove_upload(self, job: jobs.IngestJob) -> None:
         try:
-            objectstore.delete(job.upload_uri, self.s3)
+            objectstore.delete(read.confined_upload(job, self.settings.upload_store_uri), self.s3)
         except Exception as exc:  # noqa: BLE001 - content is committed; cleanup TTL catches it
             log.warning("could not delete the raw upload", extra={"error": str(exc)})
 
