@@ -285,7 +285,10 @@ def validate_row(contract: Contract, raw: Sequence[str] | Mapping[str, Any],
                 for rule in column.checks:
                     if rule.broken is not None and rule.broken(value):
                         if _add(rule, row_number, column.name, errors, warnings):
-                            break  # after a critical problem, further checks are noise
+                            # The value is not kept (the raw row is), and further checks
+                            # would only add noise.
+                            value = None
+                            break
                         if rule.repair is not None:
                             value = rule.repair(value)
         values[column.name] = value
