@@ -3,6 +3,7 @@ matrix and Appendix A, with DESIGN.md's settlements (docs/decisions/0081)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
 
@@ -24,11 +25,11 @@ STORABLE = Decimal("10000000000")
 EARLIEST = date(1900, 1, 1)
 
 
-def _too_long(limit: int):  # type: ignore[no-untyped-def]
+def _too_long(limit: int) -> Callable[[str], bool]:
     return lambda value: len(value) > limit
 
 
-def _truncate(limit: int):  # type: ignore[no-untyped-def]
+def _truncate(limit: int) -> Callable[[str], str]:
     return lambda value: value[:limit]
 
 

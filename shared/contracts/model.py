@@ -16,7 +16,7 @@ import csv
 import enum
 import io
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -377,6 +377,3 @@ def sample_csv(contract: Contract) -> str:
         writer.writerow([example.get(c.name, "") for c in contract.columns])
     return out.getvalue()
 
-
-def codes_of(contract: Contract) -> Iterable[str]:
-    return (rule.code for _, rule in contract.rules())
