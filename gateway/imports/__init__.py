@@ -1,0 +1,1 @@
+"""Records imports (issue 12): contracts, intake, batches. One feature, one package."""

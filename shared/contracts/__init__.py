@@ -1,0 +1,61 @@
+"""Record contracts both the gateway and the worker read (docs/decisions/0080).
+
+``from shared import contracts`` then ``contracts.get("judgments")``,
+``contracts.match_header(...)``, ``contracts.validate_row(...)``, ``contracts.codes.*``.
+"""
+
+from __future__ import annotations
+
+from shared import errors
+from shared.contracts import codes
+from shared.contracts.judgments import JUDGMENTS
+from shared.contracts.model import (
+    INVALID,
+    Column,
+    Contract,
+    HeaderMatch,
+    Issue,
+    NaturalKey,
+    RowResult,
+    RowRule,
+    Rule,
+    Severity,
+    Target,
+    describe,
+    duplicate_issue,
+    header_issues,
+    header_key,
+    match_header,
+    natural_key,
+    sample_csv,
+    validate_row,
+    with_headers,
+)
+from shared.contracts.plaintiffs import PLAINTIFFS
+
+__all__ = [
+    "CONTRACTS", "INVALID", "JUDGMENTS", "PLAINTIFFS", "Column", "Contract", "HeaderMatch",
+    "Issue", "NaturalKey", "RowResult", "RowRule", "Rule", "Severity", "Target",
+    "UnknownContract", "codes", "describe", "duplicate_issue", "get", "header_issues",
+    "header_key", "match_header", "natural_key", "sample_csv", "validate_row", "with_headers",
+]
+
+# Every published contract by name, in promotion order.
+CONTRACTS: dict[str, Contract] = {c.name: c for c in sorted(
+    (JUDGMENTS, PLAINTIFFS), key=lambda c: c.promotion_order)}
+
+
+class UnknownContract(errors.NotFound):
+    """No contract has that name; GET /v1/contracts lists them."""
+
+    code = "unknown_contract"
+
+
+def get(name: str) -> Contract:
+    """The contract called ``name``, or UnknownContract (404 on a path; an upload form that
+    names one answers 400 with the same code)."""
+    contract = CONTRACTS.get(name)
+    if contract is None:
+        raise UnknownContract(f"No contract is called {name[:100]!r}; GET /v1/contracts lists "
+                              f"them: {', '.join(CONTRACTS)}.")
+    return contract

@@ -1,0 +1,128 @@
+"""The `judgments` contract: records-data-contract.md "CSV Schema: Judgments", its validation
+matrix and Appendix A, with DESIGN.md's settlements (docs/decisions/0081)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date
+from decimal import Decimal
+
+from shared.contracts import normalise as n
+from shared.contracts.model import (
+    Column,
+    Contract,
+    NaturalKey,
+    RowRule,
+    Rule,
+    Severity,
+    Target,
+)
+
+CRITICAL, WARNING = Severity.CRITICAL, Severity.WARNING
+BILLION = Decimal("1000000000")
+# NUMERIC(12,2) holds at most 9,999,999,999.99: a larger amount cannot be stored at all.
+STORABLE = Decimal("10000000000")
+EARLIEST = date(1900, 1, 1)
+
+
+def _too_long(limit: int) -> Callable[[str], bool]:
+    return lambda value: len(value) > limit
+
+
+def _truncate(limit: int) -> Callable[[str], str]:
+    return lambda value: value[:limit]
+
+
+def case_number_text(text: str) -> str:
+    """The case number as given (trimmed); empty when it holds no letter or digit to key on."""
+    return text if n.case_number_key(text) else ""
+
+
+def _name(field: str, header: str, label: str, code: str) -> Column:
+    return Column(
+        field, (header,), f"{label} name; stored as given (spaces collapsed).", required=True,
+        normalise=n.name, personal=True,
+        missing=Rule(f"JUDGMENT_{code}_MISSING", CRITICAL, f"{label} name is required."),
+        checks=(Rule(f"JUDGMENT_{code}_TOO_LONG", WARNING,
+                     f"{label} name is longer than 500 characters and was truncated to 500.",
+                     broken=_too_long(500), repair=_truncate(500)),),
+        derived=((f"{field}_normalized", n.name_key),))
+
+
+def _location(field: str, header: str, label: str, limit: int) -> Column:
+    return Column(
+        field, (header,), f"{label} name; title case, abbreviations expanded.",
+        normalise=n.location,
+        checks=(Rule(f"JUDGMENT_{field.upper()}_TOO_LONG", WARNING,
+                     f"{label} name is longer than {limit} characters and was truncated.",
+                     broken=_too_long(limit), repair=_truncate(limit)),))
+
+
+_AMOUNT_INVALID = Rule("JUDGMENT_AMOUNT_INVALID", CRITICAL,
+                       "Amount is required and must be a number such as $12,500.00.")
+_DATE_INVALID = Rule("JUDGMENT_FILED_DATE_INVALID", CRITICAL,
+                     "Entry date is required, as MM/DD/YYYY, YYYY-MM-DD or DD-MMM-YYYY.")
+
+COLUMNS = (
+    Column("case_number", ("File #",), "Case identifier, displayed as given; its normalised "
+           "form (A–Z and 0–9 only) is the key.", required=True, normalise=case_number_text,
+           missing=Rule("JUDGMENT_CASE_NUMBER_MISSING", CRITICAL,
+                        "Case number is required and must contain a letter or digit."),
+           checks=(Rule("JUDGMENT_CASE_NUMBER_TOO_LONG", CRITICAL,
+                        "Case number is longer than 100 characters.", broken=_too_long(100)),),
+           derived=(("case_number_normalized", n.case_number_key),)),
+    _name("plaintiff_name", "Plaintiff", "Plaintiff", "PLAINTIFF"),
+    _name("defendant_name", "Defendant", "Defendant", "DEFENDANT"),
+    Column("amount", ("Amount",), "Judgment amount in USD, rounded to cents.", required=True,
+           normalise=n.amount, missing=_AMOUNT_INVALID, invalid=_AMOUNT_INVALID,
+           checks=(
+               Rule("JUDGMENT_AMOUNT_NEGATIVE", CRITICAL, "Amount must be $0 or more.",
+                    broken=lambda v: v < 0),
+               Rule("JUDGMENT_AMOUNT_OUT_OF_RANGE", CRITICAL,
+                    "Amount must be below $10,000,000,000.00, the most the record can hold.",
+                    broken=lambda v: v >= STORABLE),
+               Rule("JUDGMENT_AMOUNT_TOO_LARGE", WARNING,
+                    "Amount is $1,000,000,000 or more (possible data error).",
+                    broken=lambda v: v >= BILLION),
+           )),
+    Column("filed_date", ("Entry Date",), "Date the judgment was entered.", required=True,
+           normalise=n.filed_date, missing=_DATE_INVALID, invalid=_DATE_INVALID,
+           checks=(
+               Rule("JUDGMENT_FILED_DATE_FUTURE", CRITICAL,
+                    "Entry date cannot be in the future.", broken=lambda v: v > n.today()),
+               Rule("JUDGMENT_FILED_DATE_TOO_OLD", WARNING,
+                    "Entry date is before 1900 (possible data error).",
+                    broken=lambda v: v < EARLIEST),
+           )),
+    _location("court", "Court", "Court", 200),
+    _location("county", "County", "County", 100),
+)
+
+JUDGMENTS = Contract(
+    name="judgments", version="1.0.0", entity="JUDGMENT",
+    description="Judgments from a Simplicity (or JBI, or manual) export: one row per case.",
+    columns=COLUMNS,
+    key=NaturalKey(("case_number",), "case number upper-cased, only A–Z and 0–9 kept "
+                   "(CV-12345 = cv 12345), leading zeros kept",
+                   part=lambda v: n.case_number_key(v) if v else ""),
+    targets=(Target("judgments", ("case_number_normalized",)),),
+    duplicate=Rule("JUDGMENT_DUPLICATE", WARNING, "The case number already appeared earlier "
+                   "in this file; the row is counted as a duplicate and not promoted."),
+    row_rules=(RowRule(
+        Rule("JUDGMENT_DEFENDANT_SAME_AS_PLAINTIFF", WARNING,
+             "Plaintiff and defendant are the same name; allowed, but worth a look."),
+        ("plaintiff_name_normalized", "defendant_name_normalized"),
+        lambda v: v["plaintiff_name_normalized"] == v["defendant_name_normalized"]),),
+    promotion_order=1,
+    examples=(
+        {"case_number": "2024-CV-12345", "plaintiff_name": "Acme Collections LLC",
+         "defendant_name": "John Q. Public", "amount": "$12,500.00", "filed_date": "01/15/2024",
+         "court": "New York Supreme Court", "county": "New York"},
+        {"case_number": "2024-CV-67890", "plaintiff_name": "Smith & Associates, Inc.",
+         "defendant_name": "Jane Doe", "amount": "1000", "filed_date": "2024-02-01",
+         "court": "SUP. CT.", "county": "KINGS CO."},
+        {"case_number": "00123", "plaintiff_name": "Acme Collections LLC",
+         "defendant_name": "Richard Roe", "amount": "USD 999.99", "filed_date": "15-JAN-2024",
+         "court": "", "county": ""},
+    ),
+)

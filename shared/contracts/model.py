@@ -1,0 +1,379 @@
+"""A records contract is data: columns, rules, key and targets (docs/decisions/0080).
+
+In the spirit of frictionless Table Schema and pandera: each column declares the header names
+it accepts, how its text becomes a value, and the rules that guard it, each rule with an error
+code, a severity and one sentence. Problems are collected as ``Issue`` records per row, never
+raised, so the worker can validate a whole file and count before it writes anything.
+
+The worker calls ``match_header`` once per file and ``validate_row`` once per row, in a
+streaming loop: both avoid building anything per row beyond the values dict and the issue
+lists, and every pattern is compiled once, at import.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+import io
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+class Severity(enum.StrEnum):
+    CRITICAL = "critical"  # the row is invalid and counts against the error budget
+    WARNING = "warning"    # the row is kept; the warning is recorded beside it
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One check: ``code`` is ``<ENTITY>_<FIELD>_<REASON>``; ``message`` is one sentence."""
+
+    code: str
+    severity: Severity
+    message: str
+    # For a check rule: True when the normalised value breaks the rule.
+    broken: Callable[[Any], bool] | None = None
+    # For a warning that still keeps the value: what to keep (e.g. the text truncated).
+    repair: Callable[[Any], Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RowRule:
+    """A rule over several fields of one row (e.g. plaintiff = defendant)."""
+
+    rule: Rule
+    fields: tuple[str, ...]
+    broken: Callable[[Mapping[str, Any]], bool]
+
+
+# What a normaliser returns when the text cannot become a value of its type.
+INVALID: Any = type("Invalid", (), {"__repr__": lambda self: "INVALID"})()
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One field: its canonical name, the headers that name it, and how it is read."""
+
+    name: str
+    headers: tuple[str, ...]
+    description: str
+    required: bool = False
+    # Text (trimmed, never empty) → value, or INVALID. None keeps the trimmed text.
+    normalise: Callable[[str], Any] | None = None
+    missing: Rule | None = None   # an empty required cell (or a normalised value that is empty)
+    invalid: Rule | None = None   # the normaliser answered INVALID
+    checks: tuple[Rule, ...] = ()  # run in order on the normalised value
+    # Extra values computed from this one, e.g. ``case_number_normalized``.
+    derived: tuple[tuple[str, Callable[[Any], Any]], ...] = ()
+    # Whether the value is personal data (names, e-mails, phones): never logged.
+    personal: bool = False
+
+    def rules(self) -> tuple[Rule, ...]:
+        seen: dict[str, Rule] = {}
+        for rule in (self.missing, self.invalid, *self.checks):
+            if rule is not None:
+                seen.setdefault(rule.code, rule)
+        return tuple(seen.values())
+
+
+@dataclass(frozen=True, slots=True)
+class NaturalKey:
+    """The fields that identify a record, and the text form they are compared in."""
+
+    fields: tuple[str, ...]
+    description: str
+    # Value of one key field → its normalised text; parts joined with ``separator``.
+    part: Callable[[Any], str]
+    separator: str = "|"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A table the promotion writes, and the key it upserts on (after ``tenant_id``)."""
+
+    table: str
+    upsert_key: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str
+    version: str
+    entity: str          # the ``<ENTITY>`` of the codes, e.g. JUDGMENT
+    description: str
+    columns: tuple[Column, ...]
+    key: NaturalKey
+    # Written in this order, each table in one promotion transaction.
+    targets: tuple[Target, ...]
+    # A natural key seen again within one file: counted as duplicate, kept as a warning.
+    duplicate: Rule
+    row_rules: tuple[RowRule, ...] = ()
+    # Among contracts: lower promotes first (plaintiffs link to judgments already promoted).
+    promotion_order: int = 0
+    # Example rows (field → text as a file would carry it); the first is the example row.
+    examples: tuple[Mapping[str, str], ...] = ()
+    # Header key → column position in ``columns``; built once, see ``header_key``.
+    _by_header: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_header: dict[str, int] = {}
+        for position, column in enumerate(self.columns):
+            for header in (column.name, *column.headers):
+                key = header_key(header)
+                if by_header.setdefault(key, position) != position:
+                    raise ValueError(f"{self.name}: header {header!r} names two columns")
+        object.__setattr__(self, "_by_header", by_header)
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(name)
+
+    def rules(self) -> tuple[tuple[str | None, Rule], ...]:
+        """Every row rule as (field, rule), field None for a rule over the whole row."""
+        out: list[tuple[str | None, Rule]] = [(c.name, r) for c in self.columns for r in c.rules()]
+        out += [(None, r.rule) for r in self.row_rules]
+        out.append((None, self.duplicate))
+        return tuple(out)
+
+
+def with_headers(contract: Contract, *, name: str, headers: Mapping[str, tuple[str, ...]],
+                 description: str | None = None) -> Contract:
+    """The same contract reading another export's column names, e.g. one ad platform's: each
+    field named in ``headers`` accepts those headers instead of its own."""
+    unknown = set(headers) - {c.name for c in contract.columns}
+    if unknown:
+        raise ValueError(f"{contract.name}: no such fields {sorted(unknown)}")
+    columns = tuple(replace(c, headers=headers.get(c.name, c.headers)) for c in contract.columns)
+    return replace(contract, name=name, columns=columns,
+                   description=description or contract.description)
+
+
+_SPACE = re.compile(r"\s+")
+
+
+def header_key(header: str) -> str:
+    """Headers match case- and whitespace-insensitively: `File #` = ` file# ` = `FILE  #`."""
+    return _SPACE.sub("", header.replace("\ufeff", "")).casefold()
+
+
+# ── what the worker calls ─────────────────────────────────────────────────────────────────
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One problem: a structured record, stored as a row error or a warning."""
+
+    row: int | None     # the data row's number (1 = first row after the header); None: batch
+    field: str | None   # the canonical field, None for the row or the batch
+    code: str
+    severity: Severity
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"row": self.row, "field": self.field, "code": self.code,
+                "severity": self.severity.value, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderMatch:
+    """Where each field sits in a file's header row."""
+
+    index: Mapping[str, int]            # canonical field → column position
+    extra: tuple[str, ...]              # headers no field accepts: ignored, with a warning
+    missing: tuple[str, ...]            # required fields without a column: the batch fails
+    duplicated: tuple[str, ...]         # headers naming a field a column before already named
+    width: int                          # how many columns the header has
+    # Position of each of the contract's columns, in contract order; -1 when absent.
+    positions: tuple[int, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether rows can be read: every required column present, none named twice."""
+        return not self.missing and not self.duplicated
+
+
+@dataclass(slots=True)
+class RowResult:
+    row: int
+    values: dict[str, Any]
+    errors: list[Issue]
+    warnings: list[Issue]
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+
+def match_header(contract: Contract, header_names: Sequence[str]) -> HeaderMatch:
+    index: dict[str, int] = {}
+    extra: list[str] = []
+    duplicated: list[str] = []
+    for position, header in enumerate(header_names):
+        column = contract._by_header.get(header_key(header))
+        if column is None:
+            extra.append(header)
+            continue
+        name = contract.columns[column].name
+        if name in index:
+            duplicated.append(header)
+        else:
+            index[name] = position
+    missing = tuple(c.name for c in contract.columns if c.required and c.name not in index)
+    positions = tuple(index.get(c.name, -1) for c in contract.columns)
+    return HeaderMatch(index, tuple(extra), missing, tuple(duplicated), len(header_names),
+                       positions)
+
+
+def header_issues(contract: Contract, match: HeaderMatch) -> list[Issue]:
+    """The batch-level issues of a header: missing and doubly named columns fail the batch,
+    unknown columns are warnings."""
+    from shared.contracts import codes  # codes imports this module
+
+    issues = [Issue(None, f, codes.MISSING_COLUMN.code, codes.MISSING_COLUMN.severity,
+                    f"Required column {_headers_of(contract, f)} was not found in the header.")
+              for f in match.missing]
+    issues += [Issue(None, None, codes.DUPLICATE_COLUMN.code, codes.DUPLICATE_COLUMN.severity,
+                     f"Column {h!r} names a field an earlier column already names.")
+               for h in match.duplicated]
+    issues += [Issue(None, None, codes.EXTRA_COLUMN.code, codes.EXTRA_COLUMN.severity,
+                     f"Column {h!r} is not part of the {contract.name} contract and is ignored.")
+               for h in match.extra]
+    return issues
+
+
+def _headers_of(contract: Contract, name: str) -> str:
+    column = contract.column(name)
+    return repr(column.headers[0] if column.headers else column.name)
+
+
+def validate_row(contract: Contract, raw: Sequence[str] | Mapping[str, Any],
+                 match: HeaderMatch | None = None, row_number: int = 1) -> RowResult:
+    """Normalise and check one row. ``raw`` is a CSV row (with ``match`` from its header) or a
+    JSON object keyed by column names or canonical field names (``match`` then unused)."""
+    if isinstance(raw, Mapping):
+        cells = _cells_of_mapping(contract, raw)
+        texts = [cells.get(c.name, "") for c in contract.columns]
+    else:
+        if match is None:
+            raise TypeError("a CSV row needs the HeaderMatch of its file")
+        width = len(raw)  # a short row's missing cells read as empty
+        texts = [raw[p] if 0 <= p < width else "" for p in match.positions]
+    values: dict[str, Any] = {}
+    errors: list[Issue] = []
+    warnings: list[Issue] = []
+    for column, text in zip(contract.columns, texts, strict=True):
+        text = text.strip() if text else ""
+        value: Any = None
+        if not text:
+            if column.required and column.missing is not None:
+                _add(column.missing, row_number, column.name, errors, warnings)
+        else:
+            value = column.normalise(text) if column.normalise is not None else text
+            if value is INVALID:
+                assert column.invalid is not None, f"{column.name}: no rule for INVALID"
+                _add(column.invalid, row_number, column.name, errors, warnings)
+                value = None
+            elif value is None or value == "":
+                # Text that normalises to nothing (a case number of punctuation only): as
+                # good as missing when the field is required, NULL when it is optional.
+                value = None
+                if column.missing is not None:
+                    _add(column.missing, row_number, column.name, errors, warnings)
+            else:
+                for rule in column.checks:
+                    if rule.broken is not None and rule.broken(value):
+                        if _add(rule, row_number, column.name, errors, warnings):
+                            # The value is not kept (the raw row is), and further checks
+                            # would only add noise.
+                            value = None
+                            break
+                        if rule.repair is not None:
+                            value = rule.repair(value)
+        values[column.name] = value
+        for name, derive in column.derived:
+            values[name] = derive(value) if value is not None else None
+    for row_rule in contract.row_rules:
+        if all(values.get(f) is not None for f in row_rule.fields) and row_rule.broken(values):
+            _add(row_rule.rule, row_number, None, errors, warnings)
+    return RowResult(row_number, values, errors, warnings)
+
+
+def _add(rule: Rule, row: int, name: str | None, errors: list[Issue],
+         warnings: list[Issue]) -> bool:
+    issue = Issue(row, name, rule.code, rule.severity, rule.message)
+    if rule.severity is Severity.CRITICAL:
+        errors.append(issue)
+        return True
+    warnings.append(issue)
+    return False
+
+
+def _cells_of_mapping(contract: Contract, raw: Mapping[str, Any]) -> dict[str, str]:
+    cells: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            continue
+        position = contract._by_header.get(header_key(key))
+        if position is None:
+            continue  # unknown keys are ignored, as extra CSV columns are
+        name = contract.columns[position].name
+        if name not in cells:
+            cells[name] = "" if value is None else value if isinstance(value, str) else str(value)
+    return cells
+
+
+def natural_key(contract: Contract, values: Mapping[str, Any]) -> str:
+    """The record's identity in its normalised text form (e.g. `2024CV12345`)."""
+    key = contract.key
+    return key.separator.join(key.part(values.get(f)) for f in key.fields)
+
+
+def duplicate_issue(contract: Contract, row_number: int) -> Issue:
+    """The warning of a row whose natural key an earlier row of the same file already had."""
+    rule = contract.duplicate
+    return Issue(row_number, None, rule.code, rule.severity, rule.message)
+
+
+# ── what the API publishes ────────────────────────────────────────────────────────────────
+def describe(contract: Contract) -> dict[str, Any]:
+    """The contract as the API publishes it: plain JSON values only."""
+    from shared.contracts import codes
+
+    header = [c.headers[0] if c.headers else c.name for c in contract.columns]
+    example = contract.examples[0] if contract.examples else {}
+    return {
+        "name": contract.name,
+        "version": contract.version,
+        "description": contract.description,
+        "columns": [{"name": c.name, "headers": list(c.headers or (c.name,)),
+                     "required": c.required, "description": c.description}
+                    for c in contract.columns],
+        "rules": [_rule_view(rule, name) for name, rule in contract.rules()],
+        "batch_rules": [_rule_view(rule, None) for rule in codes.BATCH_RULES],
+        "natural_key": {"fields": list(contract.key.fields),
+                        "normalised": contract.key.description},
+        "targets": [{"table": t.table, "upsert_key": list(t.upsert_key)}
+                    for t in contract.targets],
+        "promotion_order": contract.promotion_order,
+        "example_row": {h: example.get(c.name, "") for h, c in zip(header, contract.columns,
+                                                                    strict=True)},
+        "sample_csv": sample_csv(contract),
+    }
+
+
+def _rule_view(rule: Rule, name: str | None) -> dict[str, Any]:
+    return {"code": rule.code, "severity": rule.severity.value, "message": rule.message,
+            "field": name}
+
+
+def sample_csv(contract: Contract) -> str:
+    """A small file in the contract's first header names, one line per example row."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([c.headers[0] if c.headers else c.name for c in contract.columns])
+    for example in contract.examples:
+        writer.writerow([example.get(c.name, "") for c in contract.columns])
+    return out.getvalue()
+

@@ -1,0 +1,182 @@
+"""Normalisers: trimmed, non-empty text → a value, or ``INVALID`` (never an exception).
+
+The rules are records-data-contract.md "Normalization Rules"; where its code snippets or
+examples disagree with its rules, the rules win (DESIGN.md "Records imports";
+docs/decisions/0081 lists each case). Patterns are compiled once: these run per cell.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from datetime import UTC, date, datetime
+from decimal import ROUND_HALF_UP, Decimal
+
+import email_validator
+import phonenumbers
+
+from shared.contracts.model import INVALID
+
+_SPACES = re.compile(r"\s+")
+
+
+# ── names ─────────────────────────────────────────────────────────────────────────────────
+def name(text: str) -> str:
+    """A name as displayed: trimmed, runs of whitespace collapsed, case kept."""
+    return " ".join(text.split())
+
+
+# Legal entity indicators, written any way, as one token: `L.L.C.` → LLC, `Inc.` → INC.
+_ENTITY = re.compile(r"\b(L\.?L\.?C|INC|CORP|LTD|CO)\b\.?")
+_NOT_WORD = re.compile(r"[^\w\s-]")
+_SUFFIX = re.compile(r"(?:\s+(?:LLC|INC|CORP|LTD|CO))+$")
+
+
+def name_key(display: str) -> str:
+    """A name for comparison and duplicate detection: upper case, entity indicators unified,
+    punctuation but hyphens removed, spaces collapsed, and trailing legal suffixes (LLC, INC,
+    CORP, LTD, CO) removed, so `Acme Collections, L.L.C.` = `ACME COLLECTIONS`."""
+    upper = display.upper()
+    # Only dots distinguish `L.L.C.` from `LLC`: most names have none and skip the pattern.
+    unified = _ENTITY.sub(lambda m: m.group(1).replace(".", ""), upper) if "." in upper \
+        else upper
+    bare = _SPACES.sub(" ", _NOT_WORD.sub(" ", unified)).strip()
+    without = _SUFFIX.sub("", bare)
+    return without or bare  # a name that is only a suffix (`Inc.`) keeps it
+
+
+# ── amounts ───────────────────────────────────────────────────────────────────────────────
+_CURRENCY = re.compile(r"\$|USD|,|\s", re.IGNORECASE)
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+CENT = Decimal("0.01")
+
+
+def amount(text: str) -> Decimal:
+    """`$12,500.00` → 12500.00; `USD 999.99` → 999.99; `1234.567` → 1234.57 (half up).
+    A sign stays (the negative rule judges it); anything else, `1.2.3` or `NaN`, is INVALID."""
+    bare = _CURRENCY.sub("", text)  # `-$100` → `-100`
+    if not _NUMBER.fullmatch(bare):
+        return INVALID
+    value = Decimal(bare)
+    # Far beyond any column (the range rule refuses it): quantize would overflow the context.
+    return value.quantize(CENT, rounding=ROUND_HALF_UP) if value.adjusted() < 20 else value
+
+
+# ── case numbers ──────────────────────────────────────────────────────────────────────────
+_NOT_KEY = re.compile(r"[^A-Z0-9]")
+
+
+def case_number_key(text: str) -> str:
+    """The normalised case number, the judgments' key: upper case, only A–Z and 0–9, leading
+    zeros kept. `CV-12345` = `cv 12345` = `CV#12345` = `CV12345`; `00123` ≠ `123`."""
+    return _NOT_KEY.sub("", text.upper())
+
+
+# ── counties and courts ───────────────────────────────────────────────────────────────────
+# Longest first, so `Sup. Ct.` becomes `Supreme Court`, not `Sup. Court`.
+_EXPANSIONS = (
+    (re.compile(r"\bSup\.\s*Ct\.", re.IGNORECASE), "Supreme Court"),
+    (re.compile(r"\bDist\.\s*Ct\.", re.IGNORECASE), "District Court"),
+    (re.compile(r"\bCt\.", re.IGNORECASE), "Court"),
+    (re.compile(r"\bCo\.", re.IGNORECASE), "County"),
+)
+
+
+# A file names few courts and counties, over and over: remembering them makes this free.
+@functools.lru_cache(maxsize=4096)
+def location(text: str) -> str:
+    """A county or court: trimmed, spaces collapsed, title case, abbreviations expanded
+    (`NEW YORK CO.` → `New York County`, `SUP. CT.` → `Supreme Court`)."""
+    expanded = " ".join(text.split())
+    if "." in expanded:  # every abbreviation ends in a dot
+        for pattern, replacement in _EXPANSIONS:
+            expanded = pattern.sub(replacement, expanded)
+    # Title case word by word: str.title() would write `O'Brien's` as `O'Brien'S`.
+    return " ".join(w[:1].upper() + w[1:].lower() for w in expanded.split(" "))
+
+
+# ── dates ─────────────────────────────────────────────────────────────────────────────────
+_MDY = re.compile(r"(\d{1,2})/(\d{1,2})/(\d{4})")
+_ISO = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})")
+_DMONY = re.compile(r"(\d{1,2})-([A-Za-z]{3})-(\d{4})")
+_MONTHS = {m: i for i, m in enumerate(
+    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"), 1)}
+
+
+def filed_date(text: str) -> date:
+    """`MM/DD/YYYY`, `YYYY-MM-DD` or `DD-MMM-YYYY` (`15-JAN-2024`) → a date; else INVALID."""
+    try:
+        if m := _MDY.fullmatch(text):
+            return date(int(m[3]), int(m[1]), int(m[2]))
+        if m := _ISO.fullmatch(text):
+            return date(int(m[1]), int(m[2]), int(m[3]))
+        if (m := _DMONY.fullmatch(text)) and (month := _MONTHS.get(m[2].upper())):
+            return date(int(m[3]), month, int(m[1]))
+    except ValueError:  # 02/30/2024, month 13, year 0
+        pass
+    return INVALID
+
+
+def today() -> date:
+    """Today in UTC: US courts are behind UTC, so no judgment entered today is 'future'."""
+    return datetime.now(UTC).date()
+
+
+# ── plaintiffs' contact details ───────────────────────────────────────────────────────────
+def email(text: str) -> str:
+    """Validated (syntax only, no DNS) and lower-cased; INVALID when it is not an address."""
+    try:
+        checked = email_validator.validate_email(text, check_deliverability=False)
+    except email_validator.EmailNotValidError:
+        return INVALID
+    return checked.normalized.lower()
+
+
+def phone(text: str) -> str:
+    """E.164 (`(212) 555-1234` → `+12125551234`), US unless the number says otherwise."""
+    try:
+        number = phonenumbers.parse(text, "US")
+    except phonenumbers.NumberParseException:
+        return INVALID
+    if not phonenumbers.is_valid_number(number):
+        return INVALID
+    return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+
+
+# USPS codes: the states, DC, the territories and the military post offices.
+_USPS = """AL AK AZ AR CA CO CT DE FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH
+    NJ NM NY NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY DC
+    AS GU MP PR VI UM FM MH PW AA AE AP"""
+US_STATES = frozenset(_USPS.split())
+
+
+def state(text: str) -> str:
+    code = text.upper()
+    return code if code in US_STATES else INVALID
+
+
+_ZIP = re.compile(r"(\d{5})(?:[-\s]?(\d{4}))?")
+
+
+def zip_code(text: str) -> str:
+    """5 digits, or ZIP+4 written `12345-6789` (also `123456789`); leading zeros kept."""
+    m = _ZIP.fullmatch(text)
+    if m is None:
+        return INVALID
+    return f"{m[1]}-{m[2]}" if m[2] else m[1]
+
+
+PLAINTIFF_STATUSES = ("active", "inactive", "pending", "closed")
+_STATUS_WORDS = {
+    "active": "active", "open": "active", "current": "active",
+    "inactive": "inactive", "on hold": "inactive", "hold": "inactive", "paused": "inactive",
+    "dormant": "inactive",
+    "pending": "pending", "new": "pending",
+    "closed": "closed", "settled": "closed", "satisfied": "closed", "dismissed": "closed",
+    "withdrawn": "closed",
+}
+
+
+def status(text: str) -> str:
+    """A vendor's status word → one of PLAINTIFF_STATUSES (`Active`, `OPEN` → active)."""
+    return _STATUS_WORDS.get(_SPACES.sub(" ", text).lower(), INVALID)
