@@ -26,6 +26,7 @@ STATUS: dict[type[errors.AppError], int] = {
     errors.FileTooLarge: 413,
     errors.UnsupportedType: 415,
     errors.ServiceUnavailable: 503,
+    errors.DatabaseUnavailable: 503,
 }
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 409: "conflict", 413: "request_too_large",
