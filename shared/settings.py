@@ -145,7 +145,9 @@ class WorkerSettings(CommonSettings):
     heartbeat_interval_s: float = 5.0
     # A running run whose heartbeat is older than this is abandoned and may be taken over.
     running_stale_after_s: float = 15 * 60
-    shutdown_grace_s: float = 20.0
+    # SIGTERM: jobs get this long to finish, then their runs and messages are released for
+    # another worker to take over at once: a job that needs longer is cheaper to hand over.
+    shutdown_grace_s: float = 5.0
     transient_retry_attempts: int = 4
     # Parsers run in a child process per document (worker/pipeline/parsers.py, ADR 0077): a
     # file that crashes, hangs or bloats its parser fails its own run, never the worker.
