@@ -71,17 +71,13 @@ def _bench(root: Path, pg: EmbeddedPostgres, moto: MotoServer, repeat: int) -> N
     held = {**env, "WORKER_PAUSE_AT_STAGE": "embed", "WORKER_PAUSE_FILE": str(flag)}
     _windows()
     logs = root / "logs"
-    other = _start(env, logs, "worker-other")
     results: list[tuple[str, float, float, int]] = []
-    try:
-        with db.connect(url, autocommit=True) as conn:
-            user = _User(conn)
-            for round_ in range(repeat):
-                for fault in ("SIGTERM", "kill -9"):
-                    results.append(_one(conn, jobs_queue, root, user, held, logs, flag,
-                                        fault, round_))
-    finally:
-        other.stop()
+    with db.connect(url, autocommit=True) as conn:
+        user = _User(conn)
+        for round_ in range(repeat):
+            for fault in ("SIGTERM", "kill -9"):
+                results.append(_one(conn, jobs_queue, root, user, env, held, logs, flag,
+                                    fault, round_))
     print("\nfault      fault→takeover  fault→succeeded  takeovers")
     for fault, takeover, done, count in results:
         print(f"{fault:<10} {takeover:>12.1f} s {done:>14.1f} s {count:>10}")
@@ -101,15 +97,30 @@ def _start(env: dict[str, str], logs: Path, name: str) -> stack.Process:
     return worker
 
 
-def _one(conn, jobs_queue, root: Path, user, held: dict[str, str], logs: Path, flag: Path,  # type: ignore[no-untyped-def]
-         fault: str, round_: int) -> tuple[str, float, float, int]:
+def _one(conn, jobs_queue, root: Path, user, env: dict[str, str], held: dict[str, str],  # type: ignore[no-untyped-def]
+         logs: Path, flag: Path, fault: str, round_: int) -> tuple[str, float, float, int]:
+    # The victim takes the job and is held at embed; only then does the other worker poll.
     flag.touch()
-    data = documents.make_markdown(3) + f"\n\nRound {round_} {fault}.\n".encode()
-    job = submit.submit(conn, jobs_queue, root / "uploads", user, data)
-    victim = _start(held, logs, f"worker-{fault.replace(' ', '')}-{round_}")
-    stack.wait_until(lambda: submit.run_row(conn, job.run_id)["stage"] == "embed", timeout=120,
-                     message="job held at embed")
-    flag.unlink()  # a worker that takes the run over must not be held
+    tag = f"{fault.replace(' ', '')}-{round_}"
+    victim = _start(held, logs, f"worker-victim-{tag}")
+    other = None
+    try:
+        data = documents.make_markdown(3) + f"\n\nRound {round_} {fault}.\n".encode()
+        job = submit.submit(conn, jobs_queue, root / "uploads", user, data)
+        stack.wait_until(lambda: submit.run_row(conn, job.run_id)["stage"] == "embed",
+                         timeout=120, message="job held at embed")
+        other = _start(env, logs, f"worker-other-{tag}")  # not held: no pause settings
+        return _fault(conn, job, victim, fault)
+    finally:
+        for worker in (victim, other):
+            if worker is not None:
+                worker.stop()
+
+
+def _fault(conn, job, victim: stack.Process,  # type: ignore[no-untyped-def]
+           fault: str) -> tuple[str, float, float, int]:
+    # The victim stays held: with SIGTERM its job cannot finish in the grace period, as a
+    # long job would not, so the run must be handed over.
     started = time.monotonic()
     victim.signal(signal.SIGKILL if fault == "kill -9" else signal.SIGTERM)
     victim.proc.wait(60)

@@ -48,6 +48,8 @@ class Consumer:
         self._inflight: dict[str, Message] = {}
         self._lock = threading.Lock()
         self._slot_freed = threading.Event()
+        # Long polls abandoned at stop: one may still receive a message, even one we release.
+        self._late_polls: list[threading.Thread] = []
         self.processed = 0
 
     def stop(self) -> None:
@@ -109,7 +111,9 @@ class Consumer:
                 return []
             return got
         # Stopped mid-poll: anything that poll still brings back goes straight back.
-        threading.Thread(target=self._release_late, args=(result,), daemon=True).start()
+        late = threading.Thread(target=self._release_late, args=(result,), daemon=True)
+        late.start()
+        self._late_polls.append(late)
         return None
 
     def _release_late(self, result: stdqueue.Queue) -> None:
@@ -201,4 +205,9 @@ class Consumer:
             # ...then the messages: whoever receives one finds the run free and takes it over.
             self._set_visibility(message, 0)
         if unfinished:
+            # Our own abandoned long poll may be the first to see a released message; it returns
+            # at once then, and its late release must happen before this process exits, or the
+            # message would stay hidden for a whole visibility timeout.
+            for late in self._late_polls:
+                late.join(timeout=2)
             log.warning("released unfinished jobs at shutdown", extra={"jobs": len(unfinished)})
