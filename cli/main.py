@@ -155,7 +155,8 @@ def _bootstrap(args: argparse.Namespace) -> int:
     applog.setup("cli", settings.log_level)
     migrate.apply(settings.database_url)
     sqs = aws.client("sqs", endpoint_url=settings.aws_endpoint_url, region=settings.aws_region)
-    url, dlq_url = queue.ensure_queues(sqs, args.queue_name)
+    url, dlq_url = queue.ensure_queues(sqs, args.queue_name,
+                                       max_receive_count=settings.sqs_max_receive_count)
     print(f"SQS_QUEUE_URL={url}\nSQS_DLQ_URL={dlq_url}")
     if args.bucket:
         s3 = aws.client("s3", endpoint_url=settings.aws_endpoint_url, region=settings.aws_region)

@@ -76,7 +76,8 @@ def create_app(settings: GatewaySettings) -> Litestar:
 async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     """Open the pool and clients, start the background loops, and tear all down at exit."""
     pool = db.async_pool(settings.database_url, min_size=settings.db_pool_min,
-                         max_size=settings.db_pool_max, name="gateway")
+                         max_size=settings.db_pool_max, name="gateway",
+                         timeout_s=settings.db_pool_timeout_s)
     await pool.open(wait=False)
     s3 = aws.client("s3", endpoint_url=settings.aws_endpoint_url, region=settings.aws_region)
     sqs = aws.client("sqs", endpoint_url=settings.aws_endpoint_url, region=settings.aws_region,
@@ -95,6 +96,8 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
             pool, interval_s=settings.crash_guard_interval_s,
             queued_ttl_s=settings.crash_guard_queued_ttl_hours * 3600,
             running_stale_s=settings.crash_guard_running_stale_min * 60,
+            republish_after_s=settings.crash_guard_republish_after_s,
+            max_republishes=settings.crash_guard_max_republishes,
             sync_stale_s=settings.sync_stale_s,
             on_failed_runs=lambda r: alerter.send(alerts.runs_interrupted(
                 list(r.run_ids), r.failed_queued, r.failed_running))), name="crash-guard"),

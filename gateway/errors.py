@@ -28,6 +28,7 @@ STATUS: dict[type[errors.AppError], int] = {
     errors.UnsupportedType: 415,
     errors.TooManyAttempts: 429,
     errors.ServiceUnavailable: 503,
+    errors.DatabaseUnavailable: 503,
 }
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 409: "conflict", 413: "request_too_large",

@@ -76,29 +76,6 @@ SELECT count(*) AS pending, EXTRACT(EPOCH FROM now() - min(created_at)) AS oldes
 FROM job_outbox WHERE published_at IS NULL AND next_attempt_at < 'infinity';
 
 -- ── crash guard ─────────────────────────────────────────────────────────────────────────────
--- name: fail_stale_queued
--- Also parks the run's unpublished job, so a queue that comes back does not revive it.
-WITH failed AS (
-    UPDATE ingestion_runs
-    SET status = 'failed', finished_at = now(), updated_at = now(),
-        error = 'Interrupted: the job was never picked up by a worker; check that workers are running, then retry the run.'
-    -- queued_at: a run reopened by an operator gets a fresh TTL (migrations/0003).
-    WHERE status = 'queued'
-      AND COALESCE(queued_at, created_at) < now() - make_interval(secs => %(ttl_s)s)
-    RETURNING run_id, tenant_id
-), parked AS (
-    UPDATE job_outbox SET next_attempt_at = 'infinity', last_error = 'run failed before it was published'
-    WHERE run_id IN (SELECT run_id FROM failed) AND published_at IS NULL
-)
-SELECT run_id, tenant_id FROM failed;
-
--- name: fail_stale_running
-UPDATE ingestion_runs
-SET status = 'failed', finished_at = now(), updated_at = now(),
-    error = 'Interrupted: the worker stopped responding (no heartbeat); retry the run.'
-WHERE status = 'running' AND updated_at < now() - make_interval(secs => %(stale_s)s)
-RETURNING run_id, tenant_id;
-
 -- ── reads ───────────────────────────────────────────────────────────────────────────────────
 -- name: get_run
 SELECT run_id, tenant_id, doc_id, status, run_type, source_id, initiated_by, config, stats, error,

@@ -175,6 +175,12 @@ class ServiceUnavailable(AppError):
     code = "service_unavailable"
 
 
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database is unreachable; retry in a minute."""
+
+    code = "database_unavailable"
+
+
 # ── document errors (worker): the document itself is bad, retrying cannot help ─────────────
 class BadDocument(AppError):
     """The document could not be processed; check the file and upload it again."""

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from shared import aws
+from shared.settings import CommonSettings
 
 # Message attribute carrying why a message was dead-lettered by us (not by maxReceiveCount).
 DLQ_REASON = "dlq_reason"
@@ -96,9 +97,16 @@ def from_settings(settings: Any, *, read_timeout: float = 30) -> Queue:
     return Queue(sqs, settings.sqs_queue_url, settings.sqs_dlq_url)
 
 
-def ensure_queues(sqs: Any, name: str, *, max_receive_count: int = 3,
+def ensure_queues(sqs: Any, name: str, *, max_receive_count: int | None = None,
                   visibility_timeout_s: int = 60) -> tuple[str, str]:
-    """Create the ingest queue and its DLQ with a redrive policy; idempotent. Returns the URLs."""
+    """Create the ingest queue and its DLQ with a redrive policy; idempotent. Returns the URLs.
+
+    ``max_receive_count`` defaults to SQS_MAX_RECEIVE_COUNT's default: enough receives for a
+    killed owner's message, a busy copy and a database outage before the DLQ (ADR 0075).
+    An existing queue keeps its policy; change it with set-queue-attributes.
+    """
+    if max_receive_count is None:
+        max_receive_count = CommonSettings.model_fields["sqs_max_receive_count"].default
     dlq_url = sqs.create_queue(QueueName=f"{name}-dlq", Attributes={
         "MessageRetentionPeriod": str(14 * 24 * 3600)})["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(

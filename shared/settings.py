@@ -23,11 +23,17 @@ class CommonSettings(BaseSettings):
     database_url: str = "postgresql://postgres@127.0.0.1:5432/ingest"
     db_pool_min: int = 1
     db_pool_max: int = 10
+    # How long a request waits for a pooled connection: with Postgres down, callers get
+    # database_unavailable (503) after this instead of hanging (docs/operations.md, windows).
+    db_pool_timeout_s: float = Field(default=3.0, gt=0)
 
     aws_endpoint_url: str | None = None
     aws_region: str = "us-east-1"
     sqs_queue_url: str = ""
     sqs_dlq_url: str = ""
+    # Receives before SQS moves a message to the DLQ, set on the queue when it is created. Room
+    # for a takeover: a killed owner's message, a busy copy, a database outage (docs/decisions/0075).
+    sqs_max_receive_count: int = Field(default=10, ge=1, le=1000)
 
     upload_store_uri: str = "file://.ingest/uploads"
     artifact_store_uri: str = "file://.ingest/artifacts"
@@ -78,6 +84,11 @@ class GatewaySettings(CommonSettings):
     crash_guard_interval_s: float = 60.0
     crash_guard_queued_ttl_hours: float = 1.0
     crash_guard_running_stale_min: float = 15.0
+    # Liveness (docs/decisions/0076): a run without a live owner whose heartbeat (or last
+    # republish) is this old gets its job republished through the outbox, at most this many
+    # times; only then is it failed. Queued runs are republished once past their TTL.
+    crash_guard_republish_after_s: float = Field(default=300.0, gt=0)
+    crash_guard_max_republishes: int = Field(default=3, ge=0)
 
     # S3 sources (gateway/sync.py). Downloads at once per gateway, across all running syncs;
     # at most the S3 client's connection pool (32).
@@ -158,8 +169,18 @@ class WorkerSettings(CommonSettings):
     heartbeat_interval_s: float = 5.0
     # A running run whose heartbeat is older than this is abandoned and may be taken over.
     running_stale_after_s: float = 15 * 60
-    shutdown_grace_s: float = 20.0
+    # SIGTERM: jobs get this long to finish, then their runs and messages are released for
+    # another worker to take over at once: a job that needs longer is cheaper to hand over.
+    shutdown_grace_s: float = 5.0
     transient_retry_attempts: int = 4
+    # Parsers run in a child process per document (worker/pipeline/parsers.py, ADR 0077): a
+    # file that crashes, hangs or bloats its parser fails its own run, never the worker.
+    extract_timeout_s: float = Field(default=120.0, gt=0)
+    extract_memory_mb: int = Field(default=1024, ge=64)
+    # Test-only pause point: with both set, a job entering this stage waits while the file
+    # exists, so fault tests hold a job in flight deterministically. Empty = off.
+    worker_pause_at_stage: str = ""
+    worker_pause_file: str = ""
 
     chunk_target_tokens: int = 200
     chunk_max_tokens: int = 254

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import queue as stdqueue
 import threading
 import time
@@ -29,7 +30,8 @@ MAX_VISIBILITY_S = 12 * 3600  # SQS's ceiling
 
 class Consumer:
     def __init__(self, queue: Queue, handler: Handler, *, slots: int, wait_s: int,
-                 visibility_s: int, heartbeat_s: float, grace_s: float) -> None:
+                 visibility_s: int, heartbeat_s: float, grace_s: float,
+                 on_abort: Callable[[], None] | None = None) -> None:
         self.queue = queue
         self.handler = handler
         self.slots = slots
@@ -40,9 +42,14 @@ class Consumer:
         self.stopping = threading.Event()
         # Set on shutdown after the grace period: jobs stop at their next check.
         self.abort = threading.Event()
+        # Called after the grace period, before unfinished messages are released: lets go of
+        # their runs (the advisory locks), so whoever receives them can take them over at once.
+        self.on_abort = on_abort
         self._inflight: dict[str, Message] = {}
         self._lock = threading.Lock()
         self._slot_freed = threading.Event()
+        # Long polls abandoned at stop: one may still receive a message, even one we release.
+        self._late_polls: list[threading.Thread] = []
         self.processed = 0
 
     def stop(self) -> None:
@@ -104,7 +111,9 @@ class Consumer:
                 return []
             return got
         # Stopped mid-poll: anything that poll still brings back goes straight back.
-        threading.Thread(target=self._release_late, args=(result,), daemon=True).start()
+        late = threading.Thread(target=self._release_late, args=(result,), daemon=True)
+        late.start()
+        self._late_polls.append(late)
         return None
 
     def _release_late(self, result: stdqueue.Queue) -> None:
@@ -151,7 +160,8 @@ class Consumer:
                 log.error("message moved to the dead-letter queue",
                           extra={"message_id": message.message_id, "reason": outcome.reason})
             elif outcome.visible_after_s is not None:
-                self._set_visibility(message, int(outcome.visible_after_s))
+                # Rounded up: coming back a fraction early would find the same answer again.
+                self._set_visibility(message, math.ceil(outcome.visible_after_s))
         except (BotoCoreError, ClientError) as exc:
             # The message comes back after its visibility timeout; the run's status decides then.
             log.error("could not settle the message", extra={
@@ -189,8 +199,15 @@ class Consumer:
         with self._lock:
             unfinished = list(self._inflight.values())
             self._inflight.clear()
+        if unfinished and self.on_abort is not None:
+            self.on_abort()  # the runs' locks go first...
         for message in unfinished:
-            # Back to the queue now; the run is taken over once its heartbeat is stale.
+            # ...then the messages: whoever receives one finds the run free and takes it over.
             self._set_visibility(message, 0)
         if unfinished:
+            # Our own abandoned long poll may be the first to see a released message; it returns
+            # at once then, and its late release must happen before this process exits, or the
+            # message would stay hidden for a whole visibility timeout.
+            for late in self._late_polls:
+                late.join(timeout=2)
             log.warning("released unfinished jobs at shutdown", extra={"jobs": len(unfinished)})

@@ -8,6 +8,7 @@ run's terminal status is durable in Postgres.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,16 @@ class IngestHandler:
         # Terminal failures and stale takeovers raise alerts (import-runs-state-machine.md §5.2);
         # sending is queued, so a webhook never slows a job down.
         self.alerts = alerter or alerts.Alerter([], window_s=600)
+        # Leases of the jobs in flight, so a shutdown can let go of their runs at once.
+        self._leases: set[runs.RunLease] = set()
+        self._leases_lock = threading.Lock()
+
+    def abandon(self) -> None:
+        """Release every run this process holds (shutdown, before its messages are released)."""
+        with self._leases_lock:
+            leases = list(self._leases)
+        for lease in leases:
+            lease.abandon()
 
     def __call__(self, body: str, *, abort: Any = None) -> Outcome:
         try:
@@ -70,9 +81,13 @@ class IngestHandler:
         except psycopg.OperationalError:
             log.error("database unreachable; leaving the message for redelivery")
             return Leave("database unreachable")
+        with self._leases_lock:
+            self._leases.add(lease)
         try:
             return self._with_lease(lease, job, abort)
         finally:
+            with self._leases_lock:
+                self._leases.discard(lease)
             lease.close()
 
     def _with_lease(self, lease: runs.RunLease, job: jobs.IngestJob, abort: Any) -> Outcome:
@@ -109,7 +124,9 @@ class IngestHandler:
             # Someone else may own the run now (or we are shutting down): touch nothing.
             log.warning("job stopped before finishing; the run will be taken over",
                         extra={"reason": str(exc)})
-            return Leave(str(exc), self.settings.running_stale_after_s)
+            # Our lock is gone (or goes with lease.close): the next delivery takes the run over,
+            # so the message comes back after the queue's visibility timeout, not later.
+            return Leave(str(exc))
         except index.RunNoLongerRunning:
             log.warning("run left 'running' while we worked (crash guard?); content rolled back")
             return Ack("run no longer running")
@@ -122,8 +139,7 @@ class IngestHandler:
                           exc_info=exc)
                 # Type only: an exception's text may name a file or a host.
                 lease.note_retry(f"{lease.stage}: {type(exc).__name__} (transient)")
-                return Leave(f"infrastructure failure: {type(exc).__name__}",
-                             self.settings.running_stale_after_s)
+                return Leave(f"infrastructure failure: {type(exc).__name__}")
             log.error("job failed unexpectedly", exc_info=exc)
             reason = (f"{lease.stage}: unexpected error ({type(exc).__name__}); "
                       "retry the run, and report it if it keeps failing.")
@@ -141,7 +157,7 @@ class IngestHandler:
             # Not durable, so not deleted: SQS redelivers, and after maxReceiveCount the DLQ.
             log.error("could not persist the failure; leaving the message",
                       extra={"error": str(exc)})
-            return Leave("could not persist failure", self.settings.running_stale_after_s)
+            return Leave("could not persist failure")
         _log_complete(job, "failed", {**stats, "error": reason}, claim)
         self.alerts.send(alerts.job_failed(job.run_id, job.tenant_id, code, stage))
         return Ack("failed")

@@ -37,11 +37,12 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
                         objectstore.open_store(settings.artifact_store_uri, s3))
     alerter = alerts.Alerter.from_settings(settings, "worker")
     worker_metrics.serve(settings.worker_metrics_port, settings.worker_metrics_addr, alerter)
+    handler = IngestHandler(settings, pipeline, alerter)
     consumer = Consumer(
-        jobs_queue, IngestHandler(settings, pipeline, alerter),
+        jobs_queue, handler,
         slots=settings.worker_max_concurrent_jobs, wait_s=settings.sqs_wait_time_s,
         visibility_s=settings.sqs_visibility_timeout_s, heartbeat_s=settings.heartbeat_interval_s,
-        grace_s=settings.shutdown_grace_s)
+        grace_s=settings.shutdown_grace_s, on_abort=handler.abandon)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: consumer.stop())
     _report_backlog(pool, jobs_queue)

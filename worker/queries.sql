@@ -3,14 +3,29 @@
 
 -- name: try_lock_run
 -- Session-level: held for the whole job on a dedicated connection, released when it closes
--- (or when the connection dies, which is how a crashed worker lets go of its runs).
-SELECT pg_try_advisory_lock(%(key)s) AS locked;
+-- (or when the connection dies, which is how a crashed worker lets go of its runs). The key is
+-- run_lock_key() (migrations/0008), the one definition every process shares.
+SELECT pg_try_advisory_lock(run_lock_key(%(run_id)s)) AS locked;
+
+-- name: end_stuck_owner
+-- The owner's session lives but its heartbeat is older than the stale window: its process is
+-- wedged. Ending that session releases the lock (and makes the owner's own writes fail on the
+-- fence), so the run can be taken over. Re-checks staleness here, in one statement.
+SELECT pg_terminate_backend(l.pid, 5000) AS ended
+FROM pg_locks l
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid <> pg_backend_pid()
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid = ((run_lock_key(%(run_id)s) >> 32) & 4294967295)::oid
+  AND l.objid = (run_lock_key(%(run_id)s) & 4294967295)::oid
+  AND EXISTS (SELECT 1 FROM ingestion_runs
+              WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
+                AND updated_at <= now() - make_interval(secs => %(stale_s)s));
 
 -- name: count_delivery
 -- Every receive of the run's message counts, whoever ends up processing it.
 UPDATE ingestion_runs SET delivery_count = delivery_count + 1
 WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s
-RETURNING status, created_at, started_at,
+RETURNING status, created_at, started_at, takeover_count,
           EXTRACT(EPOCH FROM now() - updated_at) AS heartbeat_age_s;
 
 -- name: start_run
@@ -21,17 +36,19 @@ WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'queued'
 RETURNING started_at;
 
 -- name: take_over_run
--- Only if the heartbeat is still stale now: two workers deciding at once cannot both win.
+-- Only called while holding the run's lock, so no other live worker owns it: ours at once,
+-- whatever the heartbeat says. takeover_count is the fence: writes of a previous owner name
+-- the count they started with and match nothing once it moved on.
 UPDATE ingestion_runs
 SET updated_at = now(), takeover_count = takeover_count + 1, stage = 'starting', progress = 0,
     started_at = COALESCE(started_at, now())
 WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
-  AND updated_at < now() - make_interval(secs => %(stale_s)s)
 RETURNING started_at, takeover_count;
 
 -- name: heartbeat
 UPDATE ingestion_runs SET updated_at = now(), stage = %(stage)s, progress = %(progress)s
-WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running';
+WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
+  AND takeover_count = %(fence)s;
 
 -- name: note_retry
 -- Why the last attempt gave up on a transient failure, shown by `ingest dlq list` if the
@@ -44,7 +61,8 @@ WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running';
 UPDATE ingestion_runs
 SET status = 'failed', error = %(error)s, stats = %(stats)s, stage = %(stage)s,
     finished_at = now(), updated_at = now()
-WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running';
+WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
+  AND takeover_count = %(fence)s;
 
 -- ── the one content transaction ─────────────────────────────────────────────────────────────
 -- name: lock_document
@@ -75,7 +93,8 @@ FROM chunks WHERE tenant_id = %(tenant_id)s AND doc_version_id = %(doc_version_i
 UPDATE ingestion_runs
 SET status = 'succeeded', stats = %(stats)s, stage = 'done', progress = 1,
     finished_at = now(), updated_at = now()
-WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running';
+WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
+  AND takeover_count = %(fence)s;
 
 -- name: embedding_column_dim
 SELECT atttypmod AS dim FROM pg_attribute

@@ -1,15 +1,22 @@
 """A worker's hold on one run: the advisory lock, the claim, and a live heartbeat.
 
-The lock lives on a dedicated session connection opened for the job (never a pooled or
-transaction-pooled one: the lock must stay with this job). The heartbeat thread writes
-``updated_at``, ``stage`` and ``progress`` on that same connection every few seconds, so if the
-connection drops, the heartbeat notices, the lock is known to be gone, and the job aborts.
+Ownership is the lock (docs/decisions/0075-lock-is-ownership.md). The lock lives on a dedicated
+session connection opened for the job (never a pooled or transaction-pooled one: the lock must
+stay with this job), so it dies with the owner's process. A run whose lock can be taken has no
+live owner and is taken over at once, whatever its heartbeat says; the heartbeat window only
+decides about an owner whose session lives but has stopped beating (a wedged process).
+
+The heartbeat thread writes ``updated_at``, ``stage`` and ``progress`` on the lock connection
+every few seconds, so if the connection drops the lock is known to be gone and the job aborts.
+Every write names the run's ``takeover_count`` as of the claim (the fence): once another worker
+has taken the run over, a previous owner's writes match nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from enum import Enum
@@ -28,8 +35,8 @@ Q = db.load_queries(Path(__file__).with_name("queries.sql"))
 
 class Claim(Enum):
     STARTED = "started"          # queued → running: ours
-    TAKEN_OVER = "taken_over"    # running with a stale heartbeat: ours now
-    BUSY = "busy"                # another worker holds the lock or a fresh heartbeat
+    TAKEN_OVER = "taken_over"    # running without a live owner (or a wedged one): ours now
+    BUSY = "busy"                # another live worker holds the lock
     DONE = "done"                # succeeded or failed already: nothing to do
     MISSING = "missing"          # no such run: the job can never succeed
 
@@ -38,7 +45,7 @@ class Claim(Enum):
 class ClaimResult:
     claim: Claim
     status: str | None = None
-    # For BUSY: seconds until the current holder's heartbeat would count as stale.
+    # For BUSY: seconds until the current holder's heartbeat would count as stale, rounded up.
     retry_after_s: float | None = None
     queue_wait_s: float | None = None
     # For TAKEN_OVER: how long the run had gone without a heartbeat, and its takeover number.
@@ -55,7 +62,11 @@ class Aborted(Exception):
 
 
 def lock_key(run_id: UUID) -> int:
-    """A signed 64-bit advisory lock key from the run id."""
+    """A signed 64-bit advisory lock key from an id: the first 8 bytes, big-endian.
+
+    Runs are locked through SQL's run_lock_key() (migrations/0008), which computes the same
+    number; this one keys the per-document lock of the content transaction.
+    """
     return int.from_bytes(run_id.bytes[:8], "big", signed=True)
 
 
@@ -70,6 +81,8 @@ class RunLease:
         self.conn = db.connect(database_url, autocommit=True, connect_timeout=5)
         self.stage = "starting"
         self.progress = 0.0
+        # takeover_count as of our claim; every later write of ours is conditional on it.
+        self.fence = 0
         self._stop = threading.Event()
         self.lost = threading.Event()
         self._thread: threading.Thread | None = None
@@ -81,28 +94,49 @@ class RunLease:
             return ClaimResult(Claim.MISSING)
         if row["status"] in ("succeeded", "failed"):
             return ClaimResult(Claim.DONE, row["status"])
-        locked = self.conn.execute(Q["try_lock_run"], {"key": lock_key(self.job.run_id)}).fetchone()
-        if not locked or not locked["locked"]:
-            return ClaimResult(Claim.BUSY, row["status"], retry_after_s=self.stale_after_s)
-        wait_s = None
+        if not self._try_lock() and not self._end_stuck_owner(row):
+            return self._busy(row)
+        self.fence = row["takeover_count"]
         if row["status"] == "queued":
             started = self.conn.execute(Q["start_run"], self.keys).fetchone()
             if started is not None:
                 wait_s = (started["started_at"] - row["created_at"]).total_seconds()
                 return ClaimResult(Claim.STARTED, "queued", queue_wait_s=wait_s)
-        taken = self.conn.execute(Q["take_over_run"], {**self.keys, "stale_s": self.stale_after_s}
-                                  ).fetchone()
-        if taken is not None:
-            log.warning("stale takeover", extra={
-                "run_id": str(self.job.run_id), "tenant_id": str(self.job.tenant_id),
-                "heartbeat_age_s": round(float(row["heartbeat_age_s"]), 1),
-                "takeover_count": taken["takeover_count"]})
-            return ClaimResult(Claim.TAKEN_OVER, "running",
-                               stale_s=float(row["heartbeat_age_s"]),
-                               takeover_count=taken["takeover_count"])
-        # Running with a fresh heartbeat, yet its lock was free: its worker let go moments ago
-        # (shutdown) or is on the way out. Come back once that heartbeat is stale.
-        remaining = max(1.0, self.stale_after_s - float(row["heartbeat_age_s"]))
+        # We hold the lock, so no live worker owns the run: take it over now.
+        taken = self.conn.execute(Q["take_over_run"], self.keys).fetchone()
+        if taken is None:
+            # It finished between our first look and the lock (its owner let go on success).
+            return ClaimResult(Claim.DONE, "finished")
+        self.fence = taken["takeover_count"]
+        age = round(float(row["heartbeat_age_s"]), 1)
+        log.warning("took over a run with no live owner", extra={
+            "run_id": str(self.job.run_id), "tenant_id": str(self.job.tenant_id),
+            "heartbeat_age_s": age, "takeover_count": taken["takeover_count"]})
+        return ClaimResult(Claim.TAKEN_OVER, "running", stale_s=age,
+                           takeover_count=taken["takeover_count"])
+
+    def _try_lock(self) -> bool:
+        locked = self.conn.execute(Q["try_lock_run"], self.keys).fetchone()
+        return bool(locked and locked["locked"])
+
+    def _end_stuck_owner(self, row: dict[str, Any]) -> bool:
+        """An owner that lives but stopped beating for the stale window loses its session."""
+        if row["status"] != "running" or float(row["heartbeat_age_s"]) < self.stale_after_s:
+            return False
+        ended = self.conn.execute(Q["end_stuck_owner"],
+                                  {**self.keys, "stale_s": self.stale_after_s}).fetchall()
+        if not any(r["ended"] for r in ended):
+            return False
+        log.warning("ended the session of a wedged owner", extra={
+            "run_id": str(self.job.run_id), "heartbeat_age_s": round(float(row["heartbeat_age_s"]), 1)})
+        return self._try_lock()
+
+    def _busy(self, row: dict[str, Any]) -> ClaimResult:
+        """A live owner holds the run. Its death shows in its own message (which comes back
+        after the visibility timeout); for this copy, only a stale heartbeat can change the
+        answer, so come back exactly then, rounded up so the next look cannot be early."""
+        age = float(row["heartbeat_age_s"]) if row["status"] == "running" else 0.0
+        remaining = math.ceil(max(1.0, self.stale_after_s - age))
         return ClaimResult(Claim.BUSY, row["status"], retry_after_s=remaining)
 
     # ── heartbeat ─────────────────────────────────────────────────────────────────────────
@@ -125,13 +159,19 @@ class RunLease:
 
     def beat(self) -> None:
         try:
-            self.conn.execute(Q["heartbeat"], {**self.keys, "stage": self.stage,
-                                                "progress": self.progress})
+            done = self.conn.execute(Q["heartbeat"], {**self.keys, "stage": self.stage,
+                                                       "progress": self.progress, "fence": self.fence})
         except psycopg.Error:
             if not self._stop.is_set():
                 log.error("heartbeat failed; the run's lock is gone, aborting the job",
                           extra={"run_id": str(self.job.run_id)})
                 self.lost.set()
+            return
+        if done.rowcount == 0 and not self._stop.is_set():
+            # Taken over by another worker (after our session was ended) or already finished.
+            log.warning("the run is no longer ours; aborting the job",
+                        extra={"run_id": str(self.job.run_id)})
+            self.lost.set()
 
     def _beat_forever(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
@@ -150,7 +190,7 @@ class RunLease:
         """Persist failed with its reason; raises if the database cannot be reached."""
         self.stop_heartbeat()
         self.conn.execute(Q["fail_run"], {**self.keys, "error": error, "stats": Jsonb(stats),
-                                          "stage": self.stage})
+                                          "stage": self.stage, "fence": self.fence})
 
     def stop_heartbeat(self) -> None:
         self._stop.set()
@@ -161,3 +201,12 @@ class RunLease:
         self.stop_heartbeat()
         with contextlib.suppress(psycopg.Error):
             self.conn.close()  # releases the advisory lock
+
+    def abandon(self) -> None:
+        """Let go of the run now, from another thread (shutdown): the lock goes with the
+        connection, so the worker that receives the released message takes the run over at
+        once. The job's own thread notices at its next check; its writes are fenced."""
+        self._stop.set()
+        self.lost.set()
+        with contextlib.suppress(psycopg.Error):
+            self.conn.close()

@@ -15,11 +15,18 @@ async def live() -> dict:
 
 @get("/health/ready", opt={"public": True}, tags=["health"], responses=openapi.errors(503))
 async def ready(ctx: Context) -> Response:
-    """Ready when the database answers and the queue is reachable."""
-    checks = {"database": await _database(ctx), "queue": await _queue(ctx)}
-    ok = all(v == "ok" for v in checks.values())
-    return Response({"status": "ok" if ok else "unavailable", "checks": checks},
-                    status_code=200 if ok else 503)
+    """Ready while the database answers: 503 only when it does not.
+
+    The queue alone being unreachable is reported as degraded (200): uploads still commit their
+    jobs to the outbox and the relay publishes them when SQS is back, so taking every gateway out
+    of the load balancer would turn a queue outage into a full one.
+    """
+    database, queue = await asyncio.gather(_database(ctx), _queue(ctx))
+    checks = {"database": database, "queue": queue}
+    if database != "ok":
+        return Response({"status": "unavailable", "checks": checks}, status_code=503)
+    status = "ok" if queue == "ok" else "degraded"
+    return Response({"status": status, "checks": checks}, status_code=200)
 
 
 async def _database(ctx: Context) -> str:

@@ -13,15 +13,15 @@ app's own exceptions at the boundary.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from shared import errors
 
@@ -51,20 +51,39 @@ def connect(url: str, **kwargs: Any) -> Conn:
     return psycopg.Connection[DictRow].connect(url, row_factory=dict_row, **kwargs)
 
 
+# Pools check a connection before lending it, so after a database restart callers get fresh
+# connections instead of each finding a dead one (docs/operations.md, Postgres restart).
 def sync_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "ingest",
-              configure: Callable[[Conn], None] | None = None) -> Pool:
+              configure: Callable[[Conn], None] | None = None, timeout_s: float = 30.0) -> Pool:
     return ConnectionPool(
         url, min_size=min_size, max_size=max_size, name=name, open=False,
         connection_class=Conn, kwargs={"row_factory": dict_row}, configure=configure,
+        timeout=timeout_s, check=ConnectionPool.check_connection,
     )
 
 
 def async_pool(url: str, *, min_size: int = 1, max_size: int = 10,
-               name: str = "ingest") -> AsyncPool:
-    return AsyncConnectionPool(
+               name: str = "ingest", timeout_s: float = 30.0) -> AsyncPool:
+    return _TranslatingAsyncPool(
         url, min_size=min_size, max_size=max_size, name=name, open=False,
         connection_class=AsyncConn, kwargs={"row_factory": dict_row},
+        timeout=timeout_s, check=AsyncConnectionPool.check_connection,
     )
+
+
+class _TranslatingAsyncPool(AsyncConnectionPool[AsyncConn]):
+    """The gateway's pool: a connection that cannot be had within the pool's timeout, or that
+    breaks because the server went away, raises DatabaseUnavailable as it leaves the ``async
+    with`` block, which the gateway answers with 503 database_unavailable in seconds. Code that
+    handles driver errors inside the block (a sync's lock connection) still sees them."""
+
+    @asynccontextmanager
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[AsyncConn]:
+        try:
+            async with super().connection(timeout) as conn:
+                yield conn
+        except (PoolTimeout, *UNAVAILABLE) as exc:
+            raise errors.DatabaseUnavailable() from exc
 
 
 # Driver errors that mean "the database is unreachable or restarting": worth a retry.
@@ -91,5 +110,5 @@ def translate() -> Iterator[None]:
         yield
     except pg_errors.UniqueViolation as exc:
         raise errors.Conflict(f"that already exists ({exc.diag.constraint_name}).") from exc
-    except UNAVAILABLE as exc:
-        raise errors.ServiceUnavailable("The database is unreachable; retry in a minute.") from exc
+    except (PoolTimeout, *UNAVAILABLE) as exc:
+        raise errors.DatabaseUnavailable() from exc

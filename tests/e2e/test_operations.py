@@ -44,12 +44,13 @@ def _completions(worker, run_id, status: str) -> int:
 
 
 def _sweep_crashed(database_url: str) -> crash_guard.GuardResult:
-    """The gateway's crash guard, with a one-second stale window instead of fifteen minutes."""
+    """The gateway's crash guard, with one-second windows instead of minutes."""
     async def go() -> crash_guard.GuardResult:
         pool = db.async_pool(database_url, min_size=1, max_size=2)
         await pool.open()
         try:
-            return await crash_guard.sweep(pool, queued_ttl_s=3600, running_stale_s=1)
+            return await crash_guard.sweep(pool, queued_ttl_s=3600, running_stale_s=1,
+                                           republish_after_s=1)
         finally:
             await pool.close()
 
@@ -81,7 +82,7 @@ def test_poison_messages_land_in_the_dlq_and_redrive_processes_them_exactly_once
             "UPLOAD_STORE_URI": f"s3://{bucket}/uploads"}  # where the jobs' uploads now are
     worker = stack.start_worker(env, out_dir)
     try:
-        # When they exhaust their receives (maxReceiveCount 3)
+        # When they exhaust their receives (maxReceiveCount, SQS_MAX_RECEIVE_COUNT's default)
         wait_until(lambda: ops.depth(queues, queues.dlq_url) == 5 and ops.depth(queues) == 0,
                    timeout=240, interval=1, message="five messages in the DLQ")
         # and the crash guard fails their abandoned runs, as it would after fifteen minutes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -124,16 +125,40 @@ def wait_until(predicate, timeout: float = 30, interval: float = 0.1, message: s
         time.sleep(interval)
 
 
-# Short windows so fault tests finish in seconds; the relations between them match production:
-# heartbeats well inside the visibility timeout, the stale window a few heartbeats long.
-WORKER_TEST_ENV = {
-    "SQS_WAIT_TIME_S": "1",
-    "SQS_VISIBILITY_TIMEOUT_S": "6",
-    "HEARTBEAT_INTERVAL_S": "1",
-    "RUNNING_STALE_AFTER_S": "4",
-    "SHUTDOWN_GRACE_S": "2",
-    "WORKER_MAX_CONCURRENT_JOBS": "3",
-}
+# Fault tests run with the product's own liveness windows divided by ONE common factor, so the
+# relations between them (heartbeat inside visibility, takeover before the crash guard, ...)
+# are exactly production's; integer settings round up. docs/operations.md lists the windows.
+TIME_SCALE = 30
+_WORKER_WINDOWS = ("sqs_wait_time_s", "sqs_visibility_timeout_s", "heartbeat_interval_s",
+                   "running_stale_after_s", "shutdown_grace_s")
+_GATEWAY_WINDOWS = ("crash_guard_interval_s", "crash_guard_republish_after_s",
+                    "crash_guard_queued_ttl_hours", "crash_guard_running_stale_min")
+
+
+def scaled_windows(settings_class, names: tuple[str, ...], factor: float = TIME_SCALE) -> dict:
+    """{ENV_NAME: default / factor} for the named settings, read from the settings class."""
+    env = {}
+    for name in names:
+        field = settings_class.model_fields[name]
+        value = field.default / factor
+        env[name.upper()] = str(math.ceil(value) if field.annotation is int else value)
+    return env
+
+
+def _worker_test_env() -> dict[str, str]:
+    from shared.settings import WorkerSettings
+
+    return {**scaled_windows(WorkerSettings, _WORKER_WINDOWS), "WORKER_MAX_CONCURRENT_JOBS": "3"}
+
+
+def _gateway_test_env() -> dict[str, str]:
+    from shared.settings import GatewaySettings
+
+    return scaled_windows(GatewaySettings, _GATEWAY_WINDOWS)
+
+
+WORKER_TEST_ENV = _worker_test_env()
+GATEWAY_TEST_ENV = _gateway_test_env()
 
 
 def start_worker(env: dict[str, str], log_dir: Path, name: str = "worker",

@@ -24,7 +24,8 @@ Q = db.load_queries(Path(__file__).parents[1] / "queries.sql")
 
 
 class RunNoLongerRunning(Exception):
-    """The run left `running` meanwhile (the crash guard failed it); the write was rolled back."""
+    """The run left `running` meanwhile (the crash guard failed it) or another worker took it
+    over; the write was rolled back."""
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,13 @@ class VersionContent:
 
 
 def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
-          stats: dict[str, Any], *, started: float, fts_config: str) -> tuple[int, dict[str, Any]]:
+          stats: dict[str, Any], *, started: float, fts_config: str,
+          fence: int) -> tuple[int, dict[str, Any]]:
     """Commit the version and mark the run succeeded; return the version number and final stats.
 
     ``started`` is when the index stage began; its time is measured up to the run's update.
+    ``fence`` is the run's takeover_count as of our claim: if another worker has taken the run
+    over since, nothing is written (RunNoLongerRunning), so a run never gets two versions.
     """
     keys = {"tenant_id": job.tenant_id, "doc_id": job.doc_id}
     with conn.transaction():
@@ -63,7 +67,7 @@ def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
         stages = {**stats["stages"], "index_ms": round((time.monotonic() - started) * 1000)}
         final = {**stats, "stages": stages, "duration_ms": sum(stages.values())}
         done = conn.execute(Q["succeed_run"], {"run_id": job.run_id, "tenant_id": job.tenant_id,
-                                               "stats": Jsonb(final)})
+                                               "stats": Jsonb(final), "fence": fence})
         if done.rowcount != 1:
             raise RunNoLongerRunning(f"run {job.run_id} is no longer running")
         return int(row["version_number"]), final

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -22,7 +23,7 @@ import orjson
 from shared import db, errors, jobs, objectstore, retry
 from shared.settings import WorkerSettings
 from worker import runs
-from worker.pipeline import chunk, extract, index, read
+from worker.pipeline import chunk, extract, index, parsers, read
 from worker.pipeline.embed import Embedder
 
 log = logging.getLogger(__name__)
@@ -59,15 +60,20 @@ class Pipeline:
             abort: threading.Event | None = None) -> PipelineResult:
         self._check_model(job)
         timings: dict[str, int] = {}
-        step = _Stepper(lease, abort, timings)
+        step = _Stepper(lease, abort, timings, self._pause_point())
         step.progress("read", 0.02)
         read_started = time.monotonic()
         with read.open_upload(read.confined_upload(job, self.settings.upload_store_uri),
                               self.s3) as path:
             timings["read_ms"] = round((time.monotonic() - read_started) * 1000)
             with step("extract", 0.05):
-                doc = extract.extract(path, job.source_type,
-                                      max_uncompressed_bytes=self.settings.max_uncompressed_mb << 20)
+                # In a child process: a file that crashes or hangs its parser fails this run
+                # only, and PDFium never runs on two threads of one process (ADR 0077).
+                doc = parsers.extract_isolated(
+                    path, job.source_type,
+                    max_uncompressed_bytes=self.settings.max_uncompressed_mb << 20,
+                    timeout_s=self.settings.extract_timeout_s,
+                    memory_bytes=self.settings.extract_memory_mb << 20, check=step.check)
         with step("chunk", 0.2), self._chunk_lock:
             chunks = self.chunker.split(doc)
         if not chunks:
@@ -81,10 +87,15 @@ class Pipeline:
         artifact_uri = self._write_artifact(job, doc_version_id, doc, chunks)
         content = index.VersionContent(doc_version_id, chunks, vectors, len(doc.text),
                                        doc.pages, artifact_uri, self.embedder.model_name)
-        version, stats = self._write(job, content, _stats(doc, chunks, timings), index_started,
-                                     step)
+        version, stats = self._write(job, lease, content, _stats(doc, chunks, timings),
+                                     index_started, step)
         self._remove_upload(job)
         return PipelineResult(doc_version_id, version, stats)
+
+    def _pause_point(self) -> tuple[str, Path] | None:
+        """The test-only pause point (WORKER_PAUSE_AT_STAGE + WORKER_PAUSE_FILE), if set."""
+        stage, flag = self.settings.worker_pause_at_stage, self.settings.worker_pause_file
+        return (stage, Path(flag)) if stage and flag else None
 
     def _check_model(self, job: jobs.IngestJob) -> None:
         if (job.embedding_model, job.embedding_dim) != (self.embedder.model_name, self.embedder.dim):
@@ -102,14 +113,14 @@ class Pipeline:
             step.progress("embed", 0.3 + 0.6 * min(1.0, (start + EMBED_SLICE) / len(texts)))
         return np.vstack(parts).astype(np.float32, copy=False)
 
-    def _write(self, job: jobs.IngestJob, content: index.VersionContent, stats: dict[str, Any],
-               started: float, step: _Stepper) -> tuple[int, dict[str, Any]]:
+    def _write(self, job: jobs.IngestJob, lease: runs.RunLease, content: index.VersionContent,
+               stats: dict[str, Any], started: float, step: _Stepper) -> tuple[int, dict[str, Any]]:
         @retry.transient(attempts=self.settings.transient_retry_attempts)
         def attempt() -> tuple[int, dict[str, Any]]:
             step.check()
             with self.pool.connection() as conn:
                 return index.write(conn, job, content, stats, started=started,
-                                   fts_config=self.fts_config)
+                                   fts_config=self.fts_config, fence=lease.fence)
 
         return attempt()
 
@@ -136,14 +147,16 @@ class _Stepper:
     """Times stages into ``timings`` and reports stage/progress on the lease."""
 
     def __init__(self, lease: runs.RunLease, abort: threading.Event | None,
-                 timings: dict[str, int]) -> None:
+                 timings: dict[str, int], pause: tuple[str, Path] | None = None) -> None:
         self.lease = lease
         self.abort = abort
         self.timings = timings
+        self.pause = pause
 
     @contextmanager
     def __call__(self, stage: str, progress: float) -> Iterator[None]:
         self.progress(stage, progress)
+        self._hold(stage)
         started = time.monotonic()
         try:
             yield
@@ -153,6 +166,15 @@ class _Stepper:
     def progress(self, stage: str, value: float) -> None:
         self.check()
         self.lease.report(stage, value)
+
+    def _hold(self, stage: str) -> None:
+        """Test-only: wait at this stage while the pause file exists, still heartbeating and
+        still stopping on shutdown or a lost lease, so fault tests hold a job in flight."""
+        if self.pause is None or self.pause[0] != stage:
+            return
+        while self.pause[1].exists():
+            self.check()
+            time.sleep(0.05)
 
     def check(self) -> None:
         if self.abort is not None and self.abort.is_set():

@@ -1,0 +1,134 @@
+"""Run the extract stage in a child process, so no document can take the worker down.
+
+PDFium is not thread-safe (three PDFs in three threads crash a process) and any parser can be
+made to crash, hang or swallow memory by a crafted file. Each extraction therefore runs in a
+child process of its own, under an address-space limit (RLIMIT_AS) and a time limit; a child
+that dies, overruns or runs out of memory fails that document's run with a reason and an error
+code, and the worker carries on. One child per document is the pool recycled after every
+document: forked from a forkserver that has the parsers imported and nothing else (never the
+embedding model), a child costs a few milliseconds (docs/decisions/0077-parser-isolation.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import resource
+import signal
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from shared import errors
+from worker.pipeline import extract
+
+# forkserver: children fork from a small server process that imported only the parsers, so the
+# worker's model and threads are never copied into them (fork from the worker would copy both).
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload(["worker.pipeline.extract"])
+_POLL_S = 0.2
+_READERS = {"pdf": "PDF", "docx": "DOCX", "html": "HTML", "txt": "text", "md": "Markdown"}
+
+
+class ParserCrashed(errors.ExtractionError):
+    """The file crashed its parser; the file may be damaged."""
+
+    code = "parser_crashed"
+
+
+class ParserTimedOut(errors.ExtractionError):
+    """Reading the file took too long; the file may be damaged or unusually complex."""
+
+    code = "parser_timeout"
+
+
+class ParserOutOfMemory(errors.ExtractionError):
+    """Reading the file needed more memory than a document may use."""
+
+    code = "parser_out_of_memory"
+
+
+def extract_isolated(path: Path, source_type: str, *, max_uncompressed_bytes: int,
+                     timeout_s: float, memory_bytes: int,
+                     check: Callable[[], None] = lambda: None) -> extract.Extracted:
+    """extract.extract(path, source_type) in a child process; raises its BadDocument as is.
+
+    ``check`` is called while waiting (lease lost, shutdown): whatever it raises ends the child.
+    """
+    receiver, sender = _CONTEXT.Pipe(duplex=False)
+    child = _CONTEXT.Process(
+        target=_child, args=(sender, str(path), source_type, max_uncompressed_bytes, memory_bytes),
+        name="extract", daemon=True)
+    child.start()
+    sender.close()  # ours; the child holds its own end, so EOF means the child is gone
+    try:
+        outcome = _wait(receiver, child, timeout_s, check)
+    finally:
+        receiver.close()
+        if child.is_alive():
+            child.kill()
+        child.join(5)
+    return _result(outcome, source_type, child.exitcode, timeout_s, memory_bytes)
+
+
+def _wait(receiver: Connection, child: Any, timeout_s: float,
+          check: Callable[[], None]) -> tuple[str, Any] | None:
+    """The child's answer; None if it died without one; "timeout" if it overran."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        check()
+        if receiver.poll(_POLL_S):
+            try:
+                answer: tuple[str, Any] = receiver.recv()
+            except (EOFError, OSError):
+                return None  # died mid-answer or before one: a crash
+            return answer
+    return ("timeout", None)
+
+
+def _result(outcome: tuple[str, Any] | None, source_type: str, exitcode: int | None,
+            timeout_s: float, memory_bytes: int) -> extract.Extracted:
+    reader = _READERS.get(source_type, "file")
+    if outcome is None:
+        how = f"signal {-exitcode}" if exitcode and exitcode < 0 else f"exit code {exitcode}"
+        raise ParserCrashed(
+            f"extract: the {reader} crashed the {reader} reader ({how}); the file may be "
+            "damaged. Re-save it (for example with Print to PDF) and upload it again.")
+    kind, value = outcome
+    if kind == "ok":
+        result: extract.Extracted = value
+        return result
+    if kind == "bad":
+        cls, detail, stage = value
+        raise cls(detail, stage=stage)
+    if kind == "memory":
+        raise ParserOutOfMemory(
+            f"extract: reading the {reader} needed more than {memory_bytes >> 20} MB of memory; "
+            "the file may be damaged or a decompression bomb. Re-save it and upload it again.")
+    if kind == "timeout":
+        raise ParserTimedOut(
+            f"extract: reading the {reader} took longer than {timeout_s:g} s; the file may be "
+            "damaged or unusually complex. Re-save it or split it, and upload it again.")
+    raise RuntimeError(f"the parser failed unexpectedly ({value})")
+
+
+def _child(sender: Connection, path: str, source_type: str, max_uncompressed_bytes: int,
+           memory_bytes: int) -> None:
+    """In the child: cap memory, extract, send one answer. Dies quietly on a signal."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker's Ctrl-C is for the worker
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    try:
+        answer: tuple[str, Any] = (
+            "ok", extract.extract(Path(path), source_type,
+                                  max_uncompressed_bytes=max_uncompressed_bytes))
+    except errors.BadDocument as exc:
+        answer = ("bad", (type(exc), exc.detail, exc.stage))
+    except MemoryError:
+        answer = ("memory", None)
+    except Exception as exc:  # noqa: BLE001 - reported to the worker by type, never by text
+        answer = ("error", type(exc).__name__)
+    with contextlib.suppress(MemoryError):
+        sender.send(answer)
+    sender.close()
