@@ -25,7 +25,6 @@ from cli.supervisor import Supervisor
 from shared import aws, db, objectstore, queue
 from shared.db import migrate
 from shared.settings import DevSettings
-from worker import runs
 
 log = logging.getLogger("cli.dev")
 Q = db.load_queries(Path(__file__).with_name("dev.sql"))
@@ -170,13 +169,7 @@ def _republish_lost_jobs(database_url: str) -> None:
     keeps its message in that worker's hands and is left alone."""
     with db.connect(database_url) as conn:
         queued = conn.execute(Q["republish_queued"]).fetchall()
-        orphaned = 0
-        for row in conn.execute(Q["running_with_published_job"]).fetchall():
-            run_id = UUID(str(row["run_id"]))
-            free = conn.execute(Q["try_lock_run"], {"key": runs.lock_key(run_id)}).fetchone()
-            if free and free["free"]:
-                conn.execute(Q["republish_run"], {"run_id": run_id})
-                orphaned += 1
+        orphaned = len(conn.execute(Q["republish_orphaned_running"]).fetchall())
     if queued or orphaned:
         log.info("jobs republished", extra={"queued_runs": len(queued),
                                             "running_runs_without_owner": orphaned})

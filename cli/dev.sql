@@ -9,15 +9,11 @@ FROM ingestion_runs r
 WHERE r.run_id = o.run_id AND r.status = 'queued' AND o.published_at IS NOT NULL
 RETURNING o.run_id;
 
--- name: running_with_published_job
-SELECT r.run_id FROM ingestion_runs r JOIN job_outbox o ON o.run_id = r.run_id
-WHERE r.status = 'running' AND o.published_at IS NOT NULL;
-
--- name: try_lock_run
--- Transaction-scoped: held only until this transaction ends, so a worker can claim the run
--- right after. Acquired = no session holds the run's lock = the run has no live owner.
-SELECT pg_try_advisory_xact_lock(%(key)s) AS free;
-
--- name: republish_run
-UPDATE job_outbox SET published_at = NULL, next_attempt_at = now()
-WHERE run_id = %(run_id)s AND published_at IS NOT NULL;
+-- name: republish_orphaned_running
+-- Running runs whose lock no session holds (their worker is gone; migrations/0008): the
+-- message went with moto or with the worker, so publish the job again for a takeover.
+UPDATE job_outbox o SET published_at = NULL, next_attempt_at = now()
+FROM ingestion_runs r
+WHERE r.run_id = o.run_id AND r.status = 'running' AND o.published_at IS NOT NULL
+  AND NOT run_has_live_owner(r.run_id)
+RETURNING o.run_id;
