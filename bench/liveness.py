@@ -12,18 +12,13 @@ windows in force. Targets (issue 10): SIGTERM under 10 s, kill -9 under 2 minute
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", HF_HUB_OFFLINE="1",
-                  TRANSFORMERS_OFFLINE="1")
+import common  # first: sets the environment before boto3 and the model load
 
 from cli.embedded import EmbeddedPostgres, MotoServer  # noqa: E402
 from shared import aws, db, queue  # noqa: E402
@@ -32,22 +27,13 @@ from shared.settings import WorkerSettings  # noqa: E402
 from tests.support import documents, stack, submit  # noqa: E402
 
 
-class _User:
-    def __init__(self, conn) -> None:  # type: ignore[no-untyped-def]
-        self.tenant_id = conn.execute("INSERT INTO tenants (name) VALUES ('bench') "
-                                      "RETURNING tenant_id").fetchone()["tenant_id"]
-        self.user_id = conn.execute(
-            "INSERT INTO users (tenant_id, email, password_hash, role) VALUES (%s, %s, 'x', 'admin') "
-            "RETURNING user_id", (self.tenant_id, "bench@bench.test")).fetchone()["user_id"]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-liveness-") as tmp:
         root = Path(tmp)
-        pg, moto = EmbeddedPostgres(root / "pg"), MotoServer()
+        pg, moto = EmbeddedPostgres(root / "pg", disposable=True), MotoServer()
         pg.start()
         moto.start()
         try:
@@ -73,7 +59,7 @@ def _bench(root: Path, pg: EmbeddedPostgres, moto: MotoServer, repeat: int) -> N
     logs = root / "logs"
     results: list[tuple[str, float, float, int]] = []
     with db.connect(url, autocommit=True) as conn:
-        user = _User(conn)
+        user = common.BenchUser(conn)
         for round_ in range(repeat):
             for fault in ("SIGTERM", "kill -9"):
                 results.append(_one(conn, jobs_queue, root, user, env, held, logs, flag,

@@ -13,32 +13,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
+import common  # first: sets the environment before boto3 and the model load
 import psutil
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", HF_HUB_OFFLINE="1",
-                  TRANSFORMERS_OFFLINE="1")
 
 from cli.embedded import EmbeddedPostgres, MotoServer  # noqa: E402
 from shared import aws, db, queue  # noqa: E402
 from shared.db import migrate  # noqa: E402
 from tests.support import documents, stack, submit  # noqa: E402
-
-
-class _User:
-    def __init__(self, conn) -> None:  # type: ignore[no-untyped-def]
-        self.tenant_id = conn.execute("INSERT INTO tenants (name) VALUES ('bench') "
-                                      "RETURNING tenant_id").fetchone()["tenant_id"]
-        self.user_id = conn.execute(
-            "INSERT INTO users (tenant_id, email, password_hash, role) VALUES (%s, %s, 'x', 'admin') "
-            "RETURNING user_id", (self.tenant_id, "bench@bench.test")).fetchone()["user_id"]
 
 
 def main() -> None:
@@ -74,7 +60,7 @@ def _bench(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, moto: Mot
     markdown = documents.make_large_markdown(200_000 if args.quick else 1_000_000)
     pdf = documents.make_pdf([documents.prose(400, seed=i) for i in range(50)])
     with db.connect(url, autocommit=True) as conn:
-        user = _User(conn)
+        user = common.BenchUser(conn)
         for name, data in (("report-50p.pdf", pdf), ("handbook-1mb.md", markdown)):
             job = submit.submit(conn, jobs_queue, store, user, data, name=name)
             _drain(env, root)
