@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from cli.embedded import EmbeddedPostgres, MotoServer, free_port
+from cli.embedded import DataFolderVersionError, EmbeddedPostgres, MotoServer, free_port
 from cli.supervisor import Supervisor
 from shared import aws, db, objectstore, queue
 from shared.db import migrate
@@ -46,6 +46,11 @@ def run(*, workers: int | None, port: int | None) -> int:
     port = port or settings.port
     pg = EmbeddedPostgres(STATE / "pgdata", port=_saved_port("pg-port"),
                           password=_secret("pg-password"))
+    try:
+        pg.check_version()  # before anything starts: a Postgres 16 folder is not ours to open
+    except DataFolderVersionError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     moto = MotoServer(port=_saved_port("moto-port"), log_path=STATE / "moto.log")
     supervisor = Supervisor(backoff_s=settings.dev_restart_backoff_s,
                             backoff_max_s=settings.dev_restart_backoff_max_s)
