@@ -106,6 +106,11 @@ WHERE tenant_id = %(tenant_id)s AND (%(status)s::text IS NULL OR status = %(stat
 ORDER BY created_at DESC, run_id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
+-- name: run_sources
+-- The tenant's sources, for the runs page's source filter.
+SELECT source_id, name FROM ingestion_sources WHERE tenant_id = %(tenant_id)s
+ORDER BY name, source_id LIMIT 200;
+
 -- name: list_run_attempts
 -- A run's attempts, oldest first (migrations/0011); the caller checked the run is the tenant's.
 SELECT attempt_no, kind, actor, worker, queued_at, started_at, ended_at, outcome, error,

@@ -161,10 +161,12 @@ async def upload(request: Request, ctx: Context) -> Template:
 
 @get("/runs")
 async def runs(request: Request, ctx: Context, status: str | None = None,
-               page: int = paging.PAGE) -> Template:
+               page: int = paging.PAGE, filename: str | None = None,
+               source_id: str | None = None) -> Template:
     principal = auth.current(request)
     listing = await reads.runs_page(ctx.pool, tenant_id=principal.tenant_id,
-                                    status=status or None, page=page)
+                                    status=status or None, page=page, filename=filename,
+                                    source_id=source_id)
     return render(request, "runs.html", listing=listing, statuses=reads.RUN_STATUSES)
 
 
