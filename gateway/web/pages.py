@@ -17,7 +17,7 @@ from litestar import Request, Response, Router, get, post
 from litestar.datastructures import Cookie
 from litestar.response import Redirect, Template
 
-from gateway import auth, login_throttle, metrics, paging, users
+from gateway import auth, filetypes, login_throttle, metrics, paging, users
 from gateway.context import Context
 from gateway.web import assets, errorpages, reads, session
 from shared import errors
@@ -155,8 +155,12 @@ async def logout(request: Request, ctx: Context) -> Response:
 @get("/upload")
 async def upload(request: Request, ctx: Context) -> Template:
     settings = ctx.settings
+    # The extensions the page checks before sending come from the gateway's own type table
+    # (gateway/filetypes.py), so the browser and the server refuse the same files.
+    accepted = [*settings.allowed_types, *(alias for alias, kind in filetypes.ALIASES.items()
+                                           if kind in settings.allowed_types)]
     return render(request, "upload.html", max_bytes=settings.upload_max_bytes,
-                  allowed_types=list(settings.allowed_types))
+                  allowed_types=list(settings.allowed_types), accepted=accepted)
 
 
 @get("/runs")
