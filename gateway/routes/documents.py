@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 from uuid import UUID
 
 from litestar import Request, get, post
@@ -21,10 +22,10 @@ def _like(search: str) -> str:
 @get("/v1/documents", tags=["documents"], dependencies=paging.CURSORS)
 async def list_documents(request: Request, ctx: Context, window: paging.Window,
                          search: str | None = None,
-                         filename: str | None = Parameter(
-                             default=None, max_length=255,
+                         filename: Annotated[str | None, Parameter(
+                             max_length=255,
                              description="Only uploaded documents made from a file of exactly "
-                                         "this name (at most 20, no paging).")) -> dict:
+                                         "this name (at most 20, no paging).")] = None) -> dict:
     """Documents with an active version, newest first; `search` matches the title; follow
     `next_cursor` to read them all."""
     principal = auth.current(request)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 from uuid import UUID
 
 from litestar import Request, get
@@ -34,11 +35,11 @@ async def get_run(run_id: UUID, request: Request, ctx: Context) -> dict:
      responses=openapi.errors(400))
 async def list_runs(
     request: Request, ctx: Context, window: paging.Window, status: str | None = None,
-    filename: str | None = Parameter(
-        default=None, max_length=FILENAME_MAX,
-        description="Runs whose file name (or S3 key) contains this text, any case."),
-    source_id: UUID | None = Parameter(
-        default=None, description="Runs of this S3 source of your tenant."),
+    filename: Annotated[str | None, Parameter(
+        max_length=FILENAME_MAX,
+        description="Runs whose file name (or S3 key) contains this text, any case.")] = None,
+    source_id: Annotated[UUID | None, Parameter(
+        description="Runs of this S3 source of your tenant.")] = None,
 ) -> dict:
     """Runs, newest first; follow `next_cursor` to read them all."""
     principal = auth.current(request)

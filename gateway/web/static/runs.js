@@ -107,7 +107,7 @@
         for (const [k, v] of form) if (String(v).trim()) params.set(k, String(v).trim());
         history.replaceState(null, "", "/runs?" + [...params].filter(([k]) => k !== "limit" && k !== "page")
           .map(([k, v]) => encodeURIComponent(k) + "=" + encodeURIComponent(v)).join("&"));
-        last = "";
+        last = null; // redraw even when the filtered listing is empty
         poller.now();
       };
       filters.addEventListener("input", function () { clearTimeout(typing); typing = setTimeout(apply, 250); });
