@@ -13,6 +13,7 @@ from shared import db
 from tests.support import ops, stack
 from tests.support.stack import wait_until
 
+
 def _upload(client, name: str, data: bytes, **form) -> dict:
     response = client.post("/v1/ingest", files={"file": (name, data)}, data=form)
     assert response.status_code == 202, response.text
