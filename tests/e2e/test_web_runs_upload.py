@@ -109,7 +109,7 @@ def test_a_failed_run_page_says_whether_retrying_helps(gateway, conn, tenants, c
                  "error = 'extract: the file is corrupt.', error_code = 'extraction_error', "
                  "stats = '{\"stages\": {\"read_ms\": 12}}' WHERE run_id = %s", (run_id,))
     page.goto(f"{gateway.url}/runs/{run_id}")
-    expect(page.locator("[data-field=advice]")).to_contain_text("fix or re-export it")
+    expect(page.locator("[data-field=advice]")).to_contain_text("Fix or re-export it")
     expect(page.get_by_role("button", name="Retry anyway")).to_be_visible()
     timeline = page.locator("[data-field=timeline]")
     expect(timeline).to_contain_text("Read the file")
