@@ -35,7 +35,7 @@ SELECT run_id, tenant_id, status, republish_count FROM counted;
 -- name: fail_abandoned_running
 -- Republishing did not help (or there is no job to republish): fail with a reason.
 UPDATE ingestion_runs
-SET status = 'failed', finished_at = now(), updated_at = now(),
+SET status = 'failed', finished_at = now(), updated_at = now(), error_code = 'run_abandoned',
     error = 'Interrupted: no worker could finish the run (it stopped responding and re-publishing '
             || 'its job ' || republish_count || ' times did not help); retry the run.'
 WHERE status = 'running'
@@ -51,7 +51,7 @@ RETURNING run_id, tenant_id;
 -- Also parks the run's unpublished job, so a queue that comes back does not revive it.
 WITH failed AS (
     UPDATE ingestion_runs
-    SET status = 'failed', finished_at = now(), updated_at = now(),
+    SET status = 'failed', finished_at = now(), updated_at = now(), error_code = 'never_picked_up',
         error = 'Interrupted: the job was never picked up by a worker; check that workers are running, then retry the run.'
     -- queued_at: a run reopened by an operator gets a fresh TTL (migrations/0003).
     WHERE status = 'queued'

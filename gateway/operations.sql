@@ -26,9 +26,17 @@ SELECT set_config('ingest.reopen_run', %(run_id)s, true);
 -- name: reopen_run
 -- Back to a fresh queued run; the failure it had is kept in run_actions.details.
 UPDATE ingestion_runs
-SET status = 'queued', queued_at = now(), updated_at = now(), error = NULL, stage = NULL,
+SET status = 'queued', queued_at = now(), updated_at = now(), error = NULL, error_code = NULL,
+    stage = NULL,
     progress = 0, stats = '{}', started_at = NULL, finished_at = NULL
 WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND status = 'failed';
+
+-- name: queue_attempt
+-- A retry or redrive is an attempt of its own, waiting from now (migrations/0011, ADR 0100):
+-- the worker that picks the run up starts this row instead of adding one.
+INSERT INTO run_attempts (run_id, attempt_no, tenant_id, kind, actor, queued_at)
+SELECT %(run_id)s, COALESCE(max(attempt_no), 0) + 1, %(tenant_id)s, %(kind)s, %(actor)s, now()
+FROM run_attempts WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s;
 
 -- name: record_action
 INSERT INTO run_actions (tenant_id, run_id, action, actor, actor_user_id, reason, details)

@@ -60,6 +60,7 @@ def for_redrive(conn: db.Conn, *, run_id: UUID, tenant_id: UUID, actor: Actor,
             return RedriveClaim(run_id, tenant_id, run["status"], reopen)
         if reopen:
             _reopen(conn, keys)
+            conn.execute(Q["queue_attempt"], {**keys, "kind": "redrive", "actor": actor.name})
         conn.execute(Q["record_action"], _action(
             keys, "redrive", actor, reason, run,
             {"message_id": message_id, "reopened": reopen}))
@@ -116,6 +117,8 @@ async def retry(pool: db.AsyncPool, *, run_id: UUID, tenant_id: UUID, actor: Act
                                            "document again.")
             await conn.execute(Q["allow_reopen"], {"run_id": str(run_id)})
             await conn.execute(Q["reopen_run"], keys)
+            await conn.execute(Q["queue_attempt"], {**keys, "kind": "retry",
+                                                    "actor": actor.name})
             await conn.execute(Q["requeue_job"], {**keys, "payload": Jsonb(payload["payload"])})
             action = await (await conn.execute(Q["record_action"], _action(
                 keys, "retry", actor, reason, run, {}))).fetchone()

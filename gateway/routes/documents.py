@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 from uuid import UUID
 
 from litestar import Request, get, post
+from litestar.params import Parameter
 
 from gateway import auth, document_admin, openapi, paging, views
 from gateway.context import Context
@@ -19,10 +21,21 @@ def _like(search: str) -> str:
 
 @get("/v1/documents", tags=["documents"], dependencies=paging.CURSORS)
 async def list_documents(request: Request, ctx: Context, window: paging.Window,
-                         search: str | None = None) -> dict:
+                         search: str | None = None,
+                         filename: Annotated[str | None, Parameter(
+                             max_length=255,
+                             description="Only uploaded documents made from a file of exactly "
+                                         "this name (at most 20, no paging).")] = None) -> dict:
     """Documents with an active version, newest first; `search` matches the title; follow
     `next_cursor` to read them all."""
     principal = auth.current(request)
+    if filename is not None:
+        # The upload page's "new version of notes.md?" offer (docs/decisions/0102).
+        async with ctx.pool.connection() as conn:
+            found = await (await conn.execute(Q["find_upload_documents_by_filename"], {
+                "tenant_id": principal.tenant_id, "filename": filename, "limit": 20})).fetchall()
+        return {"items": [views.document(d) for d in found], "page": 1, "limit": 20,
+                "total": len(found), "next_cursor": None}
     scope = ("documents", principal.tenant_id, search)
     secret = ctx.settings.jwt_secret
     async with ctx.pool.connection() as conn:

@@ -17,7 +17,7 @@ from litestar import Request, Response, Router, get, post
 from litestar.datastructures import Cookie
 from litestar.response import Redirect, Template
 
-from gateway import auth, login_throttle, metrics, paging, users
+from gateway import auth, filetypes, login_throttle, metrics, paging, users
 from gateway.context import Context
 from gateway.web import assets, errorpages, reads, session
 from shared import errors
@@ -155,16 +155,22 @@ async def logout(request: Request, ctx: Context) -> Response:
 @get("/upload")
 async def upload(request: Request, ctx: Context) -> Template:
     settings = ctx.settings
+    # The extensions the page checks before sending come from the gateway's own type table
+    # (gateway/filetypes.py), so the browser and the server refuse the same files.
+    accepted = [*settings.allowed_types, *(alias for alias, kind in filetypes.ALIASES.items()
+                                           if kind in settings.allowed_types)]
     return render(request, "upload.html", max_bytes=settings.upload_max_bytes,
-                  allowed_types=list(settings.allowed_types))
+                  allowed_types=list(settings.allowed_types), accepted=accepted)
 
 
 @get("/runs")
 async def runs(request: Request, ctx: Context, status: str | None = None,
-               page: int = paging.PAGE) -> Template:
+               page: int = paging.PAGE, filename: str | None = None,
+               source_id: str | None = None) -> Template:
     principal = auth.current(request)
     listing = await reads.runs_page(ctx.pool, tenant_id=principal.tenant_id,
-                                    status=status or None, page=page)
+                                    status=status or None, page=page, filename=filename,
+                                    source_id=source_id)
     return render(request, "runs.html", listing=listing, statuses=reads.RUN_STATUSES)
 
 

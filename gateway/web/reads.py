@@ -11,6 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from gateway import paging, views
+from gateway.routes import runs as runs_routes
 from shared import db, errors
 
 API = db.load_queries(Path(__file__).parents[1] / "queries.sql")
@@ -21,24 +22,40 @@ PREVIEW_CHUNKS = 5
 
 
 async def runs_page(pool: db.AsyncPool, *, tenant_id: UUID, status: str | None,
-                    page: int) -> dict[str, Any]:
+                    page: int, filename: str | None = None,
+                    source_id: str | None = None) -> dict[str, Any]:
     if status not in (None, *RUN_STATUSES):
         status = None  # an unknown filter in a hand-edited URL shows everything
+    filename = (filename or "").strip()[:255] or None
+    source = _uuid_or_none(source_id)
     window = paging.Window(page, PAGE_SIZE)
     async with pool.connection() as conn:
         rows = await (await conn.execute(API["list_runs"], {
-            "tenant_id": tenant_id, "status": status, **window.params("", ())})).fetchall()
-    return window.result(rows, views.run) | {"status": status}
+            "tenant_id": tenant_id, **runs_routes.filters(status, filename, source),
+            **window.params("", ())})).fetchall()
+        sources = await (await conn.execute(API["run_sources"], {"tenant_id": tenant_id})).fetchall()
+    return window.result(rows, views.run) | {"status": status, "filename": filename or "",
+                                             "source_id": str(source) if source else "",
+                                             "sources": sources}
+
+
+def _uuid_or_none(value: str | None) -> UUID | None:
+    try:
+        return UUID(value) if value else None
+    except ValueError:
+        return None  # as an unknown status: a hand-edited URL shows everything
 
 
 async def run(pool: db.AsyncPool, *, tenant_id: UUID, run_id: UUID) -> dict[str, Any]:
     async with pool.connection() as conn:
         row = await (await conn.execute(
             API["get_run"], {"tenant_id": tenant_id, "run_id": run_id})).fetchone()
+        attempts = await (await conn.execute(
+            API["list_run_attempts"], {"tenant_id": tenant_id, "run_id": run_id})).fetchall()
     if row is None:
         raise errors.NotFound("No ingestion run with that id exists in your tenant; "
                               "pick one from the list of runs.")
-    return views.run(row)
+    return views.run(row) | {"attempts": [views.attempt(a) for a in attempts]}
 
 
 async def documents_page(pool: db.AsyncPool, *, tenant_id: UUID, search: str | None,

@@ -59,7 +59,7 @@ class Pipeline:
     def run(self, job: jobs.IngestJob, lease: runs.RunLease,
             abort: threading.Event | None = None) -> PipelineResult:
         self._check_model(job)
-        timings: dict[str, int] = {}
+        timings = lease.timings  # the lease stores them with its attempt (ADR 0100)
         step = _Stepper(lease, abort, timings, self._pause_point())
         step.enter("read", 0.02)
         read_started = time.monotonic()
