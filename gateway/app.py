@@ -41,7 +41,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             auth_routes.login, auth_routes.me, auth_routes.logout, auth_routes.change_password,
             users.router, ingest.ingest,
             runs.get_run, runs.list_runs, documents.list_documents, documents.get_document,
-            documents.deactivate_document, web_router,
+            documents.deactivate_document, documents.reactivate_document, web_router,
             health.live, health.ready, source_routes.router,
             retry.retry_run, admin_dlq.list_dead_letters, admin_dlq.show_dead_letter,
             admin_dlq.redrive_dead_letters, admin_dlq.purge_dead_letters,

@@ -18,6 +18,7 @@ from litestar.datastructures import Cookie
 from litestar.response import Redirect, Template
 
 from gateway import auth, login_throttle, metrics, paging, users
+from gateway import documents as doc_listing
 from gateway.context import Context
 from gateway.web import assets, errorpages, reads, session
 from shared import errors
@@ -179,20 +180,23 @@ async def run(run_id: str, request: Request, ctx: Context) -> Template:
 
 @get("/documents")
 async def documents(request: Request, ctx: Context, search: str | None = None,
-                    page: int = paging.PAGE) -> Template:
+                    status: str | None = None, page: int = paging.PAGE) -> Template:
     principal = auth.current(request)
     search = (search or "").strip()[:200] or None
+    state = status if status in doc_listing.STATES else "active"  # a hand-edited URL: default
     listing = await reads.documents_page(ctx.pool, tenant_id=principal.tenant_id,
-                                         search=search, page=page)
-    return render(request, "documents.html", listing=listing, search=search or "")
+                                         search=search, state=state, page=page)
+    return render(request, "documents.html", listing=listing, search=search or "",
+                  status=state)
 
 
 @get("/documents/{doc_id:str}")
-async def document(doc_id: str, request: Request, ctx: Context) -> Template:
+async def document(doc_id: str, request: Request, ctx: Context,
+                   page: int = paging.PAGE) -> Template:
     principal = auth.current(request)
     doc = await reads.document(ctx.pool, tenant_id=principal.tenant_id,
-                               doc_id=_uuid(doc_id, "document"))
-    return render(request, "document.html", doc=doc, preview_size=reads.PREVIEW_CHUNKS)
+                               doc_id=_uuid(doc_id, "document"), chunk_page=page)
+    return render(request, "document.html", doc=doc)
 
 
 # ── admin pages ─────────────────────────────────────────────────────────────────────────────
