@@ -30,7 +30,10 @@ from shared.settings import GatewaySettings
 log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("sources.sql"))
 SHUTDOWN_ERROR = "Interrupted: the gateway shut down during the sync; sync again."
-COUNTERS = ("listed", "excluded", "new", "changed", "unchanged", "deleted", "skipped", "failed")
+COUNTERS = ("listed", "excluded", "new", "changed", "unchanged", "deleted", "skipped", "failed",
+            "still_failed")
+INGEST = ("queued", "running", "succeeded", "failed")
+SYNC_RUNS_SHOWN = 50
 
 
 class _LeaseLost(Exception):
@@ -132,7 +135,8 @@ class SyncManager:
             result = await self._sync(source, sync_id, initiated_by, tally)
             complete, error = result.listing_complete, result.error
             status = ("failed" if error else
-                      "completed_with_errors" if tally.failed else "succeeded")
+                      "completed_with_errors" if tally.failed or tally.still_failed
+                      else "succeeded")
         except asyncio.CancelledError:
             error = lost[0] if lost else SHUTDOWN_ERROR
         except Exception as exc:  # noqa: BLE001 - recorded on the sync, which then ends
@@ -221,6 +225,8 @@ def view(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "sync_id": row["sync_id"], "source_id": row["source_id"], "status": row["status"],
         "listing_complete": row["listing_complete"], "counters": counters,
+        # How the files this sync queued ingested, from their runs (docs/decisions/0117).
+        "ingest": {k: row[f"runs_{k}"] for k in INGEST},
         "reasons": row["reasons"], "issues": row["issues"], "error": row["error"],
         "timings": row["timings"], "initiated_by": row["initiated_by"], "runner": row["runner"],
         "started_at": row["started_at"], "heartbeat_at": row["heartbeat_at"],
@@ -233,9 +239,11 @@ async def get(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID,
     async with pool.connection() as conn:
         row = await (await conn.execute(Q["get_sync"], {
             "tenant_id": tenant_id, "source_id": source_id, "sync_id": sync_id})).fetchone()
-    if row is None:
-        raise errors.NotFound("No sync with that id exists for this source in your tenant.")
-    return row
+        if row is None:
+            raise errors.NotFound("No sync with that id exists for this source in your tenant.")
+        runs = await (await conn.execute(Q["sync_runs"], {
+            "tenant_id": tenant_id, "sync_id": sync_id, "limit": SYNC_RUNS_SHOWN})).fetchall()
+    return row | {"runs": runs}
 
 
 async def list_page(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID, limit: int,

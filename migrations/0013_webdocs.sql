@@ -11,3 +11,7 @@ ALTER TABLE document_versions ADD COLUMN reactivated_at TIMESTAMPTZ;
 -- a busy loop (5 minutes) nor into a schedule nobody notices is off (a week).
 ALTER TABLE ingestion_sources ADD COLUMN sync_every_minutes INTEGER
     CHECK (sync_every_minutes BETWEEN 5 AND 10080);
+
+-- ── objects whose last ingest failed and did not change (docs/decisions/0117) ───────────────
+-- Not fetched again; each sync counts and lists them until they change or their run is retried.
+ALTER TABLE source_syncs ADD COLUMN still_failed_count INTEGER NOT NULL DEFAULT 0;

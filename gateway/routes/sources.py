@@ -83,8 +83,10 @@ async def list_syncs(source_id: UUID, request: Request, ctx: Context,
 @get("/{source_id:uuid}/syncs/{sync_id:uuid}", responses=openapi.errors(404))
 async def get_sync(source_id: UUID, sync_id: UUID, request: Request, ctx: Context) -> dict:
     principal = auth.current(request)
-    return syncs.view(await syncs.get(ctx.pool, tenant_id=principal.tenant_id,
-                                      source_id=source_id, sync_id=sync_id))
+    row = await syncs.get(ctx.pool, tenant_id=principal.tenant_id, source_id=source_id,
+                          sync_id=sync_id)
+    # The runs that did not succeed, to link them: failed first, then those in flight.
+    return syncs.view(row) | {"runs": row["runs"]}
 
 
 # Every route here is admin-only (gateway-worker-ingestion.md §10): the guard sits on the router.
