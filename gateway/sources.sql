@@ -4,15 +4,18 @@
 -- ── sources ─────────────────────────────────────────────────────────────────────────────────
 -- name: insert_source
 INSERT INTO ingestion_sources (tenant_id, name, bucket, prefix, endpoint_url, region,
-                               include_patterns, exclude_patterns, enabled, created_by)
+                               include_patterns, exclude_patterns, enabled, sync_every_minutes,
+                               created_by)
 VALUES (%(tenant_id)s, %(name)s, %(bucket)s, %(prefix)s, %(endpoint_url)s, %(region)s,
-        %(include_patterns)s, %(exclude_patterns)s, %(enabled)s, %(created_by)s)
+        %(include_patterns)s, %(exclude_patterns)s, %(enabled)s, %(sync_every_minutes)s,
+        %(created_by)s)
 RETURNING source_id;
 
 -- name: get_source
 -- A live (not deleted) source with a summary of its latest sync.
 SELECT s.source_id, s.tenant_id, s.name, s.bucket, s.prefix, s.endpoint_url, s.region,
-       s.include_patterns, s.exclude_patterns, s.enabled, s.created_by, s.created_at,
+       s.include_patterns, s.exclude_patterns, s.enabled, s.sync_every_minutes, s.created_by,
+       s.created_at,
        s.updated_at, l.sync_id AS last_sync_id, l.status AS last_sync_status,
        l.started_at AS last_sync_started_at, l.finished_at AS last_sync_finished_at
 FROM ingestion_sources s
@@ -30,7 +33,8 @@ WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s;
 
 -- name: list_sources
 SELECT s.source_id, s.tenant_id, s.name, s.bucket, s.prefix, s.endpoint_url, s.region,
-       s.include_patterns, s.exclude_patterns, s.enabled, s.created_by, s.created_at,
+       s.include_patterns, s.exclude_patterns, s.enabled, s.sync_every_minutes, s.created_by,
+       s.created_at,
        s.updated_at, l.sync_id AS last_sync_id, l.status AS last_sync_status,
        l.started_at AS last_sync_started_at, l.finished_at AS last_sync_finished_at,
        count(*) OVER () AS total
@@ -47,7 +51,7 @@ LIMIT %(limit)s OFFSET %(offset)s;
 -- name: lock_source
 -- Row lock for a read-merge-write PATCH, so two concurrent PATCHes do not lose fields.
 SELECT source_id, name, bucket, prefix, endpoint_url, region, include_patterns,
-       exclude_patterns, enabled
+       exclude_patterns, enabled, sync_every_minutes
 FROM ingestion_sources
 WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s AND deleted_at IS NULL
 FOR UPDATE;
@@ -56,7 +60,7 @@ FOR UPDATE;
 UPDATE ingestion_sources
 SET name = %(name)s, prefix = %(prefix)s, endpoint_url = %(endpoint_url)s, region = %(region)s,
     include_patterns = %(include_patterns)s, exclude_patterns = %(exclude_patterns)s,
-    enabled = %(enabled)s, updated_at = now()
+    enabled = %(enabled)s, sync_every_minutes = %(sync_every_minutes)s, updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s AND deleted_at IS NULL;
 
 -- name: soft_delete_source
@@ -82,6 +86,31 @@ WHERE so.tenant_id = %(tenant_id)s AND so.source_id = %(source_id)s AND so.doc_i
 -- name: count_running_source_runs
 SELECT count(*) AS n FROM ingestion_runs
 WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s AND status = 'running';
+
+-- name: due_sources
+-- Scheduled sources whose last sync started at least their interval ago (or never synced),
+-- across tenants, longest overdue first (docs/decisions/0118). The housekeeping loop triggers
+-- each through the per-source lock; is_due checks again under it.
+SELECT s.tenant_id, s.source_id FROM ingestion_sources s
+LEFT JOIN LATERAL (
+    SELECT started_at FROM source_syncs y
+    WHERE y.tenant_id = s.tenant_id AND y.source_id = s.source_id
+    ORDER BY started_at DESC LIMIT 1
+) l ON true
+WHERE s.sync_every_minutes IS NOT NULL AND s.enabled AND s.deleted_at IS NULL
+  AND (l.started_at IS NULL
+       OR l.started_at <= now() - make_interval(mins => s.sync_every_minutes))
+ORDER BY l.started_at NULLS FIRST
+LIMIT %(limit)s;
+
+-- name: is_due
+-- Under the source's lock: another replica may have just run the scheduled sync.
+SELECT 1 AS due FROM ingestion_sources s
+WHERE s.tenant_id = %(tenant_id)s AND s.source_id = %(source_id)s
+  AND s.sync_every_minutes IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM source_syncs y
+        WHERE y.tenant_id = s.tenant_id AND y.source_id = s.source_id
+          AND y.started_at > now() - make_interval(mins => s.sync_every_minutes));
 
 -- ── the per-source sync lock ────────────────────────────────────────────────────────────────
 -- name: try_lock_source

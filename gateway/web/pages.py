@@ -43,8 +43,17 @@ def render(request: Request, template: str, *, status_code: int = 200,
     principal = getattr(request.state, "principal", None)
     return Template(template_name=template, status_code=status_code, headers=SECURITY_HEADERS,
                     cookies=cookies or [], context={
-                        "me": principal, "csrf": _csrf(request), "path": request.url.path,
-                        **context})
+                        "me": principal, "my_email": getattr(request.state, "email", None),
+                        "csrf": _csrf(request), "path": request.url.path, **context})
+
+
+async def _who(request: Request) -> None:
+    """Before a signed-in page: the e-mail the header shows (one indexed read)."""
+    principal = getattr(request.state, "principal", None)
+    if principal is not None:
+        request.state.email = await reads.signed_in_email(
+            request.app.state.ctx.pool, tenant_id=principal.tenant_id,
+            user_id=principal.user_id)
 
 
 def _csrf(request: Request) -> str:
@@ -273,5 +282,6 @@ def router(files: assets.Assets) -> Router:
         overview, sources, source, dead_letters, dead_letter,
         fleet, own_dead_letters, own_dead_letter, user_list])
     return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
+                  before_request=_who,
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,
                                   documents, document, admin, files.route()])

@@ -7,3 +7,7 @@ FROM ingestion_runs
 WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s
 ORDER BY created_at DESC
 LIMIT %(limit)s;
+
+-- name: signed_in_email
+-- The header shows who is signed in; the token carries ids only, never the e-mail.
+SELECT email FROM users WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s;

@@ -69,3 +69,10 @@ async def document(pool: db.AsyncPool, *, tenant_id: UUID, doc_id: UUID,
         "versions": versions, "active": active, "runs": runs, "state": state,
         "chunks": {"items": chunks, "page": chunk_page, "limit": CHUNKS_PER_PAGE,
                    "total": chunk_total}}
+
+
+async def signed_in_email(pool: db.AsyncPool, *, tenant_id: UUID, user_id: UUID) -> str | None:
+    async with pool.connection() as conn:
+        row = await (await conn.execute(Q["signed_in_email"], {
+            "tenant_id": tenant_id, "user_id": user_id})).fetchone()
+    return row["email"] if row else None
