@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar, Router
 from litestar.di import Provide
+from litestar.exceptions import NotFoundException
 from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -41,7 +42,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             auth_routes.login, auth_routes.me, auth_routes.logout, auth_routes.change_password,
             users.router, ingest.ingest,
             runs.get_run, runs.list_runs, documents.list_documents, documents.get_document,
-            documents.deactivate_document, web_router,
+            documents.deactivate_document, documents.reactivate_document, web_router,
             health.live, health.ready, source_routes.router,
             retry.retry_run, admin_dlq.list_dead_letters, admin_dlq.show_dead_letter,
             admin_dlq.redrive_dead_letters, admin_dlq.purge_dead_letters,
@@ -53,7 +54,8 @@ def create_app(settings: GatewaySettings) -> Litestar:
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],
-        exception_handlers=errors.HANDLERS,  # type: ignore[arg-type]
+        # An unknown address: the HTML 404 page for browsers, JSON for the API (gateway/web).
+        exception_handlers={**errors.HANDLERS, NotFoundException: ui.not_found},  # type: ignore[dict-item]
         middleware=[_request_context],
         lifespan=[lifespan],
         template_config=templates,
@@ -102,7 +104,8 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
             on_failed_runs=lambda r: alerter.send(alerts.runs_interrupted(
                 list(r.run_ids), r.failed_queued, r.failed_running))), name="crash-guard"),
         asyncio.create_task(housekeeping.run_forever(
-            settings, pool, queue, s3, ctx.depths, alerter), name="housekeeping"),
+            settings, pool, queue, s3, ctx.depths, alerter, syncs=sync_manager),
+            name="housekeeping"),
     ]
     try:
         yield ctx

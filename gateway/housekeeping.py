@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gateway import cleanup, dlq
 from gateway.metrics import DepthCache
+from gateway.syncs import SyncManager
 from shared import alerts, db
 from shared.queue import Queue
 from shared.settings import GatewaySettings
@@ -33,7 +34,8 @@ _LOCK_KEY = 0x1D6E57_0004
 
 
 async def run_forever(settings: GatewaySettings, pool: db.AsyncPool, queue: Queue,
-                      s3: object, depths: DepthCache, alerter: alerts.Alerter) -> None:
+                      s3: object, depths: DepthCache, alerter: alerts.Alerter,
+                      syncs: SyncManager | None = None) -> None:
     next_cleanup = time.monotonic() if settings.cleanup_interval_s else float("inf")
     next_archive = time.monotonic() if settings.dlq_archive_interval_s else float("inf")
     while True:
@@ -43,6 +45,8 @@ async def run_forever(settings: GatewaySettings, pool: db.AsyncPool, queue: Queu
                                                                  settings, queue))
         await _step("queue depth refresh", depths.refresh(queue))
         await _step("alert threshold check", check_thresholds(settings, pool, depths, alerter))
+        if syncs is not None:  # scheduled source syncs (docs/decisions/0118)
+            await _step("scheduled syncs", syncs.run_due())
         if time.monotonic() >= next_cleanup:
             next_cleanup = time.monotonic() + settings.cleanup_interval_s
             await _step("cleanup", asyncio.to_thread(

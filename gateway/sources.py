@@ -24,7 +24,9 @@ from shared import db, errors
 Q = db.load_queries(Path(__file__).with_name("sources.sql"))
 
 FIELDS = ("name", "bucket", "prefix", "endpoint_url", "region", "include_patterns",
-          "exclude_patterns", "enabled")
+          "exclude_patterns", "enabled", "sync_every_minutes")
+# A schedule's bounds (docs/decisions/0118), as the column's CHECK has them.
+MIN_EVERY_MINUTES, MAX_EVERY_MINUTES = 5, 7 * 24 * 60
 # S3 bucket naming rules (general purpose buckets): 3-63 of a-z 0-9 . -, a letter or digit at
 # each end, no '..', '.-' or '-.', not an IP address, no reserved prefix or suffix.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -86,8 +88,8 @@ def lock_key(source_id: UUID) -> int:
 
 def view(row: dict[str, Any]) -> dict[str, Any]:
     out = {k: row[k] for k in ("source_id", "name", "bucket", "prefix", "endpoint_url", "region",
-                               "include_patterns", "exclude_patterns", "enabled", "created_by",
-                               "created_at", "updated_at")}
+                               "include_patterns", "exclude_patterns", "enabled",
+                               "sync_every_minutes", "created_by", "created_at", "updated_at")}
     out["last_sync"] = None if row["last_sync_id"] is None else {
         "sync_id": row["last_sync_id"], "status": row["last_sync_status"],
         "started_at": row["last_sync_started_at"], "finished_at": row["last_sync_finished_at"]}
@@ -111,7 +113,7 @@ def parse(data: Any, *, partial: bool) -> dict[str, Any]:
                                     "after it; create a new source instead.")
     checks = {"name": _name, "bucket": bucket_name, "prefix": clean_prefix, "region": _region,
               "include_patterns": _patterns, "exclude_patterns": _patterns, "enabled": _enabled,
-              "endpoint_url": _endpoint}
+              "endpoint_url": _endpoint, "sync_every_minutes": _schedule}
     clean = {field: checks[field](data[field]) for field in FIELDS if field in data}
     if not partial:
         clean.setdefault("prefix", "")
@@ -121,6 +123,7 @@ def parse(data: Any, *, partial: bool) -> dict[str, Any]:
         clean.setdefault("include_patterns", [])
         clean.setdefault("exclude_patterns", [])
         clean.setdefault("enabled", True)
+        clean.setdefault("sync_every_minutes", None)
     return clean
 
 
@@ -188,6 +191,17 @@ def _region(value: Any) -> str | None:
 def _enabled(value: Any) -> bool:
     if not isinstance(value, bool):
         raise errors.InvalidRequest("enabled must be true or false.")
+    return value
+
+
+def _schedule(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not MIN_EVERY_MINUTES <= value <= MAX_EVERY_MINUTES:
+        raise errors.InvalidRequest(
+            f"sync_every_minutes must be a whole number of minutes from {MIN_EVERY_MINUTES} to "
+            f"{MAX_EVERY_MINUTES} (a week), or null for no schedule.")
     return value
 
 
@@ -314,3 +328,13 @@ async def delete(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID) -> dic
             "already_deleted": found["deleted_at"] is not None,
             "documents_deactivated": done.documents, "runs_cancelled": done.runs_cancelled,
             "runs_still_running": running_runs["n"]}
+
+
+# ── test connection (form-level) ────────────────────────────────────────────────────────────
+def parse_probe(data: Any) -> dict[str, Any]:
+    """The fields a connection test reads from the form: where and how to list, checked like
+    a create; the others (name, patterns, schedule) may be present and are ignored."""
+    if not isinstance(data, dict):
+        raise errors.InvalidRequest("Send the source as a JSON object.")
+    wanted = {k: data[k] for k in ("bucket", "prefix", "endpoint_url", "region") if k in data}
+    return parse(wanted, partial=False)

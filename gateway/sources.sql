@@ -4,15 +4,18 @@
 -- ── sources ─────────────────────────────────────────────────────────────────────────────────
 -- name: insert_source
 INSERT INTO ingestion_sources (tenant_id, name, bucket, prefix, endpoint_url, region,
-                               include_patterns, exclude_patterns, enabled, created_by)
+                               include_patterns, exclude_patterns, enabled, sync_every_minutes,
+                               created_by)
 VALUES (%(tenant_id)s, %(name)s, %(bucket)s, %(prefix)s, %(endpoint_url)s, %(region)s,
-        %(include_patterns)s, %(exclude_patterns)s, %(enabled)s, %(created_by)s)
+        %(include_patterns)s, %(exclude_patterns)s, %(enabled)s, %(sync_every_minutes)s,
+        %(created_by)s)
 RETURNING source_id;
 
 -- name: get_source
 -- A live (not deleted) source with a summary of its latest sync.
 SELECT s.source_id, s.tenant_id, s.name, s.bucket, s.prefix, s.endpoint_url, s.region,
-       s.include_patterns, s.exclude_patterns, s.enabled, s.created_by, s.created_at,
+       s.include_patterns, s.exclude_patterns, s.enabled, s.sync_every_minutes, s.created_by,
+       s.created_at,
        s.updated_at, l.sync_id AS last_sync_id, l.status AS last_sync_status,
        l.started_at AS last_sync_started_at, l.finished_at AS last_sync_finished_at
 FROM ingestion_sources s
@@ -30,7 +33,8 @@ WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s;
 
 -- name: list_sources
 SELECT s.source_id, s.tenant_id, s.name, s.bucket, s.prefix, s.endpoint_url, s.region,
-       s.include_patterns, s.exclude_patterns, s.enabled, s.created_by, s.created_at,
+       s.include_patterns, s.exclude_patterns, s.enabled, s.sync_every_minutes, s.created_by,
+       s.created_at,
        s.updated_at, l.sync_id AS last_sync_id, l.status AS last_sync_status,
        l.started_at AS last_sync_started_at, l.finished_at AS last_sync_finished_at,
        count(*) OVER () AS total
@@ -47,7 +51,7 @@ LIMIT %(limit)s OFFSET %(offset)s;
 -- name: lock_source
 -- Row lock for a read-merge-write PATCH, so two concurrent PATCHes do not lose fields.
 SELECT source_id, name, bucket, prefix, endpoint_url, region, include_patterns,
-       exclude_patterns, enabled
+       exclude_patterns, enabled, sync_every_minutes
 FROM ingestion_sources
 WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s AND deleted_at IS NULL
 FOR UPDATE;
@@ -56,7 +60,7 @@ FOR UPDATE;
 UPDATE ingestion_sources
 SET name = %(name)s, prefix = %(prefix)s, endpoint_url = %(endpoint_url)s, region = %(region)s,
     include_patterns = %(include_patterns)s, exclude_patterns = %(exclude_patterns)s,
-    enabled = %(enabled)s, updated_at = now()
+    enabled = %(enabled)s, sync_every_minutes = %(sync_every_minutes)s, updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s AND deleted_at IS NULL;
 
 -- name: soft_delete_source
@@ -82,6 +86,31 @@ WHERE so.tenant_id = %(tenant_id)s AND so.source_id = %(source_id)s AND so.doc_i
 -- name: count_running_source_runs
 SELECT count(*) AS n FROM ingestion_runs
 WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s AND status = 'running';
+
+-- name: due_sources
+-- Scheduled sources whose last sync started at least their interval ago (or never synced),
+-- across tenants, longest overdue first (docs/decisions/0118). The housekeeping loop triggers
+-- each through the per-source lock; is_due checks again under it.
+SELECT s.tenant_id, s.source_id FROM ingestion_sources s
+LEFT JOIN LATERAL (
+    SELECT started_at FROM source_syncs y
+    WHERE y.tenant_id = s.tenant_id AND y.source_id = s.source_id
+    ORDER BY started_at DESC LIMIT 1
+) l ON true
+WHERE s.sync_every_minutes IS NOT NULL AND s.enabled AND s.deleted_at IS NULL
+  AND (l.started_at IS NULL
+       OR l.started_at <= now() - make_interval(mins => s.sync_every_minutes))
+ORDER BY l.started_at NULLS FIRST
+LIMIT %(limit)s;
+
+-- name: is_due
+-- Under the source's lock: another replica may have just run the scheduled sync.
+SELECT 1 AS due FROM ingestion_sources s
+WHERE s.tenant_id = %(tenant_id)s AND s.source_id = %(source_id)s
+  AND s.sync_every_minutes IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM source_syncs y
+        WHERE y.tenant_id = s.tenant_id AND y.source_id = s.source_id
+          AND y.started_at > now() - make_interval(mins => s.sync_every_minutes));
 
 -- ── the per-source sync lock ────────────────────────────────────────────────────────────────
 -- name: try_lock_source
@@ -121,6 +150,7 @@ UPDATE source_syncs
 SET heartbeat_at = now(), listed_count = %(listed)s, excluded_count = %(excluded)s,
     new_count = %(new)s, changed_count = %(changed)s, unchanged_count = %(unchanged)s,
     deleted_count = %(deleted)s, skipped_count = %(skipped)s, failed_count = %(failed)s,
+    still_failed_count = %(still_failed)s,
     bytes_downloaded = %(bytes)s, reasons = %(reasons)s, issues = %(issues)s,
     timings = %(timings)s
 WHERE tenant_id = %(tenant_id)s AND sync_id = %(sync_id)s AND status = 'running'
@@ -132,27 +162,65 @@ SET status = %(status)s, finished_at = now(), heartbeat_at = now(), error = %(er
     listing_complete = %(listing_complete)s, listed_count = %(listed)s,
     excluded_count = %(excluded)s, new_count = %(new)s, changed_count = %(changed)s,
     unchanged_count = %(unchanged)s, deleted_count = %(deleted)s, skipped_count = %(skipped)s,
-    failed_count = %(failed)s, bytes_downloaded = %(bytes)s, reasons = %(reasons)s,
-    issues = %(issues)s, timings = %(timings)s
+    failed_count = %(failed)s, still_failed_count = %(still_failed)s,
+    bytes_downloaded = %(bytes)s, reasons = %(reasons)s, issues = %(issues)s, timings = %(timings)s
 WHERE tenant_id = %(tenant_id)s AND sync_id = %(sync_id)s AND status = 'running'
 RETURNING sync_id;
 
 -- name: get_sync
-SELECT sync_id, source_id, status, initiated_by, runner, listed_count, excluded_count,
-       new_count, changed_count, unchanged_count, deleted_count, skipped_count, failed_count,
-       bytes_downloaded, listing_complete, reasons, issues, timings, error, started_at,
-       heartbeat_at, finished_at
-FROM source_syncs
-WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s AND sync_id = %(sync_id)s;
+SELECT y.sync_id, y.source_id, y.status, y.initiated_by, y.runner, y.listed_count,
+       y.excluded_count, y.new_count, y.changed_count, y.unchanged_count, y.deleted_count,
+       y.skipped_count, y.failed_count, y.still_failed_count, y.bytes_downloaded,
+       y.listing_complete, y.reasons, y.issues, y.timings, y.error, y.started_at,
+       y.heartbeat_at, y.finished_at, i.*
+FROM source_syncs y
+LEFT JOIN LATERAL (
+    -- How this sync's files ingested: the runs it queued. Only a sync makes s3_sync runs of
+    -- its source and one runs at a time (the source's lock), so they are the source's runs
+    -- created while it ran (docs/decisions/0117).
+    SELECT count(*) FILTER (WHERE r.status = 'queued') AS runs_queued,
+           count(*) FILTER (WHERE r.status = 'running') AS runs_running,
+           count(*) FILTER (WHERE r.status = 'succeeded') AS runs_succeeded,
+           count(*) FILTER (WHERE r.status = 'failed') AS runs_failed
+    FROM ingestion_runs r
+    WHERE r.tenant_id = y.tenant_id AND r.source_id = y.source_id AND r.run_type = 's3_sync'
+      AND r.created_at >= y.started_at AND (y.finished_at IS NULL OR r.created_at <= y.finished_at)
+) i ON true
+WHERE y.tenant_id = %(tenant_id)s AND y.source_id = %(source_id)s AND y.sync_id = %(sync_id)s;
+
+-- name: sync_runs
+-- The runs of one sync that did not succeed (failed first, then in flight), to link them.
+SELECT r.run_id, r.status, r.error, r.config ->> 'title' AS title, d.source_uri
+FROM source_syncs y
+JOIN ingestion_runs r ON r.tenant_id = y.tenant_id AND r.source_id = y.source_id
+ AND r.run_type = 's3_sync' AND r.created_at >= y.started_at
+ AND (y.finished_at IS NULL OR r.created_at <= y.finished_at)
+LEFT JOIN documents d ON d.doc_id = r.doc_id AND d.tenant_id = r.tenant_id
+WHERE y.tenant_id = %(tenant_id)s AND y.sync_id = %(sync_id)s AND r.status <> 'succeeded'
+ORDER BY (r.status = 'failed') DESC, r.created_at
+LIMIT %(limit)s;
 
 -- name: list_syncs
-SELECT sync_id, source_id, status, initiated_by, runner, listed_count, excluded_count,
-       new_count, changed_count, unchanged_count, deleted_count, skipped_count, failed_count,
-       bytes_downloaded, listing_complete, reasons, issues, timings, error, started_at,
-       heartbeat_at, finished_at, count(*) OVER () AS total
-FROM source_syncs
-WHERE tenant_id = %(tenant_id)s AND source_id = %(source_id)s
-ORDER BY started_at DESC, sync_id
+SELECT y.sync_id, y.source_id, y.status, y.initiated_by, y.runner, y.listed_count,
+       y.excluded_count, y.new_count, y.changed_count, y.unchanged_count, y.deleted_count,
+       y.skipped_count, y.failed_count, y.still_failed_count, y.bytes_downloaded,
+       y.listing_complete, y.reasons, y.issues, y.timings, y.error, y.started_at,
+       y.heartbeat_at, y.finished_at, i.*, count(*) OVER () AS total
+FROM source_syncs y
+LEFT JOIN LATERAL (
+    -- How this sync's files ingested: the runs it queued. Only a sync makes s3_sync runs of
+    -- its source and one runs at a time (the source's lock), so they are the source's runs
+    -- created while it ran (docs/decisions/0117).
+    SELECT count(*) FILTER (WHERE r.status = 'queued') AS runs_queued,
+           count(*) FILTER (WHERE r.status = 'running') AS runs_running,
+           count(*) FILTER (WHERE r.status = 'succeeded') AS runs_succeeded,
+           count(*) FILTER (WHERE r.status = 'failed') AS runs_failed
+    FROM ingestion_runs r
+    WHERE r.tenant_id = y.tenant_id AND r.source_id = y.source_id AND r.run_type = 's3_sync'
+      AND r.created_at >= y.started_at AND (y.finished_at IS NULL OR r.created_at <= y.finished_at)
+) i ON true
+WHERE y.tenant_id = %(tenant_id)s AND y.source_id = %(source_id)s
+ORDER BY y.started_at DESC, y.sync_id
 LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: fail_stale_syncs
@@ -168,7 +236,7 @@ RETURNING sync_id, tenant_id, source_id;
 -- One round trip per listing page: stamp the keys as seen by this sync and return what is
 -- known of them. "settled" = the recorded bytes became a version (active, or deactivated by an
 -- admin, which a sync must not undo) or are on their way (a queued or running run); otherwise
--- their run failed, and the object is fetched again.
+-- their run failed (failed_run_id), or never was made.
 UPDATE source_objects so SET last_sync_id = %(sync_id)s, last_seen_at = now()
 WHERE so.tenant_id = %(tenant_id)s AND so.source_id = %(source_id)s AND so.key = ANY(%(keys)s)
 RETURNING so.key, so.etag, so.size_bytes, so.last_modified, so.status, so.doc_id, so.content_hash,
@@ -178,7 +246,13 @@ RETURNING so.key, so.etag, so.size_bytes, so.last_modified, so.status, so.doc_id
      OR EXISTS (SELECT 1 FROM ingestion_runs r
                 WHERE r.tenant_id = so.tenant_id AND r.doc_id = so.doc_id
                   AND r.status IN ('queued', 'running')
-                  AND r.config ->> 'content_hash' = so.content_hash)) AS settled;
+                  AND r.config ->> 'content_hash' = so.content_hash)) AS settled,
+    -- The newest failed run of the recorded bytes: unchanged and not settled, the object is
+    -- listed as failed, not fetched again, until it changes or that run is retried (0117).
+    (SELECT r.run_id FROM ingestion_runs r
+     WHERE r.tenant_id = so.tenant_id AND r.doc_id = so.doc_id AND r.status = 'failed'
+       AND r.config ->> 'content_hash' = so.content_hash
+     ORDER BY r.created_at DESC LIMIT 1) AS failed_run_id;
 
 -- name: upsert_object
 INSERT INTO source_objects (source_id, tenant_id, key, etag, size_bytes, last_modified,

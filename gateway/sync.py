@@ -37,6 +37,8 @@ Q = db.load_queries(Path(__file__).with_name("sources.sql"))
 # Objects whose key and reason the sync record keeps; the counters cover all of them.
 MAX_ISSUES = 100
 GONE_REASON = "Cancelled: the object was deleted from the bucket before this run started."
+STILL_FAILED = ("its last ingest failed and it has not changed since; fix the object, or retry "
+                "its run")
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Tally:
     deleted: int = 0
     skipped: int = 0
     failed: int = 0
+    still_failed: int = 0
     bytes: int = 0
     reasons: dict[str, Counter[str]] = field(
         default_factory=lambda: {"skipped": Counter(), "failed": Counter()})
@@ -67,6 +70,14 @@ class Tally:
         """``reason`` is counted (few distinct values); ``detail`` is kept with the key."""
         self.failed += 1
         self._note("failed", key, reason, detail)
+
+    def still_failing(self, key: str, run_id: UUID) -> None:
+        """An unchanged object whose last ingest failed: listed, not fetched again (0117)."""
+        self.still_failed += 1
+        self.reasons.setdefault("still_failed", Counter())[STILL_FAILED] += 1
+        if len(self.issues) < MAX_ISSUES:
+            self.issues.append({"key": key, "outcome": "still_failed", "reason": STILL_FAILED,
+                                "run_id": str(run_id)})
 
     def _note(self, outcome: str, key: str, reason: str, detail: str) -> None:
         self.reasons[outcome][reason] += 1
@@ -88,7 +99,8 @@ class Tally:
         return {
             "listed": self.listed, "excluded": self.excluded, "new": self.new,
             "changed": self.changed, "unchanged": self.unchanged, "deleted": self.deleted,
-            "skipped": self.skipped, "failed": self.failed, "bytes": self.bytes,
+            "skipped": self.skipped, "failed": self.failed, "still_failed": self.still_failed,
+            "bytes": self.bytes,
             "reasons": Jsonb({k: dict(v) for k, v in self.reasons.items()}),
             "issues": Jsonb(list(self.issues)), "timings": Jsonb(timings),
         }
@@ -221,9 +233,15 @@ class Sync:
         if reason:
             self.tally.skip(obj.key, reason)
             return None
-        if known and _same_listing(known, obj) and known["status"] == "active" and known["settled"]:
-            self.tally.unchanged += 1
-            return None
+        if known and _same_listing(known, obj) and known["status"] == "active":
+            if known["settled"]:
+                self.tally.unchanged += 1
+                return None
+            if known["failed_run_id"] is not None:
+                # The same bytes failed before: fetching them again fails again, and would
+                # count the object as changed at every sync (docs/decisions/0117).
+                self.tally.still_failing(obj.key, known["failed_run_id"])
+                return None
         return _Todo(obj, source_type, known)
 
     def _refusal(self, obj: s3objects.Listed) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
 from psycopg.rows import dict_row
 
 from gateway import s3objects, source_access, sources, sync
@@ -30,7 +31,14 @@ from shared.settings import GatewaySettings
 log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("sources.sql"))
 SHUTDOWN_ERROR = "Interrupted: the gateway shut down during the sync; sync again."
-COUNTERS = ("listed", "excluded", "new", "changed", "unchanged", "deleted", "skipped", "failed")
+COUNTERS = ("listed", "excluded", "new", "changed", "unchanged", "deleted", "skipped", "failed",
+            "still_failed")
+INGEST = ("queued", "running", "succeeded", "failed")
+SYNC_RUNS_SHOWN = 50
+
+
+class NotDue(Exception):
+    """A scheduled sync found, under the lock, that another replica just ran it."""
 
 
 class _LeaseLost(Exception):
@@ -52,11 +60,13 @@ class SyncManager:
 
     # ── trigger ─────────────────────────────────────────────────────────────────────────────
     async def trigger(self, *, tenant_id: UUID, source_id: UUID,
-                      initiated_by: UUID | None) -> dict[str, Any]:
-        """Start a sync in the background and return its row; SyncInProgress if one runs."""
+                      initiated_by: UUID | None, scheduled: bool = False) -> dict[str, Any]:
+        """Start a sync in the background and return its row; SyncInProgress if one runs.
+        ``scheduled``: only if still due once the lock is held (NotDue otherwise)."""
         await sources.get(self.pool, tenant_id=tenant_id, source_id=source_id)  # 404 first
         started: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(self._start(tenant_id, source_id, initiated_by, started))
+        task = asyncio.create_task(self._start(tenant_id, source_id, initiated_by, started,
+                                               scheduled))
         self._all.add(task)
         task.add_done_callback(self._all.discard)
         # Shielded: a request cancelled at this point must not cancel a sync that has already
@@ -64,7 +74,7 @@ class SyncManager:
         return await asyncio.shield(started)
 
     async def _start(self, tenant_id: UUID, source_id: UUID, initiated_by: UUID | None,
-                     started: asyncio.Future[dict[str, Any]]) -> None:
+                     started: asyncio.Future[dict[str, Any]], scheduled: bool = False) -> None:
         """Claim the source (lock, sync row), report to the trigger, then run the sync."""
         try:
             with db.translate():
@@ -72,7 +82,8 @@ class SyncManager:
                     self.settings.database_url, autocommit=True, row_factory=dict_row,
                     connect_timeout=10)
             try:
-                source, row = await self._claim(conn, tenant_id, source_id, initiated_by)
+                source, row = await self._claim(conn, tenant_id, source_id, initiated_by,
+                                                scheduled)
             except BaseException:
                 await conn.close()
                 raise
@@ -96,7 +107,8 @@ class SyncManager:
             self._by_id.pop(sync_id, None)
 
     async def _claim(self, conn: db.AsyncConn, tenant_id: UUID, source_id: UUID,
-                     initiated_by: UUID | None) -> tuple[sources.Source, dict[str, Any]]:
+                     initiated_by: UUID | None,
+                     scheduled: bool = False) -> tuple[sources.Source, dict[str, Any]]:
         keys = {"tenant_id": tenant_id, "source_id": source_id}
         with db.translate():
             got = await (await conn.execute(Q["try_lock_source"],
@@ -110,6 +122,9 @@ class SyncManager:
                 raise errors.NotFound("No source with that id exists in your tenant.")
             if not row["enabled"]:
                 raise errors.SourceDisabled()
+            if scheduled and await (await conn.execute(Q["is_due"], keys)).fetchone() is None:
+                await conn.execute(Q["unlock_source"], {"key": sources.lock_key(source_id)})
+                raise NotDue()
             await source_access.check_before_sync(conn, self.rules, row)  # revoked? DNS moved?
             async with conn.transaction():
                 for orphan in await (await conn.execute(Q["fail_orphaned_sync"], keys)).fetchall():
@@ -132,7 +147,8 @@ class SyncManager:
             result = await self._sync(source, sync_id, initiated_by, tally)
             complete, error = result.listing_complete, result.error
             status = ("failed" if error else
-                      "completed_with_errors" if tally.failed else "succeeded")
+                      "completed_with_errors" if tally.failed or tally.still_failed
+                      else "succeeded")
         except asyncio.CancelledError:
             error = lost[0] if lost else SHUTDOWN_ERROR
         except Exception as exc:  # noqa: BLE001 - recorded on the sync, which then ends
@@ -198,6 +214,33 @@ class SyncManager:
             with contextlib.suppress(Exception):
                 await conn.close()
 
+    # ── schedules (docs/decisions/0118) ─────────────────────────────────────────────────────
+    async def run_due(self, limit: int = 20) -> list[UUID]:
+        """Start the syncs of scheduled sources that are due; return the started sync ids.
+
+        Called by the gateway's housekeeping on every replica: the per-source lock lets one
+        replica run a source, and is_due (read under the lock) keeps a second replica from
+        running it again right after. A refusal (a revoked grant, an endpoint no longer
+        allowed) is logged and the source tried again at its next turn.
+        """
+        async with self.pool.connection() as conn:
+            due = await (await conn.execute(Q["due_sources"], {"limit": limit})).fetchall()
+        started = []
+        for row in due:
+            try:
+                sync_row = await self.trigger(tenant_id=row["tenant_id"],
+                                              source_id=row["source_id"], initiated_by=None,
+                                              scheduled=True)
+            except (errors.SyncInProgress, NotDue):
+                continue
+            except errors.AppError as exc:
+                log.warning("scheduled sync refused", extra={
+                    "source_id": str(row["source_id"]), "tenant_id": str(row["tenant_id"]),
+                    "error": exc.detail})
+                continue
+            started.append(sync_row["sync_id"])
+        return started
+
     # ── lifecycle ───────────────────────────────────────────────────────────────────────────
     async def wait(self, sync_id: UUID) -> None:
         """Return when a sync started by this gateway has finished (tests and benchmarks)."""
@@ -214,6 +257,62 @@ class SyncManager:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
+# ── test connection ─────────────────────────────────────────────────────────────────────────
+TEST_PAGE = 10  # keys: a test lists one small page, never the bucket
+
+
+async def test_connection(rules: source_access.Rules, settings: GatewaySettings, pool: db.AsyncPool,
+                          *, tenant_id: UUID, by_operator: bool,
+                          fields: dict[str, Any]) -> dict[str, Any]:
+    """List one page of a source that is not saved yet, with the checks a sync makes first.
+
+    A refusal of our own rules (a bucket not granted, the platform's bucket, an endpoint not
+    allowed) is raised like on create; what S3 answers is reported as {"ok": false, "detail"}
+    in plain words, since the test itself worked.
+    """
+    await source_access.check_endpoint(rules, fields["endpoint_url"])
+    async with pool.connection() as conn:
+        await source_access.authorize(conn, rules, tenant_id=tenant_id, bucket=fields["bucket"],
+                                      prefix=fields["prefix"], by_operator=by_operator)
+
+    def list_one() -> s3objects.Page:
+        s3 = s3objects.client(endpoint_url=fields["endpoint_url"] or settings.aws_endpoint_url,
+                              region=fields["region"] or settings.aws_region)
+        return s3objects.list_page(s3, bucket=fields["bucket"], prefix=fields["prefix"],
+                                   token=None, page_size=TEST_PAGE)
+    try:
+        page = await asyncio.to_thread(list_one)
+    except Exception as exc:  # noqa: BLE001 - any failure is the test's answer
+        log.info("source connection test failed", extra={"tenant_id": str(tenant_id),
+                                                          "error": sync.describe(exc)})
+        return {"ok": False, "detail": plain_error(exc, fields["bucket"])}
+    keys = [o.key for o in page.objects if not o.key.endswith("/")]
+    return {"ok": True, "keys": keys, "more": page.next_token is not None,
+            "detail": (f"Connected: bucket {fields['bucket']!r} lists "
+                       + (f"{len(keys)}{'+' if page.next_token else ''} object"
+                          f"{'s' if len(keys) != 1 else ''}" if keys else "no object")
+                       + (f" under {fields['prefix']!r}." if fields["prefix"] else "."))}
+
+
+_DENIED = ("AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+           "InvalidToken", "ExpiredToken")
+
+
+def plain_error(exc: BaseException, bucket: str) -> str:
+    """What a failed listing means, for the person filling in the form."""
+    code = ""
+    if isinstance(exc, ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+    if code == "NoSuchBucket":
+        return f"Bucket {bucket!r} does not exist at this endpoint; check its name and region."
+    if code in _DENIED:
+        return (f"The gateway's credentials may not list bucket {bucket!r} ({code}); ask for "
+                "s3:ListBucket on it for the gateway's role.")
+    if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
+        return "The endpoint could not be reached; check the endpoint URL and the region."
+    return f"Listing the bucket failed: {sync.describe(exc)}."
+
+
 # ── reads and the crash guard ───────────────────────────────────────────────────────────────
 def view(row: dict[str, Any]) -> dict[str, Any]:
     counters = {k: row[f"{k}_count"] for k in COUNTERS}
@@ -221,6 +320,8 @@ def view(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "sync_id": row["sync_id"], "source_id": row["source_id"], "status": row["status"],
         "listing_complete": row["listing_complete"], "counters": counters,
+        # How the files this sync queued ingested, from their runs (docs/decisions/0117).
+        "ingest": {k: row[f"runs_{k}"] for k in INGEST},
         "reasons": row["reasons"], "issues": row["issues"], "error": row["error"],
         "timings": row["timings"], "initiated_by": row["initiated_by"], "runner": row["runner"],
         "started_at": row["started_at"], "heartbeat_at": row["heartbeat_at"],
@@ -233,9 +334,11 @@ async def get(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID,
     async with pool.connection() as conn:
         row = await (await conn.execute(Q["get_sync"], {
             "tenant_id": tenant_id, "source_id": source_id, "sync_id": sync_id})).fetchone()
-    if row is None:
-        raise errors.NotFound("No sync with that id exists for this source in your tenant.")
-    return row
+        if row is None:
+            raise errors.NotFound("No sync with that id exists for this source in your tenant.")
+        runs = await (await conn.execute(Q["sync_runs"], {
+            "tenant_id": tenant_id, "sync_id": sync_id, "limit": SYNC_RUNS_SHOWN})).fetchall()
+    return row | {"runs": runs}
 
 
 async def list_page(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID, limit: int,

@@ -7,27 +7,25 @@ from uuid import UUID
 from litestar import Request, get, post
 from litestar.params import Parameter
 
-from gateway import auth, document_admin, openapi, paging, views
+from gateway import auth, document_admin, documents, openapi, paging, views
 from gateway.context import Context
 from shared import db, errors
 
 Q = db.load_queries(Path(__file__).parents[1] / "queries.sql")
 
 
-def _like(search: str) -> str:
-    escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-@get("/v1/documents", tags=["documents"], dependencies=paging.CURSORS)
+@get("/v1/documents", tags=["documents"], dependencies=paging.CURSORS,
+     responses=openapi.errors(400))
 async def list_documents(request: Request, ctx: Context, window: paging.Window,
-                         search: str | None = None,
+                         search: str | None = None, status: str | None = None,
                          filename: Annotated[str | None, Parameter(
                              max_length=255,
                              description="Only uploaded documents made from a file of exactly "
                                          "this name (at most 20, no paging).")] = None) -> dict:
-    """Documents with an active version, newest first; `search` matches the title; follow
-    `next_cursor` to read them all."""
+    """Documents newest first, by `status`: `active` (default), `inactive` (deactivated),
+    `failed` (no version: its run failed) or `all`. `search` finds words inside active
+    documents (full-text over their chunks) and in titles, best match first (`rank`); follow
+    `next_cursor` to read them all. `filename` finds the uploads of one file name instead."""
     principal = auth.current(request)
     if filename is not None:
         # The upload page's "new version of notes.md?" offer (docs/decisions/0102).
@@ -36,14 +34,10 @@ async def list_documents(request: Request, ctx: Context, window: paging.Window,
                 "tenant_id": principal.tenant_id, "filename": filename, "limit": 20})).fetchall()
         return {"items": [views.document(d) for d in found], "page": 1, "limit": 20,
                 "total": len(found), "next_cursor": None}
-    scope = ("documents", principal.tenant_id, search)
-    secret = ctx.settings.jwt_secret
-    async with ctx.pool.connection() as conn:
-        rows = await (await conn.execute(Q["list_documents"], {
-            "tenant_id": principal.tenant_id, "search": _like(search) if search else None,
-            **window.params(secret, scope)})).fetchall()
-    return window.result(rows, views.document, secret=secret, scope=scope,
-                         key=("created_at", "doc_id"))
+    return await documents.list_page(
+        ctx.pool, tenant_id=principal.tenant_id, window=window,
+        state=documents.clean_state(status), search=documents.clean_search(search),
+        secret=ctx.settings.jwt_secret)
 
 
 @get("/v1/documents/{doc_id:uuid}", tags=["documents"], responses=openapi.errors(404))
@@ -65,3 +59,13 @@ async def deactivate_document(doc_id: UUID, request: Request, ctx: Context) -> d
     409 when it has no active version."""
     principal = auth.current(request)
     return await document_admin.deactivate(ctx.pool, tenant_id=principal.tenant_id, doc_id=doc_id)
+
+
+@post("/v1/documents/{doc_id:uuid}/reactivate", guards=[auth.admin_only], status_code=200,
+      tags=["documents"], responses=openapi.errors(404, 409))
+async def reactivate_document(doc_id: UUID, request: Request, ctx: Context) -> dict:
+    """Serve a deactivated document again (admins): its newest version becomes active; 409
+    when a version is already active, none exists, or its S3 object is gone."""
+    principal = auth.current(request)
+    return await document_admin.reactivate(ctx.pool, tenant_id=principal.tenant_id,
+                                           doc_id=doc_id)

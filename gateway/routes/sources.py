@@ -25,6 +25,18 @@ async def create_source(data: dict[str, Any], request: Request, ctx: Context) ->
     return sources.view(row)
 
 
+@post("/test-connection", status_code=200, responses=openapi.errors(400, 403))
+async def test_connection(data: dict[str, Any], request: Request, ctx: Context) -> dict:
+    """List one page of a source's bucket before saving it, with the checks of a sync: 403
+    for a bucket not granted or the platform's, 400 for an endpoint not allowed; what S3
+    answers comes back as `ok` and a `detail` in plain words."""
+    principal = auth.current(request)
+    return await syncs.test_connection(source_access.Rules.of(ctx.settings), ctx.settings,
+                                       ctx.pool, tenant_id=principal.tenant_id,
+                                       by_operator=principal.is_operator,
+                                       fields=sources.parse_probe(data))
+
+
 @get("/", dependencies=paging.PAGES)
 async def list_sources(request: Request, ctx: Context, window: paging.Window) -> dict:
     principal = auth.current(request)
@@ -83,11 +95,13 @@ async def list_syncs(source_id: UUID, request: Request, ctx: Context,
 @get("/{source_id:uuid}/syncs/{sync_id:uuid}", responses=openapi.errors(404))
 async def get_sync(source_id: UUID, sync_id: UUID, request: Request, ctx: Context) -> dict:
     principal = auth.current(request)
-    return syncs.view(await syncs.get(ctx.pool, tenant_id=principal.tenant_id,
-                                      source_id=source_id, sync_id=sync_id))
+    row = await syncs.get(ctx.pool, tenant_id=principal.tenant_id, source_id=source_id,
+                          sync_id=sync_id)
+    # The runs that did not succeed, to link them: failed first, then those in flight.
+    return syncs.view(row) | {"runs": row["runs"]}
 
 
 # Every route here is admin-only (gateway-worker-ingestion.md §10): the guard sits on the router.
 router = Router("/v1/sources", guards=[auth.admin_only], tags=["sources"], route_handlers=[
-    create_source, list_sources, get_source, update_source, delete_source, trigger_sync,
+    create_source, test_connection, list_sources, get_source, update_source, delete_source, trigger_sync,
     list_syncs, get_sync])

@@ -18,6 +18,7 @@ from litestar.datastructures import Cookie
 from litestar.response import Redirect, Template
 
 from gateway import auth, filetypes, login_throttle, metrics, paging, users
+from gateway import documents as doc_listing
 from gateway.context import Context
 from gateway.web import assets, errorpages, reads, session
 from shared import errors
@@ -42,8 +43,17 @@ def render(request: Request, template: str, *, status_code: int = 200,
     principal = getattr(request.state, "principal", None)
     return Template(template_name=template, status_code=status_code, headers=SECURITY_HEADERS,
                     cookies=cookies or [], context={
-                        "me": principal, "csrf": _csrf(request), "path": request.url.path,
-                        **context})
+                        "me": principal, "my_email": getattr(request.state, "email", None),
+                        "csrf": _csrf(request), "path": request.url.path, **context})
+
+
+async def _who(request: Request) -> None:
+    """Before a signed-in page: the e-mail the header shows (one indexed read)."""
+    principal = getattr(request.state, "principal", None)
+    if principal is not None:
+        request.state.email = await reads.signed_in_email(
+            request.app.state.ctx.pool, tenant_id=principal.tenant_id,
+            user_id=principal.user_id)
 
 
 def _csrf(request: Request) -> str:
@@ -185,20 +195,23 @@ async def run(run_id: str, request: Request, ctx: Context) -> Template:
 
 @get("/documents")
 async def documents(request: Request, ctx: Context, search: str | None = None,
-                    page: int = paging.PAGE) -> Template:
+                    status: str | None = None, page: int = paging.PAGE) -> Template:
     principal = auth.current(request)
     search = (search or "").strip()[:200] or None
+    state = status if status in doc_listing.STATES else "active"  # a hand-edited URL: default
     listing = await reads.documents_page(ctx.pool, tenant_id=principal.tenant_id,
-                                         search=search, page=page)
-    return render(request, "documents.html", listing=listing, search=search or "")
+                                         search=search, state=state, page=page)
+    return render(request, "documents.html", listing=listing, search=search or "",
+                  status=state)
 
 
 @get("/documents/{doc_id:str}")
-async def document(doc_id: str, request: Request, ctx: Context) -> Template:
+async def document(doc_id: str, request: Request, ctx: Context,
+                   page: int = paging.PAGE) -> Template:
     principal = auth.current(request)
     doc = await reads.document(ctx.pool, tenant_id=principal.tenant_id,
-                               doc_id=_uuid(doc_id, "document"))
-    return render(request, "document.html", doc=doc, preview_size=reads.PREVIEW_CHUNKS)
+                               doc_id=_uuid(doc_id, "document"), chunk_page=page)
+    return render(request, "document.html", doc=doc)
 
 
 # ── admin pages ─────────────────────────────────────────────────────────────────────────────
@@ -275,5 +288,6 @@ def router(files: assets.Assets) -> Router:
         overview, sources, source, dead_letters, dead_letter,
         fleet, own_dead_letters, own_dead_letter, user_list])
     return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
+                  before_request=_who,
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,
                                   documents, document, admin, files.route()])

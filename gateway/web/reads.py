@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from gateway import paging, views
+from gateway import documents, paging, views
 from gateway.routes import runs as runs_routes
 from shared import db, errors
 
@@ -18,7 +18,7 @@ API = db.load_queries(Path(__file__).parents[1] / "queries.sql")
 Q = db.load_queries(Path(__file__).with_name("queries.sql"))
 RUN_STATUSES = ("queued", "running", "succeeded", "failed")
 PAGE_SIZE = 20
-PREVIEW_CHUNKS = 5
+CHUNKS_PER_PAGE = 20
 
 
 async def runs_page(pool: db.AsyncPool, *, tenant_id: UUID, status: str | None,
@@ -59,33 +59,37 @@ async def run(pool: db.AsyncPool, *, tenant_id: UUID, run_id: UUID) -> dict[str,
 
 
 async def documents_page(pool: db.AsyncPool, *, tenant_id: UUID, search: str | None,
-                         page: int) -> dict[str, Any]:
-    window = paging.Window(page, PAGE_SIZE)
-    async with pool.connection() as conn:
-        rows = await (await conn.execute(API["list_documents"], {
-            "tenant_id": tenant_id, "search": _like(search) if search else None,
-            **window.params("", ())})).fetchall()
-    return window.result(rows, views.document)
+                         state: str, page: int) -> dict[str, Any]:
+    """The API's own listing (gateway/documents.py), by page number."""
+    return await documents.list_page(pool, tenant_id=tenant_id, state=state, search=search,
+                                     window=paging.Window(page, PAGE_SIZE))
 
 
-async def document(pool: db.AsyncPool, *, tenant_id: UUID, doc_id: UUID) -> dict[str, Any]:
-    """The document with its versions (newest first), its runs and the active version's
-    first chunks."""
+async def document(pool: db.AsyncPool, *, tenant_id: UUID, doc_id: UUID,
+                   chunk_page: int = 1) -> dict[str, Any]:
+    """The document with its state, where it came from, its versions (newest first), its runs
+    and one page of the active version's chunks."""
     keys = {"tenant_id": tenant_id, "doc_id": doc_id}
     async with pool.connection() as conn:
         doc = await (await conn.execute(API["get_document"], keys)).fetchone()
         if doc is None:
             raise errors.NotFound("No document with that id exists in your tenant; "
                                   "pick one from the list of documents.")
+        state = await documents.state(conn, **keys)
         versions = await (await conn.execute(API["list_versions"], keys)).fetchall()
-        chunks = await (await conn.execute(
-            Q["first_chunks"], {**keys, "limit": PREVIEW_CHUNKS})).fetchall()
+        chunks = await documents.chunks_page(conn, **keys, page=chunk_page,
+                                             limit=CHUNKS_PER_PAGE)
         runs = await (await conn.execute(Q["document_runs"], {**keys, "limit": 10})).fetchall()
     active = next((v for v in versions if v["is_active"]), None)
-    return views.document(doc) | {"versions": versions, "active": active, "chunks": chunks,
-                                  "runs": runs}
+    chunk_total = active["chunk_count"] if active else 0
+    return views.document(doc) | {
+        "versions": versions, "active": active, "runs": runs, "state": state,
+        "chunks": {"items": chunks, "page": chunk_page, "limit": CHUNKS_PER_PAGE,
+                   "total": chunk_total}}
 
 
-def _like(search: str) -> str:
-    escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+async def signed_in_email(pool: db.AsyncPool, *, tenant_id: UUID, user_id: UUID) -> str | None:
+    async with pool.connection() as conn:
+        row = await (await conn.execute(Q["signed_in_email"], {
+            "tenant_id": tenant_id, "user_id": user_id})).fetchone()
+    return row["email"] if row else None
