@@ -186,8 +186,10 @@ def fuse(text: Sequence[tuple[UUID, UUID]], vector: Sequence[tuple[UUID, UUID]],
     fused.sort(key=lambda f: (-f.score, min(r for r in (f.text_rank, f.vector_rank) if r),
                               str(f.chunk_id)))
     if group == "document":
-        seen: set[UUID] = set()
-        fused = [f for f in fused if not (f.doc_id in seen or seen.add(f.doc_id))]
+        best: dict[UUID, Fused] = {}
+        for f in fused:  # already best first: the first chunk seen of a document is its best
+            best.setdefault(f.doc_id, f)
+        fused = list(best.values())
     return fused[:k]
 
 

@@ -234,18 +234,46 @@ def test_bad_inputs_are_400_with_a_code(world, params, code):
 
 
 def test_the_vector_query_walks_the_hnsw_index(world):
-    # The query as the gateway sends it; with sequential scans priced out, the plan must be an
-    # index scan on the HNSW index (an ORDER BY the index cannot serve would still sort).
+    # The query exactly as the gateway sends it, over a tenant of 3,000 chunks in 30 documents
+    # (written in a transaction that is rolled back): the planner must walk the HNSW index in
+    # distance order, not sort every row (a shape the index cannot serve would always sort).
+    # A tenant with few chunks gets the exact plan (its btree index, then a sort), rightly.
     from gateway.search import service
 
-    with world.conn() as conn, conn.transaction():
-        conn.execute("SET LOCAL enable_seqscan = off")
-        plan = "\n".join(r["QUERY PLAN"] for r in conn.execute(
-            "EXPLAIN " + service.Q["vector_candidates"], {
-                "tenant_id": world.acme.tenant_id, "vector": "[" + ",".join(["0.05"] * 384) + "]",
-                "model": "sentence-transformers/all-MiniLM-L6-v2", "n": 40, "doc_ids": None,
-                "source_id": None, "file_type": None, "after": None, "before": None}).fetchall())
-    assert "idx_chunk_embeddings_hnsw" in plan, plan
+    with world.conn() as conn:
+        conn.execute("BEGIN")
+        try:
+            tenant = conn.execute("INSERT INTO tenants (name) VALUES ('plan') "
+                                  "RETURNING tenant_id").fetchone()["tenant_id"]
+            conn.execute(SYNTHETIC_CHUNKS, {"t": tenant, "n": 3000})
+            conn.execute("ANALYZE")
+            plan = "\n".join(r["QUERY PLAN"] for r in conn.execute(
+                "EXPLAIN " + service.Q["vector_candidates"], {
+                    "tenant_id": tenant, "vector": "[" + ",".join(["0.05"] * 384) + "]",
+                    "model": "m", "n": 40, "doc_ids": None, "source_id": None,
+                    "file_type": None, "after": None, "before": None}).fetchall())
+        finally:
+            conn.execute("ROLLBACK")
+    assert "Index Scan using idx_chunk_embeddings_hnsw" in plan, plan
+    assert "Sort" not in plan, plan
+
+
+SYNTHETIC_CHUNKS = """
+WITH d AS (INSERT INTO documents (tenant_id, source_type, source_uri, title)
+           SELECT %(t)s, 'md', 'upload://plan-' || g, 'plan' FROM generate_series(1, 30) g
+           RETURNING doc_id),
+v AS (INSERT INTO document_versions (tenant_id, doc_id, version_number, content_hash,
+                                     embedding_model, embedding_dim)
+      SELECT %(t)s, doc_id, 1, 'sha256:plan', 'm', 384 FROM d RETURNING doc_version_id),
+c AS (INSERT INTO chunks (tenant_id, doc_version_id, ordinal, text, token_count, char_start,
+                         char_end)
+      SELECT %(t)s, v.doc_version_id, g, 'x', 1, 0, 1 FROM v, generate_series(1, %(n)s / 30) g
+      RETURNING chunk_id, doc_version_id)
+INSERT INTO chunk_embeddings (chunk_id, tenant_id, doc_version_id, embedding)
+SELECT c.chunk_id, %(t)s, c.doc_version_id,
+       (SELECT array_agg(random() - 0.5) FROM generate_series(1, 384)
+        WHERE c.chunk_id IS NOT NULL)::vector
+FROM c"""
 
 
 # ── ask ─────────────────────────────────────────────────────────────────────────────────────
