@@ -22,6 +22,8 @@ from gateway.routes import admin_dlq, dead_letters, documents, health, ingest, r
 from gateway.routes import auth as auth_routes
 from gateway.routes import metrics as metrics_routes
 from gateway.routes import sources as source_routes
+from gateway.search import routes as search_routes
+from gateway.search import service as search
 from gateway.web import ui
 from shared import alerts, aws, db, objectstore
 from shared import logging as applog
@@ -51,6 +53,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             dead_letters.list_own, dead_letters.show_own, dead_letters.redrive_own,
             metrics_routes.tenant_dashboard,
             *imports.ROUTES,  # records imports: contracts (docs/decisions/0080)
+            *search_routes.ROUTES,  # search and cited answers (docs/decisions/0105-0109)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],
@@ -70,6 +73,8 @@ def create_app(settings: GatewaySettings) -> Litestar:
         logging_config=None,
         debug=False,
     )
+    # The query model lives as long as the process and loads on first use (docs/decisions/0108).
+    app.state.search = search.Runtime(settings)
     openapi.complete(app)  # bearer scheme, shared error answers (docs/decisions/0051)
     return app
 

@@ -133,6 +133,20 @@ class GatewaySettings(CommonSettings):
     # peer address is the client, and X-Forwarded-For is ignored.
     trusted_proxies: tuple[str, ...] = ()
 
+    # Search and answers (gateway/search/, docs/decisions/0105-0109). Off = /v1/search,
+    # /v1/ask and the Search page answer 404 search_disabled, and the model is never loaded.
+    search_enabled: bool = True
+    # /v1/ask cites a chunk only if its cosine similarity to the question is at least this,
+    # or it matches every word of the question; nothing passes = "no evidence" (ADR 0106).
+    ask_min_similarity: float = Field(default=0.35, ge=-1, le=1)
+    # With a key, answers are written by the Anthropic Messages API; failures fall back to the
+    # extractive answer (ADR 0107). The base URL lets tests and proxies stand in for the API.
+    anthropic_api_key: str = ""
+    anthropic_model: str = "claude-sonnet-4-5"
+    anthropic_base_url: str = "https://api.anthropic.com"
+    anthropic_timeout_s: float = Field(default=20.0, gt=0)
+    anthropic_max_attempts: int = Field(default=3, ge=1, le=10)
+
     @property
     def upload_max_bytes(self) -> int:
         return int(self.upload_max_size_mb * 1024 * 1024)

@@ -20,6 +20,8 @@ from litestar.response import Redirect, Template
 from gateway import auth, filetypes, login_throttle, metrics, paging, users
 from gateway import documents as doc_listing
 from gateway.context import Context
+from gateway.search import routes as search_routes
+from gateway.search import service as search_service
 from gateway.web import assets, errorpages, reads, session
 from shared import errors
 
@@ -214,6 +216,27 @@ async def document(doc_id: str, request: Request, ctx: Context,
     return render(request, "document.html", doc=doc)
 
 
+@get("/search", dependencies=search_routes.DEPENDENCIES)
+async def search_page(request: Request, ctx: Context, search: search_service.Runtime,
+                      q: str | None = None, mode: str = "hybrid") -> Template:
+    """Search the tenant's documents (the service behind /v1/search); the Ask box's script
+    calls /v1/ask (docs/decisions/0109)."""
+    search.check_enabled()
+    hits, error = None, None
+    if q and q.strip():
+        try:
+            wanted = search_service.validate(q, k=20, mode=mode, group="chunk",
+                                             filters=search_service.Filters(),
+                                             allowed_types=ctx.settings.allowed_types)
+            hits = await search_service.search(ctx.pool, search, request=wanted,
+                                               tenant_id=auth.current(request).tenant_id)
+        except (search_service.InvalidSearch, search_service.SearchUnavailable) as exc:
+            error = exc.detail
+    return render(request, "search.html", q=(q or "")[:search_service.MAX_QUERY_CHARS],
+                  mode=mode if mode in search_service.MODES else "hybrid",
+                  modes=search_service.MODES, hits=hits, error=error)
+
+
 # ── admin pages ─────────────────────────────────────────────────────────────────────────────
 @get("/")
 async def overview(request: Request, ctx: Context) -> Template:
@@ -290,4 +313,4 @@ def router(files: assets.Assets) -> Router:
     return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
                   before_request=_who,
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,
-                                  documents, document, admin, files.route()])
+                                  documents, document, search_page, admin, files.route()])
