@@ -209,8 +209,14 @@ async def documents(request: Request, ctx: Context, search: str | None = None,
 
 @get("/documents/{doc_id:str}")
 async def document(doc_id: str, request: Request, ctx: Context,
-                   page: int = paging.PAGE) -> Template:
+                   page: int = paging.PAGE, chunk: int | None = None) -> Template:
+    """`chunk` (a search hit's chunk index) opens the page of chunks that holds it; the link's
+    `#chunk-N` then scrolls to it."""
     principal = auth.current(request)
+    if chunk is not None:
+        if not 0 <= chunk < reads.CHUNKS_PER_PAGE * paging.MAX_PAGE:
+            raise paging.InvalidPaging("chunk must be a chunk index of this document.")
+        page = chunk // reads.CHUNKS_PER_PAGE + 1
     doc = await reads.document(ctx.pool, tenant_id=principal.tenant_id,
                                doc_id=_uuid(doc_id, "document"), chunk_page=page)
     return render(request, "document.html", doc=doc)

@@ -87,6 +87,11 @@ def test_an_admin_searches_filters_and_reactivates_documents(gateway, tenants, c
     page.get_by_role("link", name="Next chunks →").click()
     expect(page.locator("ol.chunks li")).to_have_count(5)
     expect(page.locator("ol.chunks")).to_contain_text("Paragraph 21 about ponds.")
+    # A search hit's link (?chunk=N#chunk-N) opens the page that holds that chunk
+    doc_path = page.url.split("?")[0]
+    page.goto(f"{doc_path}?chunk=24#chunk-24")
+    expect(page.locator("ol.chunks li")).to_have_count(5)
+    expect(page.locator("#chunk-24")).to_contain_text("Paragraph 21 about ponds.")
 
     # An unknown address is the HTML 404 page, in the site's frame
     page.goto(f"{gateway.url}/no/such/page")

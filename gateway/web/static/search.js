@@ -16,7 +16,7 @@
       (c.page ? " · page " + c.page : "");
     return DF.h("li", { "data-chunk-id": c.chunk_id },
       DF.h("span", { class: "citation-n", text: "[" + c.n + "] " }),
-      DF.link("/documents/" + encodeURIComponent(c.doc_id) + "#chunk-" + c.chunk_index, c.title),
+      DF.link("/documents/" + encodeURIComponent(c.doc_id) + "?chunk=" + c.chunk_index + "#chunk-" + c.chunk_index, c.title),
       " · " + where,
       DF.h("blockquote", { text: c.quote }));
   }
