@@ -189,7 +189,8 @@ def _seed(database_url: str, jwt_secret: str) -> str:
     A restart keeps an existing admin as it is: re-setting its password would move its token
     version on and end every token an earlier `make run` printed. The password is set only for
     a new admin, or when its password file is gone."""
-    from gateway import auth, users
+    from gateway import auth
+    from gateway.auth import users
 
     new_password = not (STATE / "dev-password").exists()
     password = _secret("dev-password", 12)
@@ -207,7 +208,8 @@ def _seed(database_url: str, jwt_secret: str) -> str:
 
 
 def _existing_admin(conn: db.Conn) -> auth.Principal | None:
-    from gateway import auth, users
+    from gateway import auth
+    from gateway.auth import users
 
     try:
         principal = users.token_principal(conn, DEV_ADMIN)

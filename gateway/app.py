@@ -14,16 +14,24 @@ from litestar.exceptions import NotFoundException
 from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from gateway import auth, crash_guard, errors, housekeeping, metrics, openapi, syncs
+from gateway import auth, errors, openapi
+from gateway.auth import routes as auth_routes
+from gateway.auth import user_routes as users
 from gateway.context import Context, provide
+from gateway.documents import ingest_routes as ingest
+from gateway.documents import routes as documents
 from gateway.imports import routes as imports
+from gateway.operations import crash_guard, housekeeping, metrics, metrics_routes
+from gateway.operations import dead_letter_routes as dead_letters
+from gateway.operations import dlq_routes as admin_dlq
+from gateway.operations import health_routes as health
+from gateway.operations import retry_routes as retry
 from gateway.outbox import OutboxRelay
-from gateway.routes import admin_dlq, dead_letters, documents, health, ingest, retry, runs, users
-from gateway.routes import auth as auth_routes
-from gateway.routes import metrics as metrics_routes
-from gateway.routes import sources as source_routes
+from gateway.runs import routes as runs
 from gateway.search import routes as search_routes
 from gateway.search import service as search
+from gateway.sources import routes as source_routes
+from gateway.sources import syncs
 from gateway.web import ui
 from shared import alerts, aws, db, objectstore
 from shared import logging as applog

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway import failures, paging
+from gateway import paging
+from gateway.runs import failures
 
 RUN_FIELDS = ("run_id", "tenant_id", "doc_id", "status", "run_type", "source_id", "initiated_by",
               "stage", "progress", "delivery_count", "takeover_count", "created_at", "started_at",

@@ -50,7 +50,7 @@ class CommonSettings(BaseSettings):
     alert_window_s: float = Field(default=600.0, gt=0)
     alert_timeout_s: float = Field(default=3.0, gt=0)
 
-    # Upload cleanup (gateway/cleanup.py); the worker never deletes by these, but both read them.
+    # Upload cleanup (gateway/operations/cleanup.py); the worker never deletes by these, but both read them.
     upload_cleanup_ttl_hours: float = Field(default=24.0, gt=0)
     upload_failed_ttl_days: float = Field(default=7.0, gt=0)
     # Artifacts of deactivated versions are removed this long after deactivation; < 0 keeps them.
@@ -90,7 +90,7 @@ class GatewaySettings(CommonSettings):
     crash_guard_republish_after_s: float = Field(default=300.0, gt=0)
     crash_guard_max_republishes: int = Field(default=3, ge=0)
 
-    # S3 sources (gateway/sync.py). Downloads at once per gateway, across all running syncs;
+    # S3 sources (gateway/sources/sync.py). Downloads at once per gateway, across all running syncs;
     # at most the S3 client's connection pool (32).
     sync_download_concurrency: int = Field(default=4, ge=1, le=32)
     sync_list_page_size: int = Field(default=1000, ge=1, le=1000)
@@ -121,7 +121,7 @@ class GatewaySettings(CommonSettings):
     dlq_scan_max: int = Field(default=1000, ge=10)
     dlq_body_max_bytes: int = Field(default=65536, ge=1024, le=262144)
 
-    # Sign-in throttle (gateway/login_throttle.py, docs/decisions/0056), shared by all replicas
+    # Sign-in throttle (gateway/auth/login_throttle.py, docs/decisions/0056), shared by all replicas
     # through Postgres: attempts per account (e-mail) and per client address in a window of
     # quiet; one more is refused with 429 and starts a lock-out that doubles each time, capped.
     login_max_attempts_per_account: int = Field(default=5, ge=1)

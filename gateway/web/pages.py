@@ -17,9 +17,11 @@ from litestar import Request, Response, Router, get, post
 from litestar.datastructures import Cookie
 from litestar.response import Redirect, Template
 
-from gateway import auth, filetypes, login_throttle, metrics, paging, users
-from gateway import documents as doc_listing
+from gateway import auth, filetypes, paging
+from gateway.auth import login_throttle, users
 from gateway.context import Context
+from gateway.documents import listing as doc_listing
+from gateway.operations import metrics
 from gateway.search import routes as search_routes
 from gateway.search import service as search_service
 from gateway.web import assets, errorpages, reads, session

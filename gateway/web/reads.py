@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from gateway import documents, paging, views
-from gateway.routes import runs as runs_routes
+from gateway import paging, views
+from gateway.documents import listing as documents
+from gateway.runs import routes as runs_routes
 from shared import db, errors
 
 API = db.load_queries(Path(__file__).parents[1] / "queries.sql")
@@ -60,7 +61,7 @@ async def run(pool: db.AsyncPool, *, tenant_id: UUID, run_id: UUID) -> dict[str,
 
 async def documents_page(pool: db.AsyncPool, *, tenant_id: UUID, search: str | None,
                          state: str, page: int) -> dict[str, Any]:
-    """The API's own listing (gateway/documents.py), by page number."""
+    """The API's own listing (gateway/documents/listing.py), by page number."""
     return await documents.list_page(pool, tenant_id=tenant_id, state=state, search=search,
                                      window=paging.Window(page, PAGE_SIZE))
 

@@ -12,7 +12,8 @@ import uuid
 
 import pytest
 
-from gateway import dlq, source_access
+from gateway.operations import dlq
+from gateway.sources import access as source_access
 from shared import objectstore
 from tests.support import browser, ops, stack
 

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from gateway import source_access
+from gateway.sources import access as source_access
 from tests.integration.test_documents_search import add_document, add_failed_upload
 from tests.support import browser, s3sync
 

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from gateway import crash_guard
+from gateway.operations import crash_guard
 from shared import db
 from tests.support import ops, stack
 from tests.support.stack import wait_until

@@ -17,7 +17,9 @@ import psycopg
 import pytest
 from psycopg import errors as pg_errors
 
-from gateway import crash_guard, deactivation, sources
+from gateway.operations import crash_guard
+from gateway.sources import deactivation
+from gateway.sources import definitions as sources
 from shared import db, objectstore
 from tests.support import s3sync, stack
 from tests.support.s3sync import FaultProxy

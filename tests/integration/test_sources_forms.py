@@ -10,7 +10,7 @@ import uuid
 import httpx
 import pytest
 
-from gateway import source_access
+from gateway.sources import access as source_access
 from tests.support import s3sync, stack
 from tests.support.stack import wait_until
 

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from gateway.routes import health
+from gateway.operations import health_routes as health
 from shared import aws, queue
 from shared.settings import CommonSettings, GatewaySettings, WorkerSettings
 

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from gateway import sources
+from gateway.sources import definitions as sources
 from shared import errors
 from shared.settings import GatewaySettings
 

@@ -1,4 +1,4 @@
--- Queries of the sign-in throttle (gateway/login_throttle.py); the logic is the function
+-- Queries of the sign-in throttle (gateway/auth/login_throttle.py); the logic is the function
 -- login_attempt of migrations/0005_auth.sql.
 
 -- name: attempt

@@ -7,8 +7,10 @@ from uuid import UUID
 from litestar import Request, get, post
 from litestar.params import Parameter
 
-from gateway import auth, document_admin, documents, openapi, paging, views
+from gateway import auth, openapi, paging, views
 from gateway.context import Context
+from gateway.documents import admin as document_admin
+from gateway.documents import listing as documents
 from shared import db, errors
 
 Q = db.load_queries(Path(__file__).parents[1] / "queries.sql")

@@ -16,7 +16,7 @@ from uuid import UUID
 from shared import db, errors
 
 log = logging.getLogger(__name__)
-Q = db.load_queries(Path(__file__).with_name("document_admin.sql"))
+Q = db.load_queries(Path(__file__).with_name("admin.sql"))
 
 
 async def deactivate(pool: db.AsyncPool, *, tenant_id: UUID, doc_id: UUID) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Admin S3 sources and their syncs: a thin HTTP layer over gateway/sources.py and syncs.py."""
+"""Admin S3 sources and their syncs: a thin HTTP layer over gateway/sources/definitions.py and syncs.py."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, patch, post
 
-from gateway import auth, openapi, paging, source_access, sources, syncs
+from gateway import auth, openapi, paging
 from gateway.context import Context
+from gateway.sources import access as source_access
+from gateway.sources import definitions as sources
+from gateway.sources import syncs
 
 
 @post("/", status_code=201, responses=openapi.errors(409))

@@ -1,7 +1,7 @@
 """The gateway's periodic operations loop: dead letters into Postgres, cached queue depths,
 threshold alerts, cleanup.
 
-The dead-letter mover (gateway/dlq.py ``archive``) runs on every replica: SQS hands each
+The dead-letter mover (gateway/operations/dlq.py ``archive``) runs on every replica: SQS hands each
 message to one receiver at a time and the insert is idempotent on the message id, so replicas
 need no lock between them. It runs before the depth refresh, so the cached depth is what is
 left in SQS after the move (docs/decisions/0060).
@@ -10,7 +10,7 @@ Every replica refreshes its own depth cache (one SQS call per queue per interval
 scrape rate). The threshold check (import-runs-state-machine.md §5.2: DLQ depth, backlog) runs
 on one replica at a time under a transaction-scoped advisory lock, and the alert window in
 Postgres makes sure a second replica that checks a moment later raises nothing new. Cleanup
-takes its own lock (gateway/cleanup.py).
+takes its own lock (gateway/operations/cleanup.py).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import time
 from collections.abc import Awaitable
 from pathlib import Path
 
-from gateway import cleanup, dlq
-from gateway.metrics import DepthCache
-from gateway.syncs import SyncManager
+from gateway.operations import cleanup, dlq
+from gateway.operations.metrics import DepthCache
+from gateway.sources.syncs import SyncManager
 from shared import alerts, db
 from shared.queue import Queue
 from shared.settings import GatewaySettings

@@ -31,7 +31,7 @@ BCRYPT_ROUNDS = 12
 MAX_PASSWORD_BYTES = 72
 # Verified against when the e-mail is unknown, so both cases take the same time.
 _DUMMY_HASH = bcrypt.hashpw(b"dummy-password", bcrypt.gensalt(BCRYPT_ROUNDS))
-# The users table's queries (gateway/users.py owns them); this module reads one per request.
+# The users table's queries (gateway/auth/users.py owns them); this module reads one per request.
 Q = db.load_queries(Path(__file__).with_name("users.sql"))
 SESSION_ENDED = "Your session has ended; sign in again."
 

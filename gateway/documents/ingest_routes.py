@@ -9,8 +9,9 @@ from litestar import Request, Response, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
 
-from gateway import auth, intake, openapi, uploads
+from gateway import auth, openapi, uploads
 from gateway.context import Context
+from gateway.documents import intake
 from shared import objectstore
 
 log = logging.getLogger(__name__)

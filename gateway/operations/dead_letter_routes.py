@@ -11,9 +11,10 @@ from uuid import UUID
 
 from litestar import Request, get, post
 
-from gateway import auth, dlq, openapi, paging
+from gateway import auth, openapi, paging
 from gateway.context import Context
-from gateway.routes import admin_dlq
+from gateway.operations import dlq
+from gateway.operations import dlq_routes as admin_dlq
 
 TAGS = ["dead letters"]
 GUARDS = [auth.admin_only]

@@ -1,5 +1,5 @@
--- Queries of tenants and users (gateway/users.py, and the per-request session check of
--- gateway/auth.py). Every query an admin's request runs filters by tenant_id.
+-- Queries of tenants and users (gateway/auth/users.py, and the per-request session check of
+-- gateway/auth/__init__.py). Every query an admin's request runs filters by tenant_id.
 
 -- name: upsert_tenant
 INSERT INTO tenants (name) VALUES (%(name)s)

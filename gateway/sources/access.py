@@ -8,7 +8,7 @@ and artifact buckets (every tenant's files) and whatever else its role reaches. 
 - an operator (platform staff) may register any other bucket;
 - a tenant admin only a bucket an operator granted its tenant (``ingest sources grant``), and
   with a granted prefix only a source prefix inside that folder;
-- a source's endpoint passes gateway/endpoints.py.
+- a source's endpoint passes gateway/sources/endpoints.py.
 
 The same rules run when a source is created or changed and again before every sync, so a
 revoked grant or a removed allowlist entry stops the syncs that relied on it.
@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlparse
 from uuid import UUID
 
-from gateway import endpoints
+from gateway.sources import endpoints
 from shared import db, errors, objectstore
 from shared.settings import CommonSettings
 

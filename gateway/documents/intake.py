@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 from shared import db, errors, jobs
 
 log = logging.getLogger(__name__)
-Q = db.load_queries(Path(__file__).with_name("queries.sql"))
+Q = db.load_queries(Path(__file__).parents[1] / "queries.sql")
 
 
 @dataclass(frozen=True)

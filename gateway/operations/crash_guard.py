@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway import syncs
+from gateway.sources import syncs
 from shared import db
 from shared.settings import GatewaySettings
 
@@ -55,7 +55,7 @@ async def sweep(pool: db.AsyncPool, *, queued_ttl_s: float, running_stale_s: flo
         running = await (await conn.execute(Q["fail_abandoned_running"], windows)).fetchall()
         queued = await (await conn.execute(Q["fail_abandoned_queued"], windows)).fetchall()
         republished = await (await conn.execute(Q["republish_abandoned"], windows)).fetchall()
-        # S3 syncs of a gateway that died: their heartbeat stops (gateway/syncs.py).
+        # S3 syncs of a gateway that died: their heartbeat stops (gateway/sources/syncs.py).
         syncs_failed = await syncs.fail_stale(conn, stale_s=sync_stale_s)
     _log(queued, running, republished, syncs_failed)
     return GuardResult(ran=True, failed_queued=len(queued), failed_running=len(running),

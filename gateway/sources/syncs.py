@@ -24,7 +24,9 @@ import psycopg
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
 from psycopg.rows import dict_row
 
-from gateway import s3objects, source_access, sources, sync
+from gateway.sources import access as source_access
+from gateway.sources import definitions as sources
+from gateway.sources import s3objects, sync
 from shared import db, errors, objectstore
 from shared.settings import GatewaySettings
 

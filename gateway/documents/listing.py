@@ -14,7 +14,7 @@ from uuid import UUID
 from gateway import paging, views
 from shared import db, errors
 
-Q = db.load_queries(Path(__file__).with_name("documents.sql"))
+Q = db.load_queries(Path(__file__).with_name("listing.sql"))
 STATES = ("active", "inactive", "failed", "all")
 MAX_SEARCH_CHARS = 200
 

@@ -3,7 +3,7 @@
 Change detection has two stages. Listing metadata (ETag, size, last-modified) only decides
 whether to download: multipart ETags are not content hashes, and a copy or re-upload changes
 them without changing the bytes. The SHA-256 of the downloaded bytes decides whether a new
-version is needed: intake (gateway/intake.py, shared with uploads) skips bytes that the active
+version is needed: intake (gateway/documents/intake.py, shared with uploads) skips bytes that the active
 version or an in-flight run already has. Deactivation happens only after a complete listing,
 so a listing cut short never takes anything away. Failures of single objects are counted with
 their reason and the sync goes on.
@@ -28,8 +28,10 @@ from uuid import UUID
 from botocore.exceptions import ClientError
 from psycopg.types.json import Jsonb
 
-from gateway import deactivation, filenames, filetypes, intake, s3objects
-from gateway.sources import Source
+from gateway import filenames, filetypes
+from gateway.documents import intake
+from gateway.sources import deactivation, s3objects
+from gateway.sources.definitions import Source
 from shared import db, errors, objectstore
 
 log = logging.getLogger(__name__)

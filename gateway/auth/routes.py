@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from litestar import Request, get, post
 
-from gateway import auth, login_throttle, openapi, users
+from gateway import auth, openapi
+from gateway.auth import login_throttle, users
 from gateway.context import Context
 
 

@@ -9,7 +9,7 @@ it for a while. So only the *mover* (``archive``, run by the gateway's housekeep
 (idempotent on the SQS message id) → delete. Everything a person does reads and writes that
 table, and has no effect on SQS at all.
 
-Redrive is a database transaction: the run is reopened if it failed (gateway/reopen.py, a
+Redrive is a database transaction: the run is reopened if it failed (gateway/operations/reopen.py, a
 recorded action), its job goes back into the outbox, and the row is marked redriven. The outbox
 relay publishes the job; if SQS refuses, the job waits in the outbox and is published later.
 """
@@ -28,7 +28,7 @@ import orjson
 from botocore.exceptions import BotoCoreError, ClientError
 from psycopg.types.json import Jsonb
 
-from gateway import reopen
+from gateway.operations import reopen
 from shared import db, errors, jobs
 from shared.queue import DLQ_REASON, Queue
 

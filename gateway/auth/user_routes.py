@@ -11,7 +11,8 @@ from uuid import UUID
 
 from litestar import Request, Router, get, patch, post
 
-from gateway import auth, openapi, users
+from gateway import auth, openapi
+from gateway.auth import users
 from gateway.context import Context
 
 

@@ -6,8 +6,9 @@ from uuid import UUID
 
 from litestar import Request, post
 
-from gateway import auth, openapi, reopen
+from gateway import auth, openapi
 from gateway.context import Context
+from gateway.operations import reopen
 from shared import objectstore
 
 

@@ -4,7 +4,7 @@ A source names a bucket and prefix, optionally an endpoint and region, and inclu
 globs. It never holds credentials: the gateway reads them from its environment or role. A
 source is deleted softly (docs/decisions/0020-s3-source-deletion.md): no row is removed, its
 documents stop being served. Who may read which bucket, and where requests may go, is
-gateway/source_access.py: create and update ask it before they write.
+gateway/sources/access.py: create and update ask it before they write.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import urlparse
 from uuid import UUID
 
-from gateway import deactivation, source_access
+from gateway.sources import access as source_access
+from gateway.sources import deactivation
 from shared import db, errors
 
 Q = db.load_queries(Path(__file__).with_name("sources.sql"))
@@ -101,7 +102,7 @@ def parse(data: Any, *, partial: bool) -> dict[str, Any]:
     """Check a create (all required fields) or PATCH (only those given) body; return clean values.
 
     Only the shape: whether this tenant may read the bucket, and whether the endpoint may be
-    called, is for create/update (gateway/source_access.py).
+    called, is for create/update (gateway/sources/access.py).
     """
     if not isinstance(data, dict):
         raise errors.InvalidRequest("Send the source as a JSON object.")

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from gateway import auth, login_throttle
+from gateway import auth
+from gateway.auth import login_throttle
 from shared import db, errors
 
 Q = db.load_queries(Path(__file__).with_name("users.sql"))

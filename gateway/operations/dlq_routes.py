@@ -2,7 +2,7 @@
 
 Platform operators only: dead letters span tenants, and messages that name no tenant are
 theirs alone. Tenant admins have their own tenant's at /v1/dead-letters (routes/dead_letters.py).
-Nothing here touches SQS: the housekeeping mover fills the table (gateway/dlq.py).
+Nothing here touches SQS: the housekeeping mover fills the table (gateway/operations/dlq.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from uuid import UUID
 
 from litestar import Request, get, post
 
-from gateway import auth, dlq, openapi, paging, reopen
+from gateway import auth, openapi, paging
 from gateway.context import Context
+from gateway.operations import dlq, reopen
 from shared import db, errors
 
 TAGS = ["admin"]

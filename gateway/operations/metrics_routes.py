@@ -16,8 +16,9 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from gateway import auth, metrics, openapi
+from gateway import auth, openapi
 from gateway.context import Context
+from gateway.operations import metrics
 from shared import db, errors
 
 

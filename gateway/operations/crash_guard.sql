@@ -1,4 +1,4 @@
--- Queries of the crash guard (gateway/crash_guard.py). It never races a takeover: a run that a
+-- Queries of the crash guard (gateway/operations/crash_guard.py). It never races a takeover: a run that a
 -- worker could still take over gets its job re-published first, a bounded number of times, and
 -- is failed only when that did not help (docs/decisions/0076-crash-guard-republishes.md).
 -- Abandoned = running without a live owner (run_has_live_owner, migrations/0008), or with an
