@@ -163,7 +163,8 @@ async def export_errors(batch_id: UUID, request: Request, ctx: Context) -> Strea
 
 async def _export_rows(ctx: Context, tenant_id: UUID, batch_id: UUID,
                        with_raw: bool) -> AsyncIterator[bytes]:
-    header = ["row_number", "field", "code", "severity", "message"] + (["raw"] if with_raw else [])
+    header: list[object] = ["row_number", "field", "code", "severity", "message"]
+    header += ["raw"] if with_raw else []
     yield _csv([header])
     after: tuple[int, int] = (-1, 0)
     while True:

@@ -24,7 +24,7 @@ from tests.integration.test_upload import (
     stored_files,
     upload_root,
 )
-from tests.support import records
+from tests.support import records, stack
 from tests.support.records import upload
 from tests.support.stack import wait_until
 
@@ -396,3 +396,23 @@ def test_another_tenant_sees_none_of_a_batch(gateway, tenants, finished):
         assert client.get("/v1/imports").json()["total"] == 0
         # and an unknown id answers the same as another tenant's
         assert_error(client.get(f"/intake/batches/{uuid.uuid4()}"), 404, "not_found")
+
+
+def test_the_size_cap_is_the_import_setting_and_documents_refuse_csv(stack_env, tenants, conn,
+                                                                     out_dir):
+    # Given a gateway whose records files may be at most 1 KiB
+    gateway = stack.start_gateway({**stack_env, "IMPORT_MAX_SIZE_MB": str(1 / 1024)}, out_dir)
+    try:
+        user = tenants.user()
+        with gateway.client(user.token) as client:
+            # When a larger file is imported, Then it is 413 and leaves nothing
+            too_big = upload(client, "big.csv", records.judgments_csv(40, seed="S"))
+            fits = upload(client, "small.csv", records.judgments_csv(1, seed="S"))
+            # and a CSV is still no document
+            as_document = client.post("/v1/ingest", files={"file": ("x.csv", b"a,b\n1,2\n")})
+    finally:
+        gateway.stop()
+    assert_error(too_big, 413, "file_too_large")
+    assert fits.status_code == 202, fits.text
+    assert_error(as_document, 415, "unsupported_type")
+    assert counts(conn)["import_batches"] == 1
