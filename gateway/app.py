@@ -20,6 +20,8 @@ from gateway.auth import user_routes as users
 from gateway.context import Context, provide
 from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
+from gateway.imports import batches as import_batches
+from gateway.imports import intake as import_intake
 from gateway.imports import routes as imports
 from gateway.operations import crash_guard, housekeeping, metrics, metrics_routes
 from gateway.operations import dead_letter_routes as dead_letters
@@ -62,6 +64,9 @@ def create_app(settings: GatewaySettings) -> Litestar:
             metrics_routes.tenant_dashboard,
             *imports.ROUTES,  # records imports: contracts (docs/decisions/0080)
             *search_routes.ROUTES,  # search and cited answers (docs/decisions/0105-0109)
+            # Records imports (DESIGN.md "Records imports", docs/decisions/0090).
+            import_intake.create_import, import_batches.get_batch, import_batches.get_batch_errors,
+            import_batches.list_imports, import_batches.export_errors,
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],
