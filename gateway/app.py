@@ -15,6 +15,8 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from gateway import auth, crash_guard, errors, housekeeping, metrics, openapi, syncs
 from gateway.context import Context, provide
+from gateway.imports import batches as import_batches
+from gateway.imports import intake as import_intake
 from gateway.imports import routes as imports
 from gateway.outbox import OutboxRelay
 from gateway.routes import admin_dlq, dead_letters, documents, health, ingest, retry, runs, users
@@ -50,6 +52,9 @@ def create_app(settings: GatewaySettings) -> Litestar:
             dead_letters.list_own, dead_letters.show_own, dead_letters.redrive_own,
             metrics_routes.tenant_dashboard,
             *imports.ROUTES,  # records imports: contracts (docs/decisions/0080)
+            # Records imports (DESIGN.md "Records imports", docs/decisions/0090).
+            import_intake.create_import, import_batches.get_batch, import_batches.get_batch_errors,
+            import_batches.list_imports, import_batches.export_errors,
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],

@@ -78,6 +78,11 @@ class GatewaySettings(CommonSettings):
     upload_max_size_mb: float = 50
     allowed_types: tuple[str, ...] = ("pdf", "docx", "html", "txt", "md")
 
+    # Records imports (gateway/imports/, docs/decisions/0090): the size cap of one records file
+    # and the types POST /v1/imports accepts.
+    import_max_size_mb: float = Field(default=200, gt=0)
+    import_types: tuple[str, ...] = ("csv", "jsonl")
+
     outbox_poll_s: float = 2.0
     outbox_max_backoff_s: float = 60.0
 
