@@ -47,7 +47,7 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
     alerter = alerts.Alerter.from_settings(settings, "worker")
     worker_metrics.serve(settings.worker_metrics_port, settings.worker_metrics_addr, alerter)
     handler = IngestHandler(settings, pipeline, alerter,  # type: ignore[arg-type]
-                            records=RecordsPipeline(settings, pool, s3))
+                            records=RecordsPipeline(settings, s3))
     consumer = Consumer(
         jobs_queue, handler,
         slots=settings.worker_max_concurrent_jobs, wait_s=settings.sqs_wait_time_s,

@@ -40,9 +40,8 @@ def tenant_key(tenant_id: UUID) -> int:
 
 
 class RecordsPipeline:
-    def __init__(self, settings: WorkerSettings, pool: db.Pool, s3: Any) -> None:
+    def __init__(self, settings: WorkerSettings, s3: Any) -> None:
         self.settings = settings
-        self.pool = pool
         self.s3 = s3
         self.worker_id = settings.worker_id or WORKER_ID
 
@@ -65,7 +64,7 @@ class RecordsPipeline:
         started = time.monotonic()
         stats: dict[str, Any] = {"batch_id": str(job.batch_id), "file_hash": job.file_hash,
                                  "worker_id": self.worker_id, "contract": contract.name}
-        with self.pool.connection() as conn:
+        with self._connect() as conn:
             batch = conn.execute(Q["batch"], target.keys).fetchone()
             if batch is None:
                 raise BatchRejected(f"batch {job.batch_id} does not exist in this tenant.",
@@ -137,6 +136,11 @@ class RecordsPipeline:
         db_ms = round((db_s + time.monotonic() - staged_at) * 1000)
         return counts, parse_ms, db_ms
 
+    def _connect(self) -> psycopg.Connection:
+        """A connection of this job's own, in autocommit: each ``transaction()`` block is a
+        real commit (a chunk, a step), never a savepoint of one long transaction."""
+        return db.connect(self.settings.database_url, autocommit=True, connect_timeout=5)
+
     def _upload(self, job: jobs.RecordsJob) -> str:
         try:
             return objectstore.confine_upload(job.upload_uri,
@@ -163,7 +167,7 @@ class RecordsPipeline:
         persisted (then the message is not deleted)."""
         lease.stop_heartbeat()
         target = stage.Target(job.batch_id, job.tenant_id, job.run_id, lease.fence)
-        with self.pool.connection() as conn:
+        with self._connect() as conn:
             if not promote.fail(conn, target, reason, stage_name, stats, issues):
                 log.warning("the run is no longer ours; its failure was not recorded",
                             extra={"batch_id": str(job.batch_id)})
