@@ -179,6 +179,10 @@ def run(root: Path, pg: EmbeddedPostgres, moto: MotoServer, sizes: list[int]) ->
                 path.write_bytes(data)
                 bare_s, valid = bare(url, bare_tenant, path)
                 product_s, row = product(gateway, conn, token, data, path.name)
+                if row["status"] != "completed":
+                    print(f"{rows:>10,} product import {row['status']}: {row['rejection_reason']}")
+                    print(worker.logs()[-3000:])
+                    continue
                 print(f"{rows:>10,} {bare_s:>8.2f} {product_s:>10.2f} {product_s / bare_s:>6.2f} "
                       f"{row['parse_duration_ms']:>9} {row['db_duration_ms']:>7} "
                       f"{row['rows_inserted']:>9,} {row['rows_invalid']:>8,} {row['status']}"

@@ -44,6 +44,9 @@ class Chunk:
     rows: list[tuple[int, str | None, str]] = field(default_factory=list)
     issues: list[tuple[int, str | None, str, str, str, str | None]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.last = max(self.last, self.previous)  # an empty chunk ends where it starts
+
     def add(self, result: contracts.RowResult, key: str | None, raw: Mapping[str, Any]) -> None:
         self.last = result.row
         problems = result.errors + result.warnings
