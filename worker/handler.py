@@ -127,6 +127,7 @@ class IngestHandler:
     def _run(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
              claim: runs.ClaimResult, abort: Any) -> Outcome:
         started = time.monotonic()
+        result: Any
         lease.start_heartbeat()
         log.info("job started", extra={"claim": claim.claim.value})
         if claim.claim is runs.Claim.TAKEN_OVER:

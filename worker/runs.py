@@ -71,7 +71,8 @@ def lock_key(run_id: UUID) -> int:
 
 
 class RunLease:
-    def __init__(self, database_url: str, job: jobs.IngestJob, *, stale_after_s: float,
+    def __init__(self, database_url: str, job: jobs.IngestJob | jobs.RecordsJob, *,
+                 stale_after_s: float,
                  heartbeat_s: float) -> None:
         self.job = job
         self.keys = {"run_id": job.run_id, "tenant_id": job.tenant_id}

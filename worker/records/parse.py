@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -87,7 +87,7 @@ class Reader:
         self.file_format = file_format
         self.size = max(1, path.stat().st_size)
         self.encoding = detect_encoding(path)
-        self._fh: IO[str] = open(path, encoding=self.encoding, newline="")  # noqa: SIM115
+        self._fh: TextIO = open(path, encoding=self.encoding, newline="")  # noqa: SIM115
         self.parsed: ParsedFile | None = None
 
     def close(self) -> None:
@@ -102,7 +102,7 @@ class Reader:
     def position(self) -> float:
         """How far through the file, 0..1, for progress (bytes of the underlying file)."""
         try:
-            return min(1.0, self._fh.buffer.tell() / self.size)
+            return min(1.0, self._fh.buffer.tell() / self.size)  # type: ignore[attr-defined]
         except (OSError, ValueError):
             return 0.0
 

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import psycopg
-
 from shared import contracts, db, jobs, objectstore
 from shared.settings import WorkerSettings
 from worker import runs
@@ -99,7 +97,7 @@ class RecordsPipeline:
         self._remove_upload(job)
         return RecordsResult(stats)
 
-    def _stage(self, conn: psycopg.Connection, job: jobs.RecordsJob,
+    def _stage(self, conn: db.Conn, job: jobs.RecordsJob,
                contract: contracts.Contract, target: stage.Target, batch: dict[str, Any],
                check: _Check) -> tuple[promote.Counts, int, int]:
         started, db_s = time.monotonic(), 0.0
@@ -136,7 +134,7 @@ class RecordsPipeline:
         db_ms = round((db_s + time.monotonic() - staged_at) * 1000)
         return counts, parse_ms, db_ms
 
-    def _connect(self) -> psycopg.Connection:
+    def _connect(self) -> db.Conn:
         """A connection of this job's own, in autocommit: each ``transaction()`` block is a
         real commit (a chunk, a step), never a savepoint of one long transaction."""
         return db.connect(self.settings.database_url, autocommit=True, connect_timeout=5)

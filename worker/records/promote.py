@@ -15,7 +15,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from shared import contracts, db
@@ -39,13 +38,13 @@ class Counts:
     duplicate: int
 
 
-def finish_staging(conn: psycopg.Connection, target: Target, contract: contracts.Contract,
+def finish_staging(conn: db.Conn, target: Target, contract: contracts.Contract,
                    total: int, parse_ms: int) -> Counts:
     """processing → staging_complete with the file's counts, and the within-file duplicates
     recorded as warnings, in one transaction (so a takeover never records them twice)."""
     dup_query = "judgment_duplicates" if contract.name == "judgments" else "plaintiff_duplicates"
     with conn.transaction():
-        invalid = conn.execute(Q["count_invalid"], target.keys).fetchone()["invalid"]
+        invalid = _one(conn.execute(Q["count_invalid"], target.keys).fetchone())["invalid"]
         duplicate = conn.execute(Q[dup_query], {
             **target.keys, "code": contract.duplicate.code,
             "message": contract.duplicate.message}).rowcount
@@ -67,7 +66,7 @@ def check_budget(counts: Counts, threshold: Decimal, force_partial: bool) -> Non
         raise BatchRejected(reason, stage="budget", code=BUDGET_CODE)
 
 
-def promote(conn: psycopg.Connection, target: Target, contract: contracts.Contract,
+def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
             batch: dict[str, Any], counts: Counts, *, stats: dict[str, Any], db_ms_before: int,
             hold: Callable[[], None]) -> dict[str, int]:
     """staging_complete → promoting → completed | partial, the writes and the run's success
@@ -78,9 +77,9 @@ def promote(conn: psycopg.Connection, target: Target, contract: contracts.Contra
     with conn.transaction():
         conn.execute(Q["start_promoting"], target.keys)
         if contract.name == "judgments":
-            written = conn.execute(Q["upsert_judgments"], params).fetchone()
+            written = _one(conn.execute(Q["upsert_judgments"], params).fetchone())
         else:
-            written = conn.execute(Q["upsert_plaintiffs"], params).fetchone()
+            written = _one(conn.execute(Q["upsert_plaintiffs"], params).fetchone())
             conn.execute(Q["link_plaintiffs"], params)
             conn.execute(Q["unlinked_plaintiffs"], {
                 **params, "code": PLAINTIFF_JUDGMENT_NOT_FOUND.code,
@@ -102,7 +101,7 @@ def promote(conn: psycopg.Connection, target: Target, contract: contracts.Contra
     return {**result, "partial": int(status == "partial")}
 
 
-def fail(conn: psycopg.Connection, target: Target, reason: str, stage: str,
+def fail(conn: db.Conn, target: Target, reason: str, stage: str,
          stats: dict[str, Any], issues: list[contracts.Issue]) -> bool:
     """The batch and its run failed, with the reason and the file-level issues, in one
     transaction; False (nothing written) when the run is no longer ours."""
@@ -114,7 +113,7 @@ def fail(conn: psycopg.Connection, target: Target, reason: str, stage: str,
     return True
 
 
-def _fail(conn: psycopg.Connection, target: Target, reason: str, stage: str,
+def _fail(conn: db.Conn, target: Target, reason: str, stage: str,
           stats: dict[str, Any], issues: list[contracts.Issue]) -> None:
     if issues:
         with conn.cursor().copy("COPY import_row_errors (tenant_id, batch_id, row_number, "
@@ -128,6 +127,11 @@ def _fail(conn: psycopg.Connection, target: Target, reason: str, stage: str,
         "error": reason, "stats": Jsonb(stats), "stage": stage}).fetchone()
     if done is None:
         raise _NotOurs  # rolls the batch back too: whoever owns the run decides
+
+
+def _one(row: dict[str, Any] | None) -> dict[str, Any]:
+    assert row is not None, "an aggregate query returns one row"
+    return row
 
 
 class _NotOurs(Exception):

@@ -16,7 +16,6 @@ from typing import Any
 from uuid import UUID
 
 import orjson
-import psycopg
 
 from shared import contracts, db
 from worker import runs
@@ -78,7 +77,7 @@ class Target:
         return {"batch_id": self.batch_id, "tenant_id": self.tenant_id}
 
 
-def resume_point(conn: psycopg.Connection, target: Target, last_staged_row: int) -> int:
+def resume_point(conn: db.Conn, target: Target, last_staged_row: int) -> int:
     """Where staging continues: after last_staged_row if the stage accounts for every row up
     to it, else from the start. Anything past the point is removed first."""
     if last_staged_row:
@@ -94,7 +93,7 @@ def resume_point(conn: psycopg.Connection, target: Target, last_staged_row: int)
     return last_staged_row
 
 
-def write(conn: psycopg.Connection, target: Target, chunk: Chunk) -> None:
+def write(conn: db.Conn, target: Target, chunk: Chunk) -> None:
     """COPY the chunk's rows and issues and move the counter, in one transaction; raise
     LeaseLost (and so roll back) if the batch or the run is no longer ours to stage."""
     with conn.transaction(), conn.cursor() as cur:
