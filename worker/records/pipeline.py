@@ -228,8 +228,9 @@ def _hold_before_fail(pause: tuple[str, Path] | None) -> None:
     """Test-only (WORKER_PAUSE_AT_STAGE = fail): wait here, right before the failure is
     written, while the pause file exists. No lease check: the failure is being written because
     the job is over, and a fault test cuts the database exactly here."""
-    if pause is None or pause[0] != "fail":
+    if pause is None or pause[0] != "fail" or not pause[1].exists():
         return
+    log.info("held at the test pause point", extra={"stage": "fail"})
     while pause[1].exists():
         time.sleep(0.05)
 
