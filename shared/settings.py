@@ -197,11 +197,12 @@ class WorkerSettings(CommonSettings):
     extract_timeout_s: float = Field(default=120.0, gt=0)
     extract_memory_mb: int = Field(default=1024, ge=64)
     # Test-only pause point: with both set, a job entering this stage waits while the file
-    # exists, so fault tests hold a job in flight deterministically. Empty = off.
+    # exists, so fault tests hold a job in flight deterministically. Empty = off. Records
+    # stages: parse (after a chunk), promote (inside its transaction), fail (before it is written).
     worker_pause_at_stage: str = ""
     worker_pause_file: str = ""
     # Records imports (docs/decisions/0097): at most this many imports of one tenant parse or
-    # promote at once across all workers; another waits, its message back after this long.
+    # promote at once across all workers; another waits in the outbox (not the queue) this long.
     records_tenant_slots: int = Field(default=3, ge=1, le=100)
     records_slot_wait_s: int = Field(default=30, ge=1)
 

@@ -102,13 +102,46 @@ class IngestHandler:
 
     def _with_lease(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
                     abort: Any) -> Outcome:
+        if not isinstance(job, jobs.RecordsJob) or self.records is None:
+            return self._claim(lease, job, abort)
         try:
-            if (isinstance(job, jobs.RecordsJob) and self.records is not None
-                    and not self.records.take_slot(lease, job.tenant_id)):
-                # The tenant has its imports running: wait, never fail (docs/decisions/0097).
-                log.info("tenant at its concurrent import limit; the job waits",
-                         extra={"batch_id": str(job.batch_id)})
-                return Leave("tenant at its import limit", self.settings.records_slot_wait_s)
+            slot = self.records.take_slot(lease, job.tenant_id)
+        except psycopg.Error as exc:
+            log.error("could not take a tenant slot; leaving the message",
+                      extra={"error": str(exc)})
+            return Leave("database error while taking a slot")
+        if slot is None:
+            return self._wait_for_slot(lease, job)
+        try:
+            return self._claim(lease, job, abort)
+        finally:
+            self.records.release_slot(lease, job.tenant_id, slot)
+
+    def _wait_for_slot(self, lease: runs.RunLease, job: jobs.RecordsJob) -> Outcome:
+        """The tenant has its imports running: wait, never fail (docs/decisions/0097). The job
+        goes back to the outbox and this message is deleted, so a wait is never a receive that
+        counts toward the DLQ; the relay publishes a fresh message when the wait is over."""
+        assert self.records is not None
+        try:
+            status = self.records.hand_back(lease, job)
+        except psycopg.Error as exc:
+            log.error("could not hand the job back to the outbox; leaving the message",
+                      extra={"error": str(exc)})
+            return Leave("database error while handing back", self.settings.records_slot_wait_s)
+        if status is None:
+            return DeadLetter(f"run {job.run_id} does not exist in tenant {job.tenant_id}.")
+        if status not in ("queued", "running"):
+            log.info("duplicate delivery of a finished run; deleting it",
+                     extra={"status": status, "reason": "duplicate_completed"})
+            return Ack(f"run already {status}")
+        log.info("tenant at its concurrent import limit; the job waits in the outbox",
+                 extra={"batch_id": str(job.batch_id),
+                        "wait_s": self.settings.records_slot_wait_s})
+        return Ack("handed back to the outbox to wait for a slot")
+
+    def _claim(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
+               abort: Any) -> Outcome:
+        try:
             claim = lease.claim()
         except psycopg.Error as exc:
             log.error("could not claim the run; leaving the message", extra={"error": str(exc)})

@@ -32,3 +32,5 @@ BATCH_EXTRA_COLUMN = EXTRA_COLUMN.code
 # A natural key repeated within one file: a warning, and the row counts as duplicate.
 JUDGMENT_DUPLICATE = "JUDGMENT_DUPLICATE"
 PLAINTIFF_DUPLICATE = "PLAINTIFF_DUPLICATE"
+# Found at promotion (shared/contracts/plaintiffs.py CASE_NUMBER_NOT_FOUND holds its message).
+PLAINTIFF_CASE_NUMBER_NOT_FOUND = "PLAINTIFF_CASE_NUMBER_NOT_FOUND"

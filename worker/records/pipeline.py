@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import psycopg
+
 from shared import contracts, db, jobs, objectstore
 from shared.settings import WorkerSettings
 from worker import runs
@@ -25,6 +27,8 @@ from worker.records.parse import BatchRejected
 log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("records.sql"))
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+# The outbox's note on a job handed back for want of a slot; also how wake_waiting finds it.
+WAITING = "waiting for a free import slot of the tenant"
 
 
 @dataclass(frozen=True)
@@ -44,14 +48,36 @@ class RecordsPipeline:
         self.worker_id = settings.worker_id or WORKER_ID
 
     # ── the tenant's slots (docs/decisions/0097) ─────────────────────────────────────────
-    def take_slot(self, lease: runs.RunLease, tenant_id: UUID) -> bool:
-        """Hold one of the tenant's slots on the lease's session (released with it)."""
+    def take_slot(self, lease: runs.RunLease, tenant_id: UUID) -> int | None:
+        """Hold one of the tenant's slots on the lease's session (released with it, or by
+        ``release_slot``); the slot's number, or None when all are taken."""
         key = tenant_key(tenant_id)
         for slot in range(self.settings.records_tenant_slots):
             row = lease.conn.execute(Q["tenant_slot"], {"tenant_key": key, "slot": slot}).fetchone()
             if row and row["locked"]:
-                return True
-        return False
+                return slot
+        return None
+
+    def release_slot(self, lease: runs.RunLease, tenant_id: UUID, slot: int) -> None:
+        """Give the slot back now and make the tenant's longest-waiting job due. Best effort:
+        if the database is away the slot goes with the lease's session anyway, and a waiting
+        job comes back at the end of its wait."""
+        try:
+            lease.conn.execute(Q["release_slot"], {"tenant_key": tenant_key(tenant_id),
+                                                   "slot": slot})
+            lease.conn.execute(Q["wake_waiting"], {"tenant_id": tenant_id, "why": WAITING})
+        except psycopg.Error as exc:
+            log.warning("could not release the tenant slot early; it goes with the session",
+                        extra={"error": type(exc).__name__})
+
+    def hand_back(self, lease: runs.RunLease, job: jobs.RecordsJob) -> str | None:
+        """No slot: put the job back in the outbox, due after RECORDS_SLOT_WAIT_S. Returns the
+        run's status (None: no such run); the job was handed back iff it is queued or running.
+        Raises psycopg.Error when that cannot be written (then the message stays)."""
+        row = lease.conn.execute(Q["hand_back_job"], {
+            "run_id": job.run_id, "tenant_id": job.tenant_id, "payload": jobs.encode(job),
+            "wait_s": self.settings.records_slot_wait_s, "why": WAITING}).fetchone()
+        return None if row is None else str(row["status"])
 
     # ── the job ───────────────────────────────────────────────────────────────────────────
     def run(self, job: jobs.RecordsJob, lease: runs.RunLease,
@@ -165,6 +191,7 @@ class RecordsPipeline:
         persisted (then the message is not deleted)."""
         lease.stop_heartbeat()
         target = stage.Target(job.batch_id, job.tenant_id, job.run_id, lease.fence)
+        _hold_before_fail(self._pause_point())
         with self._connect() as conn:
             if not promote.fail(conn, target, reason, stage_name, stats, issues):
                 log.warning("the run is no longer ours; its failure was not recorded",
@@ -195,6 +222,17 @@ class _Check:
         while self.pause[1].exists():
             self()
             time.sleep(0.05)
+
+
+def _hold_before_fail(pause: tuple[str, Path] | None) -> None:
+    """Test-only (WORKER_PAUSE_AT_STAGE = fail): wait here, right before the failure is
+    written, while the pause file exists. No lease check: the failure is being written because
+    the job is over, and a fault test cuts the database exactly here."""
+    if pause is None or pause[0] != "fail" or not pause[1].exists():
+        return
+    log.info("held at the test pause point", extra={"stage": "fail"})
+    while pause[1].exists():
+        time.sleep(0.05)
 
 
 def _timed(fn: Any, *args: Any) -> float:

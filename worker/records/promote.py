@@ -18,16 +18,16 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from shared import contracts, db
+from shared.contracts import plaintiffs
 from worker import runs
 from worker.records.parse import BatchRejected
 from worker.records.stage import Target
 
 Q = db.load_queries(Path(__file__).with_name("records.sql"))
 
-# A plaintiff whose case number names no judgment of the tenant (docs/decisions/0096).
-PLAINTIFF_JUDGMENT_NOT_FOUND = contracts.Rule(
-    "PLAINTIFF_CASE_NUMBER_NOT_FOUND", contracts.Severity.WARNING,
-    "No judgment of this tenant has the case number; the plaintiff was kept without a link.")
+# A plaintiff whose case number names no judgment of the tenant (docs/decisions/0096): a rule
+# of the published contract, so GET /v1/contracts/plaintiffs lists what this writes.
+PLAINTIFF_JUDGMENT_NOT_FOUND = plaintiffs.CASE_NUMBER_NOT_FOUND
 BUDGET_CODE = "BATCH_ERROR_BUDGET_EXCEEDED"
 
 

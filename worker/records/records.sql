@@ -12,6 +12,38 @@ SELECT pg_try_advisory_lock(%(tenant_key)s::int, %(slot)s::int) AS locked;
 -- name: release_slot
 SELECT pg_advisory_unlock(%(tenant_key)s::int, %(slot)s::int) AS released;
 
+-- name: hand_back_job
+-- No slot free: the job goes back to the outbox, to be published again after the wait as a
+-- fresh message (a fresh SQS receive count), so waiting never walks a job into the DLQ
+-- (docs/decisions/0097). One statement, so one transaction; the caller deletes the message
+-- only after it committed. Only a run that can still run is handed back; the run's status is
+-- returned either way (no row: no such run). The outbox row is the intake's (its payload
+-- stays); a job that came some other way gets one from the message. Copies collapse: a run
+-- has one outbox row, however many of its messages wait.
+WITH run AS (
+    SELECT run_id, tenant_id, status FROM ingestion_runs
+    WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s
+), handed AS (
+    INSERT INTO job_outbox AS o (run_id, tenant_id, payload, next_attempt_at, last_error)
+    SELECT run_id, tenant_id, %(payload)s::jsonb, now() + make_interval(secs => %(wait_s)s),
+           %(why)s
+    FROM run WHERE status IN ('queued', 'running')
+    ON CONFLICT (run_id) DO UPDATE
+    SET published_at = NULL, next_attempt_at = EXCLUDED.next_attempt_at,
+        last_error = EXCLUDED.last_error
+    RETURNING o.run_id
+)
+SELECT run.status, EXISTS (SELECT 1 FROM handed) AS handed_back FROM run;
+
+-- name: wake_waiting
+-- A slot of the tenant was just released: its longest-waiting handed-back job is due now
+-- rather than at the end of its wait. One, not all: the others would only find the slot taken.
+UPDATE job_outbox SET next_attempt_at = now()
+WHERE run_id = (SELECT run_id FROM job_outbox
+                WHERE tenant_id = %(tenant_id)s AND published_at IS NULL
+                  AND last_error = %(why)s AND next_attempt_at > now()
+                ORDER BY created_at LIMIT 1);
+
 -- name: batch
 SELECT status, last_staged_row, error_threshold_percent, force_partial, rows_total,
        rows_invalid, rows_duplicate, parse_duration_ms, file_hash, source, source_reference
