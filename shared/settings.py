@@ -200,6 +200,10 @@ class WorkerSettings(CommonSettings):
     # exists, so fault tests hold a job in flight deterministically. Empty = off.
     worker_pause_at_stage: str = ""
     worker_pause_file: str = ""
+    # Records imports (docs/decisions/0097): at most this many imports of one tenant parse or
+    # promote at once across all workers; another waits, its message back after this long.
+    records_tenant_slots: int = Field(default=3, ge=1, le=100)
+    records_slot_wait_s: int = Field(default=30, ge=1)
 
     chunk_target_tokens: int = 200
     chunk_max_tokens: int = 254

@@ -22,6 +22,8 @@ from worker import metrics as worker_metrics
 from worker import runs
 from worker.pipeline import index
 from worker.pipeline.runner import Pipeline
+from worker.records.parse import BatchRejected
+from worker.records.pipeline import RecordsPipeline
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,12 @@ log = logging.getLogger(__name__)
 
 class IngestHandler:
     def __init__(self, settings: WorkerSettings, pipeline: Pipeline,
-                 alerter: alerts.Alerter | None = None) -> None:
+                 alerter: alerts.Alerter | None = None,
+                 records: RecordsPipeline | None = None) -> None:
         self.settings = settings
         self.pipeline = pipeline
+        # Records jobs (DESIGN.md "Records imports"): same lease, heartbeat and ACK rule.
+        self.records = records
         # Terminal failures and stale takeovers raise alerts (import-runs-state-machine.md §5.2);
         # sending is queued, so a webhook never slows a job down.
         self.alerts = alerter or alerts.Alerter([], window_s=600)
@@ -66,14 +71,18 @@ class IngestHandler:
 
     def __call__(self, body: str, *, abort: Any = None) -> Outcome:
         try:
-            job = jobs.decode(body)
+            job = jobs.parse(body)
+            if isinstance(job, jobs.RecordsJob) and self.records is None:
+                raise jobs.InvalidJob("this worker runs no records pipeline.")
         except jobs.InvalidJob as exc:
             log.error("invalid job message", extra={"reason": exc.detail})
             return DeadLetter(exc.detail)
-        with applog.context(run_id=job.run_id, tenant_id=job.tenant_id, doc_id=job.doc_id):
+        subject = ({"batch_id": job.batch_id} if isinstance(job, jobs.RecordsJob)
+                   else {"doc_id": job.doc_id})
+        with applog.context(run_id=job.run_id, tenant_id=job.tenant_id, **subject):
             return self._handle(job, abort)
 
-    def _handle(self, job: jobs.IngestJob, abort: Any) -> Outcome:
+    def _handle(self, job: jobs.IngestJob | jobs.RecordsJob, abort: Any) -> Outcome:
         try:
             lease = runs.RunLease(self.settings.database_url, job,
                                   stale_after_s=self.settings.running_stale_after_s,
@@ -91,8 +100,15 @@ class IngestHandler:
                 self._leases.discard(lease)
             lease.close()
 
-    def _with_lease(self, lease: runs.RunLease, job: jobs.IngestJob, abort: Any) -> Outcome:
+    def _with_lease(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
+                    abort: Any) -> Outcome:
         try:
+            if (isinstance(job, jobs.RecordsJob) and self.records is not None
+                    and not self.records.take_slot(lease, job.tenant_id)):
+                # The tenant has its imports running: wait, never fail (docs/decisions/0097).
+                log.info("tenant at its concurrent import limit; the job waits",
+                         extra={"batch_id": str(job.batch_id)})
+                return Leave("tenant at its import limit", self.settings.records_slot_wait_s)
             claim = lease.claim()
         except psycopg.Error as exc:
             log.error("could not claim the run; leaving the message", extra={"error": str(exc)})
@@ -109,9 +125,10 @@ class IngestHandler:
             return Leave("run held by another worker", claim.retry_after_s)
         return self._run(lease, job, claim, abort)
 
-    def _run(self, lease: runs.RunLease, job: jobs.IngestJob, claim: runs.ClaimResult,
-             abort: Any) -> Outcome:
+    def _run(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
+             claim: runs.ClaimResult, abort: Any) -> Outcome:
         started = time.monotonic()
+        result: Any
         lease.start_heartbeat()
         log.info("job started", extra={"claim": claim.claim.value})
         if claim.claim is runs.Claim.TAKEN_OVER:
@@ -120,7 +137,11 @@ class IngestHandler:
                                                    claim.takeover_count))
         try:
             with worker_metrics.IN_FLIGHT.track_inprogress():
-                result = self.pipeline.run(job, lease, abort=abort)
+                if isinstance(job, jobs.RecordsJob):
+                    assert self.records is not None  # checked on receipt
+                    result = self.records.run(job, lease, abort=abort)
+                else:
+                    result = self.pipeline.run(job, lease, abort=abort)
         except (runs.LeaseLost, runs.Aborted) as exc:
             # Someone else may own the run now (or we are shutting down): touch nothing.
             log.warning("job stopped before finishing; the run will be taken over",
@@ -133,7 +154,7 @@ class IngestHandler:
             return Ack("run no longer running")
         except errors.BadDocument as exc:
             return self._fail(lease, job, exc.detail, exc.stage, started, claim,
-                              code=exc.code)
+                              code=exc.code, exc=exc)
         except Exception as exc:
             if _is_infrastructure(exc):
                 log.error("infrastructure failure; leaving the message for redelivery",
@@ -149,11 +170,17 @@ class IngestHandler:
         _log_complete(job, "succeeded", result.stats, claim)
         return Ack("succeeded")
 
-    def _fail(self, lease: runs.RunLease, job: jobs.IngestJob, reason: str, stage: str,
-              started: float, claim: runs.ClaimResult, *, code: str) -> Outcome:
+    def _fail(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob, reason: str,
+              stage: str, started: float, claim: runs.ClaimResult, *, code: str,
+              exc: BaseException | None = None) -> Outcome:
         stats = {"stage": stage, "duration_ms": round((time.monotonic() - started) * 1000)}
         try:
-            lease.fail(reason, stats, code)
+            if isinstance(job, jobs.RecordsJob) and self.records is not None:
+                # Batch and run fail together, with the file-level issues beside them.
+                issues = exc.issues if isinstance(exc, BatchRejected) else []
+                self.records.fail(lease, job, reason, stage, stats, issues)
+            else:
+                lease.fail(reason, stats, code)
         except psycopg.Error as exc:
             # Not durable, so not deleted: SQS redelivers, and after maxReceiveCount the DLQ.
             log.error("could not persist the failure; leaving the message",
@@ -170,11 +197,13 @@ def _is_infrastructure(exc: BaseException) -> bool:
     return retry.is_transient(exc) or isinstance(exc, psycopg.OperationalError | MemoryError)
 
 
-def _log_complete(job: jobs.IngestJob, status: str, stats: dict[str, Any],
+def _log_complete(job: jobs.IngestJob | jobs.RecordsJob, status: str, stats: dict[str, Any],
                   claim: runs.ClaimResult) -> None:
+    subject = ({"batch_id": str(job.batch_id), "file_hash": job.file_hash}
+               if isinstance(job, jobs.RecordsJob) else {"doc_id": str(job.doc_id)})
     log.info("ingest_job_complete", extra={
         "status": status, "run_id": str(job.run_id), "tenant_id": str(job.tenant_id),
-        "doc_id": str(job.doc_id), "claim": claim.claim.value,
+        **subject, "claim": claim.claim.value,
         "queue_wait_ms": round(claim.queue_wait_s * 1000) if claim.queue_wait_s else None,
         **{k: v for k, v in stats.items() if k != "error"},
         **({"error": stats["error"]} if "error" in stats else {}),
