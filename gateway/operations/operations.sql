@@ -13,7 +13,7 @@ FOR UPDATE OF d;
 
 -- name: lock_run
 -- FOR UPDATE: a retry and a redrive of one run at the same moment reopen it once.
-SELECT run_id, tenant_id, doc_id, status, error, initiated_by, config, stats
+SELECT run_id, tenant_id, doc_id, batch_id, status, error, initiated_by, config, stats
 FROM ingestion_runs
 WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 FOR UPDATE;
@@ -30,6 +30,28 @@ SET status = 'queued', queued_at = now(), updated_at = now(), error = NULL, erro
     stage = NULL,
     progress = 0, stats = '{}', started_at = NULL, finished_at = NULL
 WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND status = 'failed';
+
+-- name: allow_reopen_batch
+-- The batch trigger (migrations/0009) lets failed → pending through only for the batch this
+-- transaction names, like the run's reopen above.
+SELECT set_config('ingest.reopen_batch', %(batch_id)s, true);
+
+-- name: reopen_batch
+-- A records run's batch reopens with it (docs/decisions/0128): back to pending, and started
+-- over from row 1 — its staged rows, row errors and counts would otherwise be counted twice
+-- (the within-file duplicates are recorded again at staging_complete). The failure it had is
+-- kept in run_actions.details.
+WITH cleared_rows AS (
+    DELETE FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+), cleared_errors AS (
+    DELETE FROM import_row_errors WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+)
+UPDATE import_batches
+SET status = 'pending', rejection_reason = NULL, completed_at = NULL, started_at = NULL,
+    updated_at = now(), last_staged_row = 0, rows_total = 0, rows_valid = 0, rows_invalid = 0,
+    rows_duplicate = 0, rows_inserted = 0, rows_updated = 0, rows_unchanged = 0,
+    parse_duration_ms = NULL, db_duration_ms = NULL
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'failed';
 
 -- name: queue_attempt
 -- A retry or redrive is an attempt of its own, waiting from now (migrations/0011, ADR 0100):
