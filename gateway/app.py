@@ -22,6 +22,7 @@ from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
 from gateway.imports import batches as import_batches
 from gateway.imports import intake as import_intake
+from gateway.imports import ops as import_ops
 from gateway.imports import routes as imports
 from gateway.operations import crash_guard, housekeeping, metrics, metrics_routes
 from gateway.operations import dead_letter_routes as dead_letters
@@ -67,6 +68,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             # Records imports (DESIGN.md "Records imports", docs/decisions/0090).
             import_intake.create_import, import_batches.get_batch, import_batches.get_batch_errors,
             import_batches.list_imports, import_batches.export_errors,
+            *import_ops.ROUTES,  # imports ops views (docs/decisions/0129)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],

@@ -55,6 +55,10 @@ class CommonSettings(BaseSettings):
     upload_failed_ttl_days: float = Field(default=7.0, gt=0)
     # Artifacts of deactivated versions are removed this long after deactivation; < 0 keeps them.
     artifact_retention_days: float = 30.0
+    # Records imports (docs/decisions/0130): staged rows of finished batches and row errors are
+    # removed this many days after the batch finished / the error was written.
+    import_staged_retention_days: float = Field(default=7.0, gt=0)
+    import_errors_retention_days: float = Field(default=90.0, gt=0)
 
     @property
     def alert_urls(self) -> list[str]:
@@ -112,6 +116,8 @@ class GatewaySettings(CommonSettings):
     housekeeping_interval_s: float = Field(default=30.0, gt=0)
     alert_dlq_depth: int = 5
     alert_backlog: int = 100
+    # More import batches than this failed within the last hour raise one alert (0130).
+    alert_imports_failed_1h: int = Field(default=3, ge=0)
     # A running run without a heartbeat for this long counts as stale in the metrics.
     metrics_stale_after_s: float = 300.0
     # Cleanup pass every this many seconds, one replica at a time; 0 = only `ingest cleanup`.
