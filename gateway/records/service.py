@@ -11,6 +11,7 @@ docs/decisions/0121 says.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -211,3 +212,31 @@ def pair(row: dict[str, Any]) -> dict[str, Any]:
 
 def _iso(at: datetime | None) -> str | None:
     return at.astimezone(UTC).isoformat().replace("+00:00", "Z") if at else None
+
+
+# ── the web pages' forms ────────────────────────────────────────────────────────────────────
+# A form sends every field, empty ones as "": empty means absent; anything else must parse.
+def _form(params: Mapping[str, str], name: str, parse: Callable[[str], Any]) -> Any:
+    text = clean_text(params.get(name))
+    if text is None:
+        return None
+    try:
+        return parse(text)
+    except (ValueError, ArithmeticError):
+        raise InvalidFilter(f"{name} could not be read; correct it and search again.") from None
+
+
+def judgment_form(params: Mapping[str, str]) -> JudgmentFilters:
+    return JudgmentFilters(
+        clean_text(params.get("q")), clean_text(params.get("case_number")),
+        clean_text(params.get("county")), clean_text(params.get("court")),
+        _form(params, "filed_from", date.fromisoformat), _form(params, "filed_to", date.fromisoformat),
+        _form(params, "amount_min", Decimal), _form(params, "amount_max", Decimal),
+        _form(params, "batch_id", UUID)).check()
+
+
+def plaintiff_form(params: Mapping[str, str]) -> PlaintiffFilters:
+    return PlaintiffFilters(
+        clean_text(params.get("q")), clean_text(params.get("case_number")),
+        clean_text(params.get("status")), _form(params, "state", str.upper),
+        _form(params, "batch_id", UUID)).check()
