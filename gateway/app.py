@@ -30,6 +30,7 @@ from gateway.operations import dlq_routes as admin_dlq
 from gateway.operations import health_routes as health
 from gateway.operations import retry_routes as retry
 from gateway.outbox import OutboxRelay
+from gateway.records import routes as records
 from gateway.runs import routes as runs
 from gateway.search import routes as search_routes
 from gateway.search import service as search
@@ -69,6 +70,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             import_intake.create_import, import_batches.get_batch, import_batches.get_batch_errors,
             import_batches.list_imports, import_batches.export_errors,
             *import_ops.ROUTES,  # imports ops views (docs/decisions/0129)
+            *records.ROUTES,  # records read-back and duplicate candidates (docs/decisions/0121)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],

@@ -23,6 +23,7 @@ from gateway.context import Context
 from gateway.documents import listing as doc_listing
 from gateway.imports import intake as import_intake
 from gateway.operations import metrics
+from gateway.records import service as records
 from gateway.search import routes as search_routes
 from gateway.search import service as search_service
 from gateway.web import assets, errorpages, reads, session
@@ -340,6 +341,44 @@ async def user_list(request: Request, ctx: Context) -> Template:
     return render(request, "admin/users.html", users=listing)
 
 
+# ── records read-back (gateway/records/service.py, docs/decisions/0124) ────────────────────
+@get("/records", sync_to_thread=False)
+def records_home() -> Redirect:
+    return Redirect("/records/judgments")
+
+
+@get("/records/judgments")
+async def record_judgments(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+    filters = records.judgment_form(request.query_params)
+    listing = await records.judgments(
+        ctx.pool, tenant_id=auth.current(request).tenant_id, filters=filters,
+        window=paging.Window(page, reads.PAGE_SIZE), secret=ctx.settings.jwt_secret)
+    return render(request, "records/judgments.html", listing=listing, form=_form_values(request))
+
+
+@get("/records/plaintiffs")
+async def record_plaintiffs(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+    principal = auth.current(request)
+    listing = await records.plaintiffs(
+        ctx.pool, tenant_id=principal.tenant_id, filters=records.plaintiff_form(request.query_params),
+        window=paging.Window(page, reads.PAGE_SIZE), secret=ctx.settings.jwt_secret,
+        with_contacts=principal.is_admin)
+    return render(request, "records/plaintiffs.html", listing=listing, form=_form_values(request),
+                  statuses=records.STATUSES)
+
+
+@get("/records/duplicates")
+async def record_duplicates(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+    listing = await records.duplicates(ctx.pool, tenant_id=auth.current(request).tenant_id,
+                                       window=paging.Window(page, reads.PAGE_SIZE))
+    return render(request, "records/duplicates.html", listing=listing)
+
+
+def _form_values(request: Request) -> dict[str, str]:
+    # What the filter form shows again; paging links carry the same fields.
+    return {k: v.strip() for k, v in request.query_params.items() if k != "page" and v.strip()}
+
+
 def router(files: assets.Assets) -> Router:
     admin = Router("/admin", guards=[auth.admin_only], route_handlers=[
         overview, sources, source, dead_letters, dead_letter,
@@ -348,4 +387,5 @@ def router(files: assets.Assets) -> Router:
                   before_request=_who,
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,
                                   documents, document, search_page, imports, import_batch, admin,
-                                  files.route()])
+                                  files.route(), records_home, record_judgments, record_plaintiffs,
+                                  record_duplicates])
