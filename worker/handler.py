@@ -163,7 +163,7 @@ class IngestHandler:
         started = time.monotonic()
         result: Any
         lease.start_heartbeat()
-        log.info("job started", extra={"claim": claim.claim.value})
+        log.info("job started", extra={"claim": claim.claim.value, **self._subject(job)})
         if claim.claim is runs.Claim.TAKEN_OVER:
             worker_metrics.TAKEOVERS.inc()
             self.alerts.send(alerts.stale_takeover(job.run_id, job.tenant_id, claim.stale_s,
@@ -202,6 +202,13 @@ class IngestHandler:
                               code="unexpected_error")
         _log_complete(job, "succeeded", result.stats, claim)
         return Ack("succeeded")
+
+    def _subject(self, job: jobs.IngestJob | jobs.RecordsJob) -> dict[str, Any]:
+        """What import-runs-state-machine.md §5.1 wants on a records job's first line."""
+        if not isinstance(job, jobs.RecordsJob) or self.records is None:
+            return {}
+        return {"batch_id": str(job.batch_id), "file_hash": job.file_hash,
+                "worker_id": self.records.worker_id}
 
     def _fail(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob, reason: str,
               stage: str, started: float, claim: runs.ClaimResult, *, code: str,
