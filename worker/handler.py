@@ -214,11 +214,13 @@ class IngestHandler:
               stage: str, started: float, claim: runs.ClaimResult, *, code: str,
               exc: BaseException | None = None) -> Outcome:
         stats = {"stage": stage, "duration_ms": round((time.monotonic() - started) * 1000)}
+        if isinstance(exc, BatchRejected):
+            code = exc.batch_code  # BATCH_MISSING_COLUMN…: the file's fault, not retryable
         try:
             if isinstance(job, jobs.RecordsJob) and self.records is not None:
                 # Batch and run fail together, with the file-level issues beside them.
                 issues = exc.issues if isinstance(exc, BatchRejected) else []
-                self.records.fail(lease, job, reason, stage, stats, issues)
+                self.records.fail(lease, job, reason, stage, stats, issues, code)
             else:
                 lease.fail(reason, stats, code)
         except psycopg.Error as exc:

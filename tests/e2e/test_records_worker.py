@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from gateway.runs import failures
 from tests.support import records, stack
 from tests.support.stack import wait_until
 from worker.records import rowlog
@@ -52,9 +53,23 @@ def drain(conn, stack_env, out_dir, *batch_ids: str, env: dict | None = None) ->
 
 
 def batch(conn, batch_id: str) -> dict:
-    return conn.execute("SELECT b.*, r.status AS run_status, r.error AS run_error "
+    return conn.execute("SELECT b.*, r.status AS run_status, r.error AS run_error, r.run_id "
                         "FROM import_batches b JOIN ingestion_runs r USING (batch_id) "
                         "WHERE b.batch_id = %s", (batch_id,)).fetchone()
+
+
+def run_view(gateway, user, run_id) -> dict:
+    with gateway.client(user.token) as client:
+        response = client.get(f"/v1/ingestion-runs/{run_id}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def assert_fix_the_file(gateway, user, run_id, code: str) -> None:
+    """The API says the failure is the file's: its code, not retryable, and the advice."""
+    run = run_view(gateway, user, run_id)
+    assert (run["status"], run["error_code"], run["retryable"]) == ("failed", code, False)
+    assert run["advice"] == failures.TABLE[code][1]
 
 
 def errors(conn, batch_id: str) -> list[dict]:
@@ -123,6 +138,8 @@ def test_file_level_problem_fails_the_batch_with_its_code(gateway, tenants, conn
     assert row["run_error"] == row["rejection_reason"]
     assert [(e["row_number"], e["code"]) for e in errors(conn, batch_id)][:1] == [(0, code)]
     assert judgment_count(conn, user.tenant_id) == 0
+    # and the API says retrying cannot help: the file is at fault
+    assert_fix_the_file(gateway, user, row["run_id"], code)
 
 
 def test_non_utf8_file_is_decoded_with_a_warning(gateway, tenants, conn, stack_env, out_dir):
@@ -170,6 +187,8 @@ def test_budget_just_over_threshold_fails_and_promotes_nothing(gateway, tenants,
     assert all_bad["status"] == "failed"
     assert all_bad["rejection_reason"] == "Error rate 100.0% exceeded limit 10.0% (5/5 rows invalid)"
     assert judgment_count(conn, user.tenant_id) == 0
+    # and the API says retrying cannot help: the rows must be fixed
+    assert_fix_the_file(gateway, user, row["run_id"], "BATCH_ERROR_BUDGET_EXCEEDED")
 
 
 def test_force_partial_promotes_valid_rows_and_ends_partial(gateway, tenants, conn, stack_env,

@@ -189,14 +189,15 @@ class RecordsPipeline:
 
     # ── failure (the handler's ACK-after-fail) ────────────────────────────────────────────
     def fail(self, lease: runs.RunLease, job: jobs.RecordsJob, reason: str, stage_name: str,
-             stats: dict[str, Any], issues: list[contracts.Issue]) -> None:
-        """Batch and run failed in one transaction; raises psycopg.Error when that cannot be
+             stats: dict[str, Any], issues: list[contracts.Issue], code: str) -> None:
+        """Batch and run failed in one transaction, the run with ``code`` (gateway/runs/
+        failures.py judges it retryable or not); raises psycopg.Error when that cannot be
         persisted (then the message is not deleted)."""
         lease.stop_heartbeat()
         target = stage.Target(job.batch_id, job.tenant_id, job.run_id, lease.fence)
         _hold_before_fail(self._pause_point())
         with self._connect() as conn:
-            if not promote.fail(conn, target, reason, stage_name, stats, issues):
+            if not promote.fail(conn, target, reason, stage_name, stats, issues, code):
                 log.warning("the run is no longer ours; its failure was not recorded",
                             extra={"batch_id": str(job.batch_id)})
 
