@@ -29,6 +29,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -242,15 +243,19 @@ def error_batch(conn, tenant_id: uuid.UUID) -> uuid.UUID:  # type: ignore[no-unt
 
 def errors_endpoint(root: Path, url: str, env: dict[str, str]) -> None:
     with db.connect(url, autocommit=True) as conn:
-        tenant_id = conn.execute("INSERT INTO tenants (name) VALUES ('errors') "
-                                 "RETURNING tenant_id").fetchone()["tenant_id"]
-        user_id = conn.execute("INSERT INTO users (tenant_id, email, password_hash, role) VALUES "
-                               "(%s, 'errors@bench.test', 'x', 'admin') RETURNING user_id",
-                               (tenant_id,)).fetchone()["user_id"]
+        tenant = conn.execute("INSERT INTO tenants (name) VALUES ('errors') "
+                              "RETURNING tenant_id").fetchone()
+        assert tenant is not None
+        tenant_id = tenant["tenant_id"]
+        user = conn.execute("INSERT INTO users (tenant_id, email, password_hash, role) VALUES "
+                            "(%s, 'errors@bench.test', 'x', 'admin') RETURNING user_id",
+                            (tenant_id,)).fetchone()
+        assert user is not None
+        user_id = user["user_id"]
         batch_id = error_batch(conn, tenant_id)
     token = auth.issue_token(auth.Principal(user_id, tenant_id, "admin"), stack.TEST_JWT_SECRET, 1)
     path = f"/intake/batches/{batch_id}/errors"
-    shapes = {"first page (20)": {}, "page 2 (100)": {"page": 2, "limit": 100},
+    shapes: dict[str, dict[str, Any]] = {"first page (20)": {}, "page 2 (100)": {"page": 2, "limit": 100},
               "deepest page 1000 (100)": {"page": 1000, "limit": 100},
               "errorCode, page 1 (100)": {"errorCode": CODES[2][0], "limit": 100},
               "errorCode, page 100 (100)": {"errorCode": CODES[2][0], "page": 100, "limit": 100}}
@@ -272,7 +277,7 @@ def errors_endpoint(root: Path, url: str, env: dict[str, str]) -> None:
         gateway.stop()
 
 
-def _hammer(base: str, token: str, path: str, params: dict) -> list[float]:  # type: ignore[type-arg]
+def _hammer(base: str, token: str, path: str, params: dict[str, Any]) -> list[float]:
     def client(_: int) -> list[float]:
         out = []
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"},
