@@ -2,18 +2,25 @@
 
     python bench/records.py                 # 10,000 and 100,000 judgment rows
     python bench/records.py --million       # and 1,000,000 rows
+    python bench/records.py --errors-only   # only the errors endpoint on 100,000 errors
 
 Each size is a generated judgments CSV with 2 % invalid rows (a bad amount). The bare script:
 read the CSV, normalise each row with the contract, COPY the valid rows to a temp table,
 one set-based upsert into judgments; nothing else. The product: `POST /v1/imports` on a real
 gateway, the outbox relay, SQS (moto), a real worker process, until the batch is completed.
 Also prints the worker's peak RSS growth over its idle size (sampled every 50 ms).
+
+Then `GET /intake/batches/{id}/errors` on a batch with 100,000 row errors (COPYed straight into
+Postgres, no import): first pages, the deepest page (OFFSET 99,900), and an errorCode filter,
+each from 4 concurrent clients on a real gateway; p50/p95 per query shape (target p95 < 50 ms).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
+import hashlib
 import io
 import os
 import sys
@@ -22,8 +29,10 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
+import orjson
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,6 +141,8 @@ def product(gateway: stack.Process, conn, token: str, data: bytes, name: str) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--million", action="store_true", help="also 1,000,000 rows")
+    parser.add_argument("--errors-only", action="store_true",
+                        help="only the errors endpoint on a batch of 100,000 row errors")
     args = parser.parse_args()
     sizes = [10_000, 100_000] + ([1_000_000] if args.million else [])
     with tempfile.TemporaryDirectory(prefix="bench-records-") as tmp:
@@ -140,23 +151,29 @@ def main() -> None:
         pg.start()
         moto.start()
         try:
-            run(root, pg, moto, sizes)
+            url = pg.ensure_database("bench")
+            migrate.apply(url)
+            env = bench_env(root, url, moto)
+            if not args.errors_only:
+                run(root, url, env, sizes)
+            errors_endpoint(root, url, env)
         finally:
             moto.stop()
             pg.stop("immediate")
 
 
-def run(root: Path, pg: EmbeddedPostgres, moto: MotoServer, sizes: list[int]) -> None:
-    url = pg.ensure_database("bench")
-    migrate.apply(url)
+def bench_env(root: Path, url: str, moto: MotoServer) -> dict[str, str]:
     sqs = aws.client("sqs", endpoint_url=moto.url, region="us-east-1")
     q_url, dlq_url = queue.ensure_queues(sqs, f"bench-{uuid.uuid4().hex[:6]}")
-    env = {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto.url, "SQS_QUEUE_URL": q_url,
+    return {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto.url, "SQS_QUEUE_URL": q_url,
            "SQS_DLQ_URL": dlq_url, "UPLOAD_STORE_URI": (root / "uploads").as_uri(),
            "ARTIFACT_STORE_URI": (root / "artifacts").as_uri(), "JWT_SECRET": stack.TEST_JWT_SECRET,
            "METRICS_TOKEN": "bench-metrics-token-" + "m" * 20, "DEV_MODE": "false",
            "OUTBOX_POLL_S": "0.2", "SQS_WAIT_TIME_S": "1", "UPLOAD_MAX_SIZE_MB": "1024",
            "LOG_LEVEL": "INFO", **stack.MOTO_ENV, **stack.OFFLINE_ENV}
+
+
+def run(root: Path, url: str, env: dict[str, str], sizes: list[int]) -> None:
     with db.connect(url, autocommit=True) as conn:
         bare_tenant, product_tenant = (
             conn.execute("INSERT INTO tenants (name) VALUES (%s) RETURNING tenant_id",
@@ -192,6 +209,87 @@ def run(root: Path, pg: EmbeddedPostgres, moto: MotoServer, sizes: list[int]) ->
             print(f"worker peak RSS growth over idle: {rss.stop():.1f} MiB")
             worker.stop()
             gateway.stop()
+
+
+# ── GET /intake/batches/{id}/errors on 100,000 errors ───────────────────────────────────────
+ERRORS = 100_000
+CLIENTS = 4
+REQUESTS = 50  # per client and query shape
+# Codes in the proportions of a typical bad export; the filter asks for the 10 % one.
+CODES = (("JUDGMENT_AMOUNT_INVALID", "amount", 7), ("JUDGMENT_DATE_INVALID", "filed_date", 2),
+         ("JUDGMENT_CASE_NUMBER_MISSING", "case_number", 1))
+
+
+def error_batch(conn, tenant_id: uuid.UUID) -> uuid.UUID:  # type: ignore[no-untyped-def]
+    batch_id = conn.execute(
+        "INSERT INTO import_batches (tenant_id, contract, contract_version, file_name, file_hash,"
+        " byte_size, upload_uri, source, status, completed_at) VALUES (%s, 'judgments', '1',"
+        " 'errors.csv', %s, 1, 'file:///nowhere', 'manual', 'failed', now()) RETURNING batch_id",
+        (tenant_id, hashlib.sha256(uuid.uuid4().bytes).hexdigest())).fetchone()["batch_id"]
+    weighted = [c for c in CODES for _ in range(c[2])]
+    with conn.cursor() as cur, cur.copy(
+            "COPY import_row_errors (tenant_id, batch_id, row_number, field, code, severity,"
+            " message, raw) FROM STDIN") as copy:
+        for n in range(1, ERRORS + 1):
+            code, field, _ = weighted[n % len(weighted)]
+            raw = {"File #": f"2024-CV-{n:07d}", "Plaintiff": "Acme Collections LLC",
+                   "Defendant": f"Defendant {n % 997}", "Amount": "not-money",
+                   "Entry Date": "01/15/2024", "Court": "Sup. Ct.", "County": "Kings Co."}
+            copy.write_row((tenant_id, batch_id, n, field, code, "critical",
+                            f"{field} is invalid.", orjson.dumps(raw).decode()))
+    conn.execute("ANALYZE import_row_errors")
+    return batch_id
+
+
+def errors_endpoint(root: Path, url: str, env: dict[str, str]) -> None:
+    with db.connect(url, autocommit=True) as conn:
+        tenant = conn.execute("INSERT INTO tenants (name) VALUES ('errors') "
+                              "RETURNING tenant_id").fetchone()
+        assert tenant is not None
+        tenant_id = tenant["tenant_id"]
+        user = conn.execute("INSERT INTO users (tenant_id, email, password_hash, role) VALUES "
+                            "(%s, 'errors@bench.test', 'x', 'admin') RETURNING user_id",
+                            (tenant_id,)).fetchone()
+        assert user is not None
+        user_id = user["user_id"]
+        batch_id = error_batch(conn, tenant_id)
+    token = auth.issue_token(auth.Principal(user_id, tenant_id, "admin"), stack.TEST_JWT_SECRET, 1)
+    path = f"/intake/batches/{batch_id}/errors"
+    shapes: dict[str, dict[str, Any]] = {"first page (20)": {}, "page 2 (100)": {"page": 2, "limit": 100},
+              "deepest page 1000 (100)": {"page": 1000, "limit": 100},
+              "errorCode, page 1 (100)": {"errorCode": CODES[2][0], "limit": 100},
+              "errorCode, page 100 (100)": {"errorCode": CODES[2][0], "page": 100, "limit": 100}}
+    gateway = stack.start_gateway(env, root / "logs-errors")
+    try:
+        with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {token}"},
+                          timeout=30) as warm:
+            for params in shapes.values():  # warm caches and check the answers
+                body = warm.get(path, params=params).raise_for_status().json()
+                assert body["errors"] and body["totalErrors"] in (ERRORS, ERRORS // 10), body
+        print(f"\nGET /intake/batches/{{id}}/errors on {ERRORS:,} errors, {CLIENTS} concurrent "
+              f"clients x {REQUESTS} requests per shape (target p95 < 50 ms)")
+        print(f"{'query':<28} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7}")
+        for name, params in shapes.items():
+            times = sorted(_hammer(gateway.url, token, path, params))
+            p50, p95 = times[len(times) // 2], times[int(len(times) * 0.95) - 1]
+            print(f"{name:<28} {p50:>7.1f} {p95:>7.1f} {times[-1]:>7.1f}")
+    finally:
+        gateway.stop()
+
+
+def _hammer(base: str, token: str, path: str, params: dict[str, Any]) -> list[float]:
+    def client(_: int) -> list[float]:
+        out = []
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"},
+                          timeout=30) as http:
+            for _ in range(REQUESTS):
+                started = time.perf_counter()
+                http.get(path, params=params).raise_for_status()
+                out.append((time.perf_counter() - started) * 1000)
+        return out
+
+    with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
+        return [t for ts in pool.map(client, range(CLIENTS)) for t in ts]
 
 
 if __name__ == "__main__":

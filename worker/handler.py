@@ -163,7 +163,7 @@ class IngestHandler:
         started = time.monotonic()
         result: Any
         lease.start_heartbeat()
-        log.info("job started", extra={"claim": claim.claim.value})
+        log.info("job started", extra={"claim": claim.claim.value, **self._subject(job)})
         if claim.claim is runs.Claim.TAKEN_OVER:
             worker_metrics.TAKEOVERS.inc()
             self.alerts.send(alerts.stale_takeover(job.run_id, job.tenant_id, claim.stale_s,
@@ -203,15 +203,24 @@ class IngestHandler:
         _log_complete(job, "succeeded", result.stats, claim)
         return Ack("succeeded")
 
+    def _subject(self, job: jobs.IngestJob | jobs.RecordsJob) -> dict[str, Any]:
+        """What import-runs-state-machine.md §5.1 wants on a records job's first line."""
+        if not isinstance(job, jobs.RecordsJob) or self.records is None:
+            return {}
+        return {"batch_id": str(job.batch_id), "file_hash": job.file_hash,
+                "worker_id": self.records.worker_id}
+
     def _fail(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob, reason: str,
               stage: str, started: float, claim: runs.ClaimResult, *, code: str,
               exc: BaseException | None = None) -> Outcome:
         stats = {"stage": stage, "duration_ms": round((time.monotonic() - started) * 1000)}
+        if isinstance(exc, BatchRejected):
+            code = exc.batch_code  # BATCH_MISSING_COLUMN…: the file's fault, not retryable
         try:
             if isinstance(job, jobs.RecordsJob) and self.records is not None:
                 # Batch and run fail together, with the file-level issues beside them.
                 issues = exc.issues if isinstance(exc, BatchRejected) else []
-                self.records.fail(lease, job, reason, stage, stats, issues)
+                self.records.fail(lease, job, reason, stage, stats, issues, code)
             else:
                 lease.fail(reason, stats, code)
         except psycopg.Error as exc:

@@ -8,10 +8,13 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import orjson
 import pytest
 
+from gateway.runs import failures
 from tests.support import records, stack
 from tests.support.stack import wait_until
+from worker.records import rowlog
 
 HEADER = records.CSV_HEADER
 GOOD = "{case},Acme Collections LLC,John Q. Public,\"$1,{n:03d}.00\",01/15/2024,Sup. Ct.,Kings Co.\n"
@@ -50,9 +53,23 @@ def drain(conn, stack_env, out_dir, *batch_ids: str, env: dict | None = None) ->
 
 
 def batch(conn, batch_id: str) -> dict:
-    return conn.execute("SELECT b.*, r.status AS run_status, r.error AS run_error "
+    return conn.execute("SELECT b.*, r.status AS run_status, r.error AS run_error, r.run_id "
                         "FROM import_batches b JOIN ingestion_runs r USING (batch_id) "
                         "WHERE b.batch_id = %s", (batch_id,)).fetchone()
+
+
+def run_view(gateway, user, run_id) -> dict:
+    with gateway.client(user.token) as client:
+        response = client.get(f"/v1/ingestion-runs/{run_id}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def assert_fix_the_file(gateway, user, run_id, code: str) -> None:
+    """The API says the failure is the file's: its code, not retryable, and the advice."""
+    run = run_view(gateway, user, run_id)
+    assert (run["status"], run["error_code"], run["retryable"]) == ("failed", code, False)
+    assert run["advice"] == failures.TABLE[code][1]
 
 
 def errors(conn, batch_id: str) -> list[dict]:
@@ -121,6 +138,8 @@ def test_file_level_problem_fails_the_batch_with_its_code(gateway, tenants, conn
     assert row["run_error"] == row["rejection_reason"]
     assert [(e["row_number"], e["code"]) for e in errors(conn, batch_id)][:1] == [(0, code)]
     assert judgment_count(conn, user.tenant_id) == 0
+    # and the API says retrying cannot help: the file is at fault
+    assert_fix_the_file(gateway, user, row["run_id"], code)
 
 
 def test_non_utf8_file_is_decoded_with_a_warning(gateway, tenants, conn, stack_env, out_dir):
@@ -168,6 +187,8 @@ def test_budget_just_over_threshold_fails_and_promotes_nothing(gateway, tenants,
     assert all_bad["status"] == "failed"
     assert all_bad["rejection_reason"] == "Error rate 100.0% exceeded limit 10.0% (5/5 rows invalid)"
     assert judgment_count(conn, user.tenant_id) == 0
+    # and the API says retrying cannot help: the rows must be fixed
+    assert_fix_the_file(gateway, user, row["run_id"], "BATCH_ERROR_BUDGET_EXCEEDED")
 
 
 def test_force_partial_promotes_valid_rows_and_ends_partial(gateway, tenants, conn, stack_env,
@@ -256,6 +277,44 @@ def test_plaintiffs_link_to_judgments_and_stay_out_of_logs(gateway, tenants, con
     assert "ingest_job_complete" in logs
     for value in PERSONAL:
         assert value.lower() not in logs.lower(), value
+
+
+def test_row_issues_are_logged_without_values_and_bounded(gateway, tenants, conn, stack_env,
+                                                          out_dir):
+    # Given a plaintiffs file of 60 rows, each with a bad phone and a bad e-mail (2 warnings a
+    # row: 120 issues, past the per-batch limit of individual lines)
+    user = tenants.user()
+    lines = [f"CV-{i},Zebulon Quintessa,{i} Main St,New York,NY,10001,555-98,"
+             f"zebulon.q.plaintiff.example,,Active\n" for i in range(1, 61)]
+    batch_id = submit(gateway, user, (PLAINTIFFS_HEADER + "".join(lines)).encode(),
+                      name="plaintiffs.csv", contract="plaintiffs")
+
+    # When a worker imports it
+    worker = drain(conn, stack_env, out_dir, batch_id)
+    assert batch(conn, batch_id)["status"] == "completed"
+    events = [orjson.loads(ln) for ln in worker.logs().splitlines() if ln.startswith("{")]
+
+    # Then the job's first line names batch, file hash and worker (§5.1 "Job started")
+    started = next(e for e in events if e["event"] == "job started")
+    assert started["batch_id"] == batch_id and started["worker_id"]
+    assert started["file_hash"] == conn.execute(
+        "SELECT file_hash FROM import_batches WHERE batch_id = %s", (batch_id,)
+    ).fetchone()["file_hash"]
+    # and the first 100 issues are one line each, with batch, row, column and code
+    issues = [e for e in events if e["event"] == "row issue"]
+    assert len(issues) == rowlog.ROW_LOG_LIMIT
+    assert {(e["batch_id"], e["level"]) for e in issues} == {(batch_id, "warning")}
+    assert {(e["field"], e["code"]) for e in issues} == {
+        ("phone", "PLAINTIFF_PHONE_INVALID"), ("email", "PLAINTIFF_EMAIL_INVALID")}
+    assert [e["row_number"] for e in issues[:4]] == [1, 1, 2, 2]
+    # and the other 20 are counted by code on one line for the chunk
+    summary = [e for e in events if e["event"].startswith("row issues past")]
+    assert len(summary) == 1 and summary[0]["batch_id"] == batch_id
+    assert summary[0]["counts"] == {"PLAINTIFF_PHONE_INVALID": 10, "PLAINTIFF_EMAIL_INVALID": 10}
+    # and no value of a row reached the log
+    logs = worker.logs().lower()
+    for value in ("zebulon quintessa", "zebulon.q.plaintiff.example", "555-98", "main st"):
+        assert value not in logs, value
 
 
 # ── faults ──────────────────────────────────────────────────────────────────────────────────

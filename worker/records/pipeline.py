@@ -21,7 +21,7 @@ from shared import contracts, db, jobs, objectstore
 from shared.settings import WorkerSettings
 from worker import runs
 from worker.pipeline import read
-from worker.records import parse, promote, stage
+from worker.records import parse, promote, rowlog, stage
 from worker.records.parse import BatchRejected
 
 log = logging.getLogger(__name__)
@@ -134,6 +134,7 @@ class RecordsPipeline:
                             "worker_id": self.worker_id})
         check.progress("parse", 0.02)
         total = 0
+        issues_log = rowlog.RowIssueLog(job.batch_id)
         with read.open_upload(self._upload(job), self.s3) as path, \
                 parse.Reader(path, contract, job.file_format) as reader:
             chunk = stage.Chunk(previous=resume)
@@ -149,11 +150,13 @@ class RecordsPipeline:
                 chunk.add(result, key, raw)
                 if len(chunk) >= stage.CHUNK_ROWS:
                     db_s += _timed(stage.write, conn, target, chunk)
+                    issues_log.chunk(chunk)
                     chunk = stage.Chunk(previous=chunk.last)
                     check.progress("parse", 0.05 + 0.85 * reader.position())
                     check.hold("parse")
             if len(chunk) or chunk.issues:
                 db_s += _timed(stage.write, conn, target, chunk)
+                issues_log.chunk(chunk)
         staged_at = time.monotonic()
         parse_ms = round((staged_at - started - db_s) * 1000)
         counts = promote.finish_staging(conn, target, contract, total, parse_ms)
@@ -186,14 +189,15 @@ class RecordsPipeline:
 
     # ── failure (the handler's ACK-after-fail) ────────────────────────────────────────────
     def fail(self, lease: runs.RunLease, job: jobs.RecordsJob, reason: str, stage_name: str,
-             stats: dict[str, Any], issues: list[contracts.Issue]) -> None:
-        """Batch and run failed in one transaction; raises psycopg.Error when that cannot be
+             stats: dict[str, Any], issues: list[contracts.Issue], code: str) -> None:
+        """Batch and run failed in one transaction, the run with ``code`` (gateway/runs/
+        failures.py judges it retryable or not); raises psycopg.Error when that cannot be
         persisted (then the message is not deleted)."""
         lease.stop_heartbeat()
         target = stage.Target(job.batch_id, job.tenant_id, job.run_id, lease.fence)
         _hold_before_fail(self._pause_point())
         with self._connect() as conn:
-            if not promote.fail(conn, target, reason, stage_name, stats, issues):
+            if not promote.fail(conn, target, reason, stage_name, stats, issues, code):
                 log.warning("the run is no longer ours; its failure was not recorded",
                             extra={"batch_id": str(job.batch_id)})
 

@@ -18,7 +18,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from shared import contracts, db
-from shared.contracts import plaintiffs
+from shared.contracts import codes, plaintiffs
 from worker import runs
 from worker.records.parse import BatchRejected
 from worker.records.stage import Target
@@ -28,7 +28,7 @@ Q = db.load_queries(Path(__file__).with_name("records.sql"))
 # A plaintiff whose case number names no judgment of the tenant (docs/decisions/0096): a rule
 # of the published contract, so GET /v1/contracts/plaintiffs lists what this writes.
 PLAINTIFF_JUDGMENT_NOT_FOUND = plaintiffs.CASE_NUMBER_NOT_FOUND
-BUDGET_CODE = "BATCH_ERROR_BUDGET_EXCEEDED"
+BUDGET_CODE = codes.BATCH_ERROR_BUDGET_EXCEEDED
 
 
 @dataclass(frozen=True)
@@ -102,19 +102,19 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
 
 
 def fail(conn: db.Conn, target: Target, reason: str, stage: str,
-         stats: dict[str, Any], issues: list[contracts.Issue]) -> bool:
+         stats: dict[str, Any], issues: list[contracts.Issue], code: str) -> bool:
     """The batch and its run failed, with the reason and the file-level issues, in one
     transaction; False (nothing written) when the run is no longer ours."""
     try:
         with conn.transaction():
-            _fail(conn, target, reason, stage, stats, issues)
+            _fail(conn, target, reason, stage, stats, issues, code)
     except _NotOurs:
         return False
     return True
 
 
 def _fail(conn: db.Conn, target: Target, reason: str, stage: str,
-          stats: dict[str, Any], issues: list[contracts.Issue]) -> None:
+          stats: dict[str, Any], issues: list[contracts.Issue], code: str) -> None:
     if issues:
         with conn.cursor().copy("COPY import_row_errors (tenant_id, batch_id, row_number, "
                                 "field, code, severity, message) FROM STDIN") as copy:
@@ -124,7 +124,7 @@ def _fail(conn: db.Conn, target: Target, reason: str, stage: str,
     conn.execute(Q["fail_batch"], {**target.keys, "reason": reason})
     done = conn.execute(Q["fail_run"], {
         "run_id": target.run_id, "tenant_id": target.tenant_id, "fence": target.fence,
-        "error": reason, "stats": Jsonb(stats), "stage": stage}).fetchone()
+        "error": reason, "error_code": code, "stats": Jsonb(stats), "stage": stage}).fetchone()
     if done is None:
         raise _NotOurs  # rolls the batch back too: whoever owns the run decides
 

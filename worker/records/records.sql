@@ -253,8 +253,8 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
 
 -- name: fail_run
 UPDATE ingestion_runs
-SET status = 'failed', error = %(error)s, stats = %(stats)s, stage = %(stage)s,
-    finished_at = now(), updated_at = now()
+SET status = 'failed', error = %(error)s, error_code = %(error_code)s, stats = %(stats)s,
+    stage = %(stage)s, finished_at = now(), updated_at = now()
 WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
   AND takeover_count = %(fence)s
 RETURNING run_id;
