@@ -20,6 +20,8 @@ from gateway.auth import user_routes as users
 from gateway.context import Context, provide
 from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
+from gateway.events import routes as event_routes
+from gateway.events import writer as event_writer
 from gateway.imports import batches as import_batches
 from gateway.imports import intake as import_intake
 from gateway.imports import routes as imports
@@ -67,6 +69,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             # Records imports (DESIGN.md "Records imports", docs/decisions/0090).
             import_intake.create_import, import_batches.get_batch, import_batches.get_batch_errors,
             import_batches.list_imports, import_batches.export_errors,
+            *event_routes.ROUTES,  # event intake, API keys, cursor (docs/decisions/0135-0136)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],
@@ -110,7 +113,15 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     ctx = Context(settings, pool, queue, s3, upload_store, relay, syncs=sync_manager)
     alerter = ctx.alerter = alerts.Alerter.from_settings(settings, "gateway")
     ctx.exporter = metrics.Exporter(relay, alerter)
+    # Event intake: the writer runs before the server takes its first request (the lifespan
+    # ends before uvicorn listens), and reports the ledger's backlog at start (ADR 0135).
+    ctx.events = event_writer.Writer(
+        pool, queue_size=settings.events_queue_size, group_max=settings.events_group_max,
+        retry_budget=settings.events_writer_retry_budget, registry=ctx.exporter.registry)
+    ctx.events.start()
     tasks = [
+        asyncio.create_task(event_writer.report_forever(
+            pool, ctx.events.metrics, settings.events_stats_interval_s), name="event-report"),
         asyncio.create_task(relay.run_forever(), name="outbox-relay"),
         asyncio.create_task(crash_guard.run_forever(
             pool, interval_s=settings.crash_guard_interval_s,
@@ -130,6 +141,7 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     finally:
         # Running syncs record themselves as interrupted while the pool is still open.
         await sync_manager.shutdown()
+        await ctx.events.close()  # commits what requests already queued
         for task in tasks:
             task.cancel()
         for task in tasks:
