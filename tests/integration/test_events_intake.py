@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -283,32 +282,38 @@ def test_a_user_token_cannot_post_events(gateway, tenants):
 
 
 def test_the_writer_turns_health_critical_while_the_database_refuses_and_recovers(
-        stack_env, out_dir, tenants, conn, pg, database_url):
+        stack_env, out_dir, tenants, conn):
     gw = stack.start_gateway({**stack_env, "EVENTS_WRITER_RETRY_BUDGET": "2"}, out_dir)
     try:
         admin = tenants.user()
         key = _key(gw, admin.token)
-        name = database_url.rsplit("/", 1)[-1].split("?")[0]
-        with psycopg.connect(pg.url(), autocommit=True) as su:
-            # Every new connection refused and the live ones cut: transient errors, no end.
-            su.execute(f'ALTER DATABASE "{name}" CONNECTION LIMIT 0')
-            su.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                       "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
-            result: dict = {}
-            sender = threading.Thread(target=lambda: result.update(
-                r=_post(gw.client(), key, _events(3))))
-            sender.start()
-            ready = stack.wait_until(
-                lambda: (lambda r: r if r.json()["checks"]["event_writer"].startswith(
-                    "critical") else None)(httpx.get(f"{gw.url}/health/ready", timeout=10)),
-                timeout=60, message="event writer reported critical")
-            assert ready.status_code == 503
-            assert gw.proc.poll() is None  # the process keeps running
-            su.execute(f'ALTER DATABASE "{name}" CONNECTION LIMIT -1')
+        # A real transient error from Postgres (SQLSTATE 40001) on every ledger write while the
+        # switch is on; key checks and the rest of the gateway keep working.
+        conn.execute("CREATE TABLE fault_on (x int)")
+        conn.execute("INSERT INTO fault_on VALUES (1)")
+        conn.execute("""CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN IF EXISTS (SELECT 1 FROM fault_on) THEN
+                RAISE EXCEPTION 'injected' USING ERRCODE = 'serialization_failure'; END IF;
+            RETURN NEW; END $$""")
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON event_ledger "
+                     "FOR EACH ROW EXECUTE FUNCTION refuse()")
+        result: dict = {}
+        sender = threading.Thread(target=lambda: result.update(
+            r=_post(gw.client(), key, _events(3))))
+        sender.start()
+
+        def critical() -> httpx.Response | None:
+            r = httpx.get(f"{gw.url}/health/ready", timeout=10)
+            return r if r.json()["checks"]["event_writer"].startswith("critical") else None
+
+        ready = stack.wait_until(critical, timeout=60, message="event writer reported critical")
+        assert ready.status_code == 503
+        assert gw.proc.poll() is None  # the process keeps running, and keeps retrying
+        conn.execute("DELETE FROM fault_on")
         sender.join(60)
         assert result["r"].status_code == 202, result["r"].text
-        stack.wait_until(lambda: httpx.get(f"{gw.url}/health/ready", timeout=10).json()[
-            "checks"]["event_writer"] == "ok", timeout=30, message="writer healthy again")
+        assert httpx.get(f"{gw.url}/health/ready", timeout=10).json()[
+            "checks"]["event_writer"] == "ok"
         assert len(_rows(conn, admin.tenant_id)) == 3
     finally:
         gw.stop()
