@@ -20,6 +20,8 @@ from gateway.auth import user_routes as users
 from gateway.context import Context, provide
 from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
+from gateway.events import routes as event_routes
+from gateway.events import writer as event_writer
 from gateway.imports import batches as import_batches
 from gateway.imports import intake as import_intake
 from gateway.imports import ops as import_ops
@@ -71,6 +73,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             import_batches.list_imports, import_batches.export_errors,
             *import_ops.ROUTES,  # imports ops views (docs/decisions/0129)
             *records.ROUTES,  # records read-back and duplicate candidates (docs/decisions/0121)
+            *event_routes.ROUTES,  # event intake, API keys, cursor (docs/decisions/0135-0136)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],
@@ -114,7 +117,15 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     ctx = Context(settings, pool, queue, s3, upload_store, relay, syncs=sync_manager)
     alerter = ctx.alerter = alerts.Alerter.from_settings(settings, "gateway")
     ctx.exporter = metrics.Exporter(relay, alerter)
+    # Event intake: the writer runs before the server takes its first request (the lifespan
+    # ends before uvicorn listens), and reports the ledger's backlog at start (ADR 0135).
+    ctx.events = event_writer.Writer(
+        pool, queue_size=settings.events_queue_size, group_max=settings.events_group_max,
+        retry_budget=settings.events_writer_retry_budget, registry=ctx.exporter.registry)
+    ctx.events.start()
     tasks = [
+        asyncio.create_task(event_writer.report_forever(
+            pool, ctx.events.metrics, settings.events_stats_interval_s), name="event-report"),
         asyncio.create_task(relay.run_forever(), name="outbox-relay"),
         asyncio.create_task(crash_guard.run_forever(
             pool, interval_s=settings.crash_guard_interval_s,
@@ -134,6 +145,7 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     finally:
         # Running syncs record themselves as interrupted while the pool is still open.
         await sync_manager.shutdown()
+        await ctx.events.close()  # commits what requests already queued
         for task in tasks:
             task.cancel()
         for task in tasks:

@@ -32,6 +32,8 @@ class Context:
         self.depths = metrics.DepthCache()
         self.exporter = metrics.Exporter(relay)
         self.alerter = alerts.Alerter([], window_s=600)
+        # gateway.events.writer.Writer: this process's event writer (docs/decisions/0135).
+        self.events: Any = None
 
 
 def provide(state: State) -> Context:

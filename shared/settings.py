@@ -158,6 +158,28 @@ class GatewaySettings(CommonSettings):
     anthropic_timeout_s: float = Field(default=20.0, gt=0)
     anthropic_max_attempts: int = Field(default=3, ge=1, le=10)
 
+    # Event intake (gateway/events/, docs/decisions/0135-0136). Each gateway's writer drains a
+    # queue of EVENTS_QUEUE_SIZE events (full = 429), upserting at most EVENTS_GROUP_MAX per
+    # statement. A batch holds at most EVENTS_MAX_BATCH events and EVENTS_MAX_BODY_KB of JSON;
+    # a request waits at most EVENTS_COMMIT_TIMEOUT_S for its commit (then 503: resend, it is
+    # idempotent). Transient database errors are retried without end; after
+    # EVENTS_WRITER_RETRY_BUDGET failed attempts in a row /health/ready reports it critical.
+    events_queue_size: int = Field(default=5000, ge=1)
+    events_group_max: int = Field(default=1000, ge=1, le=5000)
+    events_max_batch: int = Field(default=500, ge=1, le=500)
+    events_max_body_kb: int = Field(default=4096, ge=1)
+    events_max_payload_kb: int = Field(default=64, ge=1)
+    events_commit_timeout_s: float = Field(default=30.0, gt=0)
+    events_writer_retry_budget: int = Field(default=8, ge=1)
+    events_stats_interval_s: float = Field(default=60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _events_batch_fits_queue(self) -> GatewaySettings:
+        # A batch is queued whole or refused whole (429): a larger one could never be taken.
+        if self.events_max_batch > self.events_queue_size:
+            raise ValueError("EVENTS_MAX_BATCH must not exceed EVENTS_QUEUE_SIZE")
+        return self
+
     @property
     def upload_max_bytes(self) -> int:
         return int(self.upload_max_size_mb * 1024 * 1024)

@@ -19,6 +19,7 @@ import jwt
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
+from gateway.events import keys
 from gateway.web import session
 from shared import db, errors
 from shared import logging as applog
@@ -126,6 +127,8 @@ async def authenticate(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """App-wide guard: resolve the caller once and keep it on the connection's state."""
     if connection.route_handler.opt.get("public"):
         return
+    if await _api_key(connection):
+        return
     settings = connection.app.state.ctx.settings
     if not settings.auth_enabled:
         connection.state.principal = Principal(
@@ -135,6 +138,9 @@ async def authenticate(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     cookie = None if token else session.cookie_token(connection)  # the web UI's session
     credential = token or cookie
     if credential is None:
+        if keys.HEADER in connection.headers:
+            raise errors.Unauthorized("An API key opens only event intake (/v1/events); sign "
+                                      "in and send 'Authorization: Bearer <token>' here.")
         raise errors.Unauthorized("Sign in first: send 'Authorization: Bearer <token>'.")
     principal = connection.state.principal = await live_principal(
         connection.app.state.ctx.pool, credential, settings.jwt_secret)
@@ -144,6 +150,25 @@ async def authenticate(connection: ASGIConnection, _: BaseRouteHandler) -> None:
         session.require_csrf(connection, cookie, settings.jwt_secret)
     # Every later log line of the request names the caller's tenant and user (ids, no e-mail).
     applog.bind(tenant_id=principal.tenant_id, user_id=principal.user_id)
+
+
+async def _api_key(connection: ASGIConnection) -> bool:
+    """API keys (docs/decisions/0136) open only routes whose handler says
+    ``opt={"api_key": "only"}`` (a key is required) or ``"also"`` (a key or a signed-in user).
+    On those, a presented key is the caller: ``connection.state.key_caller``, never a
+    Principal, so no user route can mistake a machine for a person."""
+    accepts = connection.route_handler.opt.get("api_key")
+    if not accepts:
+        return False
+    presented = connection.headers.get(keys.HEADER)
+    if presented is None:
+        if accepts == "only":
+            raise errors.Unauthorized("Send the tenant's API key as 'X-Api-Key: <key>'.")
+        return False
+    caller = connection.state.key_caller = await keys.caller(
+        connection.app.state.ctx.pool, presented)
+    applog.bind(tenant_id=caller.tenant_id, key_id=caller.key_id)
+    return True
 
 
 async def admin_only(connection: ASGIConnection, _: BaseRouteHandler) -> None:

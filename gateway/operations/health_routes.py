@@ -22,8 +22,11 @@ async def ready(ctx: Context) -> Response:
     of the load balancer would turn a queue outage into a full one.
     """
     database, queue = await asyncio.gather(_database(ctx), _queue(ctx))
-    checks = {"database": database, "queue": queue}
-    if database != "ok":
+    # The event writer retries transient errors without end; past its budget it is critical
+    # and this replica leaves the load balancer while it keeps retrying (ADR 0135).
+    events = ctx.events.status() if ctx.events is not None else "ok"
+    checks = {"database": database, "queue": queue, "event_writer": events}
+    if database != "ok" or events.startswith("critical"):
         return Response({"status": "unavailable", "checks": checks}, status_code=503)
     status = "ok" if queue == "ok" else "degraded"
     return Response({"status": status, "checks": checks}, status_code=200)

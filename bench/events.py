@@ -1,0 +1,149 @@
+"""Measure event intake (POST /v1/events) against a bare upsert loop on the same database.
+
+    python bench/events.py [--seconds 20] [--clients 16] [--batch 100]
+
+Starts Postgres and moto (cli.embedded), migrates, makes a tenant, an admin and an API key, and
+runs `ingest gateway` as a subprocess with its default event settings. Then, in the same run:
+
+(a) intake_events_per_s: --clients concurrent clients, each on its own connection, send
+    batches of --batch new events for --seconds; counted are events answered 202 (the answer
+    comes after commit). intake_p95_ms: the requests' 95th percentile latency. Target < 100 ms.
+(b) bare_events_per_s: one connection running the writer's own multi-row upsert
+    (gateway/events/events.sql upsert_events) on batches of --batch new events, each batch its
+    own transaction, for --seconds: what the database does with no HTTP, JSON or queue.
+    Target: (a) >= 50 % of (b).
+
+Figures print as `name value (target ...)`, then PASS/MISS per target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import common  # first: sets the environment before boto3 loads
+
+from cli.embedded import EmbeddedPostgres, MotoServer  # noqa: E402
+from gateway.events import intake, keys, writer  # noqa: E402
+from shared import aws, db, queue  # noqa: E402
+from shared.db import migrate  # noqa: E402
+from tests.support import stack  # noqa: E402
+
+JWT_SECRET = "bench-secret-" + "b" * 40
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=100)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-events-") as tmp:
+        root = Path(tmp)
+        pg, moto = EmbeddedPostgres(root / "pg", disposable=True), MotoServer()
+        pg.start()
+        moto.start()
+        try:
+            _bench(args, root, pg, moto)
+        finally:
+            moto.stop()
+            pg.stop("immediate")
+
+
+def _bench(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, moto: MotoServer) -> None:
+    url = pg.ensure_database("bench")
+    migrate.apply(url)
+    sqs = aws.client("sqs", endpoint_url=moto.url, region="us-east-1")
+    q_url, dlq_url = queue.ensure_queues(sqs, f"bench-{uuid.uuid4().hex[:6]}")
+    with db.connect(url, autocommit=True) as conn:
+        user = common.BenchUser(conn)
+        key = keys.generate()
+        conn.execute("INSERT INTO api_keys (tenant_id, name, key_hash, prefix) "
+                     "VALUES (%s, 'bench', %s, 'dfk_bench')", (user.tenant_id, keys.digest(key)))
+    env = {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto.url, "SQS_QUEUE_URL": q_url,
+           "SQS_DLQ_URL": dlq_url, "UPLOAD_STORE_URI": (root / "uploads").as_uri(),
+           "ARTIFACT_STORE_URI": (root / "artifacts").as_uri(), "JWT_SECRET": JWT_SECRET,
+           "METRICS_TOKEN": "bench-metrics-" + "m" * 20, "LOG_LEVEL": "WARNING",
+           **stack.MOTO_ENV, **stack.OFFLINE_ENV}
+    gateway = stack.start_gateway(env, root / "logs")
+    try:
+        rate, p50, p95, refused = _intake(gateway, key, args)
+    finally:
+        gateway.stop()
+    bare = asyncio.run(_bare(url, user.tenant_id, args))
+    ratio = rate / bare if bare else 0.0
+    print(f"intake_events_per_s {rate:.0f} ({args.clients} clients x {args.batch}; "
+          f"{refused} requests answered 429)")
+    print(f"intake_p50_ms {p50:.1f}")
+    print(f"intake_p95_ms {p95:.1f} (target < 100)")
+    print(f"bare_events_per_s {bare:.0f}")
+    print(f"intake_vs_bare {ratio:.0%} (target >= 50%)")
+    print("p95", "PASS" if p95 < 100 else "MISS", "| rate", "PASS" if ratio >= 0.5 else "MISS")
+
+
+def _events(n: int, tag: str) -> list[dict]:
+    return [{"source_system": "bench", "source_event_id": f"{tag}-{i}", "source_sequence": i,
+             "type": "judgment.upserted", "payload": {"case_number": f"{tag}-{i}", "amount": i}}
+            for i in range(n)]
+
+
+def _intake(gateway: stack.Process, key: str, args: argparse.Namespace) -> tuple[float, float, float, int]:
+    latencies: list[float] = []
+    acked = [0]
+    refused = [0]
+    lock = threading.Lock()
+    deadline = time.monotonic() + args.seconds
+
+    def client(n: int) -> None:
+        with gateway.client() as c:
+            b = 0
+            while time.monotonic() < deadline:
+                batch = _events(args.batch, f"c{n}-b{b}")
+                b += 1
+                started = time.perf_counter()
+                r = c.post("/v1/events", json=batch, headers={"X-Api-Key": key})
+                took = (time.perf_counter() - started) * 1000
+                with lock:
+                    if r.status_code == 202:
+                        latencies.append(took)
+                        acked[0] += len(batch)
+                    else:
+                        refused[0] += 1
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(args.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    q = statistics.quantiles(latencies, n=20) if len(latencies) > 1 else [0.0] * 19
+    return acked[0] / elapsed, statistics.median(latencies or [0.0]), q[18], refused[0]
+
+
+async def _bare(url: str, tenant_id: uuid.UUID, args: argparse.Namespace) -> float:
+    pool = db.async_pool(url, min_size=1, max_size=2, name="bench")
+    await pool.open()
+    try:
+        done, b, spent = 0, 0, 0.0
+        while spent < args.seconds:
+            # Built outside the clock: only the database's work is timed.
+            batch = [intake.check(e, tenant_id, 65536) for e in _events(args.batch, f"bare-{b}")]
+            b += 1
+            started = time.perf_counter()
+            await writer.upsert(pool, batch)
+            spent += time.perf_counter() - started
+            done += len(batch)
+        return done / spent
+    finally:
+        await pool.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+-- Queries of the event ledger's intake side and of API keys (gateway/events/). Every query a
+-- request runs filters by the caller's tenant_id; the writer's upsert carries it per row.
+
+-- name: upsert_events
+-- One statement per writer group, one row per distinct key (a statement may not touch one key
+-- twice). A repeat only bumps the ingest counters, and counts a conflict when its payload hash
+-- differs; payload, state and apply columns stay the first delivery's (docs/decisions/0135).
+-- RETURNING gives the stored hash, so the writer tells duplicate from conflict.
+INSERT INTO event_ledger AS l (tenant_id, source_system, source_event_id, source_sequence,
+                               source_emitted_at, type, payload, payload_sha256)
+SELECT * FROM unnest(%(tenant_id)s::uuid[], %(source_system)s::text[],
+                     %(source_event_id)s::text[], %(source_sequence)s::bigint[],
+                     %(source_emitted_at)s::timestamptz[], %(type)s::text[],
+                     %(payload)s::jsonb[], %(payload_sha256)s::text[])
+ON CONFLICT (tenant_id, source_system, source_event_id) DO UPDATE SET
+    ingest_attempt_count = l.ingest_attempt_count + 1,
+    ingest_last_seen_at = now(),
+    conflict_count = l.conflict_count
+        + (l.payload_sha256 <> EXCLUDED.payload_sha256)::int,
+    last_conflict_sha256 = CASE WHEN l.payload_sha256 <> EXCLUDED.payload_sha256
+                                THEN EXCLUDED.payload_sha256 ELSE l.last_conflict_sha256 END,
+    last_conflict_at = CASE WHEN l.payload_sha256 <> EXCLUDED.payload_sha256
+                            THEN now() ELSE l.last_conflict_at END
+RETURNING (xmax = 0) AS inserted, ledger_id, tenant_id, source_system, source_event_id,
+          payload_sha256;
+
+-- name: count_repeats
+-- Further deliveries of keys that the same group already upserted once: the counters only.
+UPDATE event_ledger AS l SET
+    ingest_attempt_count = l.ingest_attempt_count + r.repeats,
+    ingest_last_seen_at = now(),
+    conflict_count = l.conflict_count + r.conflicts,
+    last_conflict_sha256 = COALESCE(r.conflict_sha256, l.last_conflict_sha256),
+    last_conflict_at = CASE WHEN r.conflicts > 0 THEN now() ELSE l.last_conflict_at END
+FROM unnest(%(ledger_id)s::bigint[], %(repeats)s::int[], %(conflicts)s::int[],
+            %(conflict_sha256)s::text[]) AS r (ledger_id, repeats, conflicts, conflict_sha256)
+WHERE l.ledger_id = r.ledger_id;
+
+-- name: cursor
+-- The highest sequence of the run that starts at the lowest stored one (gaps and islands):
+-- the first row whose successor is missing or more than one higher. The window reads
+-- idx_event_ledger_cursor in order and stops at the first gap.
+SELECT seq AS sequence
+FROM (SELECT source_sequence AS seq,
+             lead(source_sequence) OVER (ORDER BY source_sequence) AS next_seq
+      FROM event_ledger
+      WHERE tenant_id = %(tenant_id)s AND source_system = %(source_system)s
+        AND source_sequence IS NOT NULL) AS s
+WHERE next_seq IS NULL OR next_seq > seq + 1
+ORDER BY seq
+LIMIT 1;
+
+-- name: ledger_stats
+-- What a starting gateway reports (DESIGN.md "Event ledger"): fleet-wide, no tenant named.
+SELECT (SELECT count(*) FROM event_ledger WHERE process_state = 'pending') AS pending,
+       (SELECT count(*) FROM event_ledger WHERE process_state = 'dead_letter') AS dead_letter,
+       (SELECT EXTRACT(EPOCH FROM now() - min(ingest_first_seen_at))
+        FROM event_ledger WHERE process_state = 'pending') AS oldest_pending_age_s;
+
+-- name: insert_api_key
+INSERT INTO api_keys (tenant_id, name, key_hash, prefix, created_by)
+VALUES (%(tenant_id)s, %(name)s, %(key_hash)s, %(prefix)s, %(created_by)s)
+RETURNING key_id, name, prefix, created_at;
+
+-- name: list_api_keys
+SELECT key_id, name, prefix, created_by, created_at, revoked_at, last_used_at
+FROM api_keys WHERE tenant_id = %(tenant_id)s
+ORDER BY created_at DESC, key_id;
+
+-- name: revoke_api_key
+-- Revoking twice keeps the first revocation's time; an unknown or other tenant's id finds no row.
+UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()),
+                    revoked_by = COALESCE(revoked_by, %(user_id)s)
+WHERE tenant_id = %(tenant_id)s AND key_id = %(key_id)s
+RETURNING key_id;
+
+-- name: key_caller
+-- The guard's lookup of a presented key, by its hash; last_used_at is written at most once a
+-- minute per key, so a busy producer does not turn every request into a write.
+WITH k AS (
+    SELECT key_id, tenant_id FROM api_keys
+    WHERE key_hash = %(key_hash)s AND revoked_at IS NULL
+), touched AS (
+    UPDATE api_keys SET last_used_at = now()
+    FROM k WHERE api_keys.key_id = k.key_id
+      AND (api_keys.last_used_at IS NULL OR api_keys.last_used_at < now() - interval '1 minute')
+)
+SELECT key_id, tenant_id FROM k;

@@ -1,0 +1,168 @@
+"""Event intake over HTTP: API keys (admins), POST /v1/events and the producer's cursor
+(API key). docs/decisions/0135-0136."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from litestar import Request, Response, Router, delete, get, post
+
+from gateway import auth, openapi
+from gateway.context import Context
+from gateway.events import intake, keys
+from gateway.events.writer import Unstorable
+from shared import errors
+
+OUTCOMES = ("new", "duplicate", "conflict", "rejected")
+
+
+class BodyTooLarge(errors.FileTooLarge):
+    """The batch is larger than the intake limit; send fewer events per request."""
+
+    code = "body_too_large"
+
+
+class TooManyEvents(errors.FileTooLarge):
+    """The batch holds more events than one request may carry; split it."""
+
+    code = "too_many_events"
+
+
+class CommitPending(errors.ServiceUnavailable):
+    """The events were not confirmed in time; send the batch again (a repeat is harmless)."""
+
+    code = "commit_pending"
+
+
+# ── API keys: a tenant admin's ─────────────────────────────────────────────────────────────
+@dataclass
+class NewKeyRequest:
+    name: str
+
+
+@post("/", status_code=201, responses=openapi.errors(400))
+async def create_key(data: NewKeyRequest, request: Request, ctx: Context) -> Response:
+    """A new key for this tenant's producers. The key is in this answer only: store it now."""
+    principal = auth.current(request)
+    new = await keys.create(ctx.pool, principal.tenant_id, principal.user_id, data.name)
+    return Response({"key_id": str(new.key_id), "key": new.key, "name": new.name,
+                     "prefix": new.prefix}, status_code=201, headers={"Cache-Control": "no-store"})
+
+
+@get("/")
+async def list_keys(request: Request, ctx: Context) -> dict:
+    """This tenant's keys, revoked ones included; never a secret."""
+    items = await keys.listing(ctx.pool, auth.current(request).tenant_id)
+    return {"items": items, "total": len(items)}
+
+
+@delete("/{key_id:uuid}", status_code=204, responses=openapi.errors(404))
+async def revoke_key(key_id: UUID, request: Request, ctx: Context) -> None:
+    """Revoke a key at once: its next request is refused with 401."""
+    principal = auth.current(request)
+    await keys.revoke(ctx.pool, principal.tenant_id, principal.user_id, key_id)
+
+
+api_keys = Router("/v1/api-keys", route_handlers=[create_key, list_keys, revoke_key],
+                  guards=[auth.admin_only], tags=["events"])
+
+
+# ── intake: a producer's, with its API key ─────────────────────────────────────────────────
+@post("/v1/events", opt={"api_key": "only"}, request_max_body_size=None, status_code=202,
+      tags=["events"], responses=openapi.errors(400, 401, 413, 429, 503))
+async def post_events(request: Request, ctx: Context) -> dict:
+    """Up to EVENTS_MAX_BATCH events as a JSON array, sent with 'X-Api-Key'. The answer comes
+    after the accepted events committed and gives each event's outcome, in order: new,
+    duplicate (seen before, same payload), conflict (seen before with another payload; the
+    first is kept) or rejected (with a code; the others are still taken)."""
+    caller: keys.KeyCaller = request.state.key_caller
+    settings = ctx.settings
+    raw = _parse(await _read_body(request, settings.events_max_body_kb * 1024))
+    if len(raw) > settings.events_max_batch:
+        raise TooManyEvents(f"A batch may hold at most {settings.events_max_batch} events; "
+                            f"this one holds {len(raw)}.")
+    outcomes: list[dict[str, Any]] = [{} for _ in raw]
+    checked: list[tuple[int, intake.Event]] = []
+    for i, item in enumerate(raw):
+        try:
+            checked.append((i, intake.check(item, caller.tenant_id,
+                                            settings.events_max_payload_kb * 1024)))
+        except intake.Refused as exc:
+            outcomes[i] = {"outcome": "rejected", "code": exc.code, "detail": exc.detail}
+    futures = ctx.events.submit([event for _, event in checked]) if checked else []
+    results = await _committed(futures, settings.events_commit_timeout_s)
+    for (i, _), result in zip(checked, results, strict=True):
+        outcomes[i] = result
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for outcome in outcomes:
+        counts[outcome["outcome"]] += 1
+    return {"outcomes": [{"index": i, **o} for i, o in enumerate(outcomes)], "counts": counts}
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    # Counted while it streams: a huge body is refused before it is held in memory.
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"The body is larger than {limit // 1024} KiB; send fewer events "
+                               "per request.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse(body: bytes) -> list[Any]:
+    try:
+        raw = json.loads(body)
+    except (ValueError, UnicodeError) as exc:
+        raise errors.InvalidRequest("The body must be a JSON array of events.") from exc
+    if not isinstance(raw, list) or not raw:
+        raise errors.InvalidRequest("The body must be a JSON array of 1 or more events.")
+    return raw
+
+
+async def _committed(futures: list[asyncio.Future[dict[str, Any]]],
+                     timeout_s: float) -> list[dict[str, Any]]:
+    if not futures:
+        return []
+    _, pending = await asyncio.wait(futures, timeout=timeout_s)
+    if pending:
+        for future in pending:
+            future.cancel()  # the writer may still commit them; a resend is a duplicate
+        raise CommitPending()
+    results = []
+    for future in futures:
+        exc = future.exception()
+        if isinstance(exc, Unstorable):
+            results.append({"outcome": "rejected", "code": "unstorable",
+                            "detail": "The database refused this event; check its values."})
+        elif exc is not None:
+            raise exc
+        else:
+            results.append(future.result())
+    return results
+
+
+@get("/v1/events/cursor", opt={"api_key": "also"}, tags=["events"],
+      responses=openapi.errors(400, 401, 403))
+async def cursor(request: Request, ctx: Context, source_system: str) -> dict:
+    """The highest source_sequence stored without a gap from the lowest one, for this tenant
+    and source (null: none stored): a reconnecting producer resends from the next one. With
+    an API key, or as a signed-in admin."""
+    if not 1 <= len(source_system) <= intake.MAX_SOURCE_SYSTEM or "\x00" in source_system:
+        raise errors.InvalidRequest("source_system must be 1 to 100 characters.")
+    caller = getattr(request.state, "key_caller", None)
+    if caller is None:
+        await auth.admin_only(request, request.route_handler)
+    tenant_id = caller.tenant_id if caller else auth.current(request).tenant_id
+    async with ctx.pool.connection() as conn:
+        row = await (await conn.execute(keys.Q["cursor"], {
+            "tenant_id": tenant_id, "source_system": source_system})).fetchone()
+    return {"source_system": source_system, "sequence": row["sequence"] if row else None}
+
+
+ROUTES = [api_keys, post_events, cursor]

@@ -1,0 +1,268 @@
+"""The gateway's event writer: one task per process drains a bounded queue and commits events
+in groups, one multi-row upsert per group (docs/decisions/0135).
+
+Requests put their checked events on the queue whole or not at all (a full queue is 429) and
+wait on one future per event, which resolves only after the group's transaction committed.
+The ledger's unique key is the dedupe authority, so replicas need no coordination: each
+gateway has its own writer, and repeats across them meet in the same row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
+
+from gateway.events import keys
+from gateway.events.intake import Event
+from shared import db, errors
+
+log = logging.getLogger(__name__)
+Q = keys.Q  # events.sql holds the ledger's and the keys' queries
+# Full jitter: attempt n waits uniform(0, min(5 s, 100 ms × 2^n)) (specs/event-ledger.md).
+BACKOFF = wait_random_exponential(multiplier=0.1, max=5)
+
+
+class IntakeBusy(errors.TooManyAttempts):
+    """This gateway's event queue is full; wait Retry-After seconds and send the batch again."""
+
+    code = "intake_busy"
+
+
+class Unstorable(Exception):
+    """The database refused this one event for a reason a retry cannot cure."""
+
+
+@dataclass
+class Item:
+    event: Event
+    future: asyncio.Future[dict[str, Any]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+def transient(exc: BaseException) -> bool:
+    # The pool turns an unreachable database into DatabaseUnavailable (shared/db).
+    return db.is_retryable(exc) or isinstance(exc, errors.DatabaseUnavailable)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.saturated = Counter(
+            "ingest_events_queue_saturated", "Event batches refused with 429: the writer's "
+            "queue was full.", registry=registry)
+        self.committed = Counter(
+            "ingest_events_committed", "Events committed by this gateway's writer, by outcome.",
+            ["outcome"], registry=registry)
+        self.retries = Counter(
+            "ingest_events_writer_retries", "Writer commits retried after a transient "
+            "database error.", registry=registry)
+        self.depth = Gauge("ingest_events_queue_depth", "Events waiting in this gateway's "
+                           "writer queue.", registry=registry)
+        self.healthy = Gauge("ingest_events_writer_healthy", "1 while the writer commits; 0 "
+                             "once its transient failures passed the retry budget.",
+                             registry=registry)
+        self.pending = Gauge("ingest_events_pending", "Ledger events waiting to be applied.",
+                             registry=registry)
+        self.dead_letter = Gauge("ingest_events_dead_letter", "Ledger events in dead letter.",
+                                 registry=registry)
+        self.oldest_pending = Gauge("ingest_events_oldest_pending_age_seconds",
+                                    "Age of the oldest pending ledger event (0 = none).",
+                                    registry=registry)
+        self.healthy.set(1)
+
+
+class Writer:
+    def __init__(self, pool: db.AsyncPool, *, queue_size: int, group_max: int,
+                 retry_budget: int, registry: CollectorRegistry) -> None:
+        self.pool = pool
+        self.queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=queue_size)
+        self.group_max = group_max
+        self.retry_budget = retry_budget
+        self.metrics = Metrics(registry)
+        self.metrics.depth.set_function(self.queue.qsize)
+        self.failed_attempts = 0          # transient failures in a row
+        self.failing_since: float | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # ── intake side ────────────────────────────────────────────────────────────────────────
+    def submit(self, events: list[Event]) -> list[asyncio.Future[dict[str, Any]]]:
+        """Queue every event or none: a half-queued batch would answer for events it did not
+        say it took. No await in here, so nothing else can take the room meanwhile."""
+        if self.queue.maxsize - self.queue.qsize() < len(events):
+            self.metrics.saturated.inc()
+            raise IntakeBusy(retry_after_s=1)
+        items = [Item(e) for e in events]
+        for item in items:
+            self.queue.put_nowait(item)
+        return [item.future for item in items]
+
+    # ── health ─────────────────────────────────────────────────────────────────────────────
+    @property
+    def critical(self) -> str | None:
+        if self._task is not None and self._task.done():
+            return "critical: the writer task stopped"
+        if self.failed_attempts >= self.retry_budget and self.failing_since is not None:
+            return (f"critical: {self.failed_attempts} commits failed in a row over "
+                    f"{time.monotonic() - self.failing_since:.0f} s; retrying")
+        return None
+
+    def status(self) -> str:
+        return self.critical or ("retrying" if self.failed_attempts else "ok")
+
+    # ── the task ───────────────────────────────────────────────────────────────────────────
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="event-writer")
+
+    async def close(self, drain_s: float = 10.0) -> None:
+        """Commit what is queued (the server stopped taking requests), then stop."""
+        deadline = time.monotonic() + drain_s
+        while self.queue.qsize() and time.monotonic() < deadline and not self.critical:
+            await asyncio.sleep(0.05)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            group = [await self.queue.get()]
+            while len(group) < self.group_max and not self.queue.empty():
+                group.append(self.queue.get_nowait())
+            try:
+                await self._commit_group(group)
+            except asyncio.CancelledError:
+                for item in group:
+                    _settle(item, error=errors.ServiceUnavailable(
+                        "The gateway stopped before committing; send the batch again."))
+                raise
+            except Exception:  # noqa: BLE001 - one bad group must not stop the writer
+                log.exception("event group failed")
+                for item in group:
+                    _settle(item, error=errors.AppError())
+
+    async def _commit_group(self, group: list[Item]) -> None:
+        try:
+            outcomes = await self._with_retries(group)
+        except Exception as exc:  # noqa: BLE001 - not transient: find the event(s) at fault
+            if len(group) == 1:
+                log.warning("event refused by the database: %s", type(exc).__name__)
+                _settle(group[0], error=Unstorable(type(exc).__name__))
+                return
+            for item in group:  # one by one, so one unstorable event fails alone
+                await self._commit_group([item])
+            return
+        for item, outcome in zip(group, outcomes, strict=True):
+            self.metrics.committed.labels(outcome["outcome"]).inc()
+            _settle(item, result=outcome)
+
+    async def _with_retries(self, group: list[Item]) -> list[dict[str, Any]]:
+        async for attempt in AsyncRetrying(retry=retry_if_exception(transient), wait=BACKOFF,
+                                           before_sleep=self._failed, reraise=True):
+            with attempt:
+                outcomes = await upsert(self.pool, [item.event for item in group])
+        if self.failed_attempts:
+            log.info("event writer recovered after %d failed commits", self.failed_attempts)
+        self.failed_attempts, self.failing_since = 0, None
+        self.metrics.healthy.set(1)
+        return outcomes
+
+    def _failed(self, state: RetryCallState) -> None:
+        self.failed_attempts += 1
+        self.failing_since = self.failing_since or time.monotonic()
+        self.metrics.retries.inc()
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning("event commit failed (%s), attempt %d; retrying",
+                    type(exc).__name__, self.failed_attempts)
+        if self.critical:
+            self.metrics.healthy.set(0)
+
+
+def _settle(item: Item, *, result: dict[str, Any] | None = None,
+            error: BaseException | None = None) -> None:
+    # A request that gave up (timeout, client gone) leaves its future cancelled.
+    if item.future.done():
+        return
+    if error is not None:
+        item.future.set_exception(error)
+    else:
+        item.future.set_result(result or {})
+
+
+async def upsert(pool: db.AsyncPool, events: list[Event]) -> list[dict[str, Any]]:
+    """Commit ``events`` in one transaction; the outcome of each, in order.
+
+    One statement may not touch a key twice, so the upsert takes each key's first event, in
+    key order (replicas' writers then lock rows in the same order), and a second statement
+    counts the group's further deliveries of the same keys."""
+    by_key: dict[tuple, list[int]] = {}
+    for i, event in enumerate(events):
+        by_key.setdefault(event.key, []).append(i)
+    firsts = [events[idx[0]] for _, idx in sorted(by_key.items(), key=lambda kv: _order(kv[0]))]
+    async with pool.connection() as conn, conn.transaction():
+        rows = await (await conn.execute(Q["upsert_events"], _columns(firsts))).fetchall()
+        stored = {(r["tenant_id"], r["source_system"], r["source_event_id"]): r for r in rows}
+        outcomes: list[dict[str, Any]] = [{} for _ in events]
+        repeats: dict[str, list] = {"ledger_id": [], "repeats": [], "conflicts": [],
+                                    "conflict_sha256": []}
+        for key, indexes in by_key.items():
+            row = stored[key]
+            for n, i in enumerate(indexes):
+                same = events[i].payload_sha256 == row["payload_sha256"]
+                kind = "new" if n == 0 and row["inserted"] else "duplicate" if same else "conflict"
+                outcomes[i] = {"outcome": kind, "ledger_id": row["ledger_id"]}
+            if len(indexes) > 1:
+                others = [events[i].payload_sha256 for i in indexes[1:]]
+                differing = [h for h in others if h != row["payload_sha256"]]
+                repeats["ledger_id"].append(row["ledger_id"])
+                repeats["repeats"].append(len(others))
+                repeats["conflicts"].append(len(differing))
+                repeats["conflict_sha256"].append(differing[-1] if differing else None)
+        if repeats["ledger_id"]:
+            await conn.execute(Q["count_repeats"], repeats)
+    return outcomes
+
+
+def _order(key: tuple) -> tuple:
+    tenant_id, source_system, source_event_id = key
+    return (str(tenant_id), source_system, source_event_id)
+
+
+def _columns(events: list[Event]) -> dict[str, list]:
+    return {
+        "tenant_id": [e.tenant_id for e in events],
+        "source_system": [e.source_system for e in events],
+        "source_event_id": [e.source_event_id for e in events],
+        "source_sequence": [e.source_sequence for e in events],
+        "source_emitted_at": [e.source_emitted_at for e in events],
+        "type": [e.type for e in events],
+        "payload": [e.payload_json for e in events],
+        "payload_sha256": [e.payload_sha256 for e in events],
+    }
+
+
+async def report_forever(pool: db.AsyncPool, metrics: Metrics, interval_s: float) -> None:
+    """Boot-time rehydration report (log + gauges), then the same gauges every interval."""
+    first = True
+    while True:
+        try:
+            async with pool.connection() as conn:
+                stats = await (await conn.execute(Q["ledger_stats"])).fetchone()
+            assert stats is not None
+            age = float(stats["oldest_pending_age_s"] or 0)
+            metrics.pending.set(stats["pending"])
+            metrics.dead_letter.set(stats["dead_letter"])
+            metrics.oldest_pending.set(age)
+            if first:
+                log.info("event ledger at start", extra={
+                    "pending": stats["pending"], "dead_letter": stats["dead_letter"],
+                    "oldest_pending_age_s": round(age, 1)})
+                first = False
+        except Exception as exc:  # noqa: BLE001 - a report must never stop the gateway
+            log.warning("event ledger figures unavailable: %s", type(exc).__name__)
+        await asyncio.sleep(interval_s)
