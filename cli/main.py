@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     from cli import sources  # `ingest sources grant|revoke|grants` (docs/decisions/0065)
 
     sources.add_commands(sub)
+    from cli import events  # `ingest events list|show|replay` (docs/decisions/0142)
+
+    events.add_commands(sub)
     return parser
 
 

@@ -20,6 +20,7 @@ from gateway.auth import user_routes as users
 from gateway.context import Context, provide
 from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
+from gateway.events import replay_routes as event_replay
 from gateway.imports import batches as import_batches
 from gateway.imports import intake as import_intake
 from gateway.imports import routes as imports
@@ -67,6 +68,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             # Records imports (DESIGN.md "Records imports", docs/decisions/0090).
             import_intake.create_import, import_batches.get_batch, import_batches.get_batch_errors,
             import_batches.list_imports, import_batches.export_errors,
+            *event_replay.ROUTES,  # ledger events: list, show, replay (docs/decisions/0142)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],
