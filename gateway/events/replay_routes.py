@@ -14,6 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Request, get, post
+from litestar.params import Parameter
 
 from gateway import auth, openapi
 from gateway.context import Context
@@ -35,12 +36,14 @@ class ReplayRequest:
 
 
 @get("/v1/events", guards=GUARDS, tags=TAGS, responses=openapi.errors(400, 503))
-async def list_events(request: Request, ctx: Context, state: str | None = None,
+async def list_events(request: Request, ctx: Context,
+                      # `state` is a name Litestar reserves for the app state.
+                      wanted_state: str | None = Parameter(query="state", default=None),
                       source_system: str | None = None, type: str | None = None,
                       error: str | None = None, limit: int = 100, offset: int = 0,
                       tenant_id: UUID | None = None) -> dict:
     """Your tenant's ledger events, newest first, filtered by state, source, type and error."""
-    wanted = replay.Filter.of(state=state, source_system=source_system, type=type, error=error)
+    wanted = replay.Filter.of(state=wanted_state, source_system=source_system, type=type, error=error)
     return await _call(ctx, replay.list_events, tenant_id=_scope(request, tenant_id),
                        wanted=wanted, limit=limit, offset=offset)
 
