@@ -118,9 +118,9 @@ def validate(event: Event) -> Validated:
 
 
 def apply(conn: db.Conn, event: Event, *, hold: Callable[[], None] = lambda: None) -> Outcome:
-    """Validate and apply one claimed event in one transaction, marking it processed; raise
-    Rejected (nothing written) or whatever the database raised (rolled back). Returns None-free:
-    a row that is no longer ours raises NotOurs."""
+    """Validate and apply one claimed event in one transaction, marking it processed. Raises
+    Rejected (nothing written), NotOurs (another applier claimed it since), or whatever the
+    database raised (rolled back)."""
     valid = validate(event)
     with conn.transaction():
         if conn.execute(Q["lock_claimed"], event.keys).fetchone() is None:
