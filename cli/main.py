@@ -85,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     from cli import verify  # `ingest verify`: the import golden path (docs/decisions/0131)
 
     verify.add_command(sub)
+
+    from cli import events  # `ingest events list|show|replay` (docs/decisions/0142)
+
+    events.add_commands(sub)
     return parser
 
 

@@ -20,6 +20,7 @@ from gateway.auth import user_routes as users
 from gateway.context import Context, provide
 from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
+from gateway.events import replay_routes as event_replay
 from gateway.events import routes as event_routes
 from gateway.events import writer as event_writer
 from gateway.imports import batches as import_batches
@@ -74,6 +75,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             *import_ops.ROUTES,  # imports ops views (docs/decisions/0129)
             *records.ROUTES,  # records read-back and duplicate candidates (docs/decisions/0121)
             *event_routes.ROUTES,  # event intake, API keys, cursor (docs/decisions/0135-0136)
+            *event_replay.ROUTES,  # ledger events: list, show, replay (docs/decisions/0142)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],

@@ -18,6 +18,7 @@ from shared.settings import WorkerSettings
 from worker import metrics as worker_metrics
 from worker.consumer import Consumer
 from worker.handler import IngestHandler
+from worker.ledger import applier as ledger
 from worker.pipeline import embed
 from worker.pipeline.runner import Pipeline
 from worker.records.pipeline import RecordsPipeline
@@ -53,12 +54,30 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
         slots=settings.worker_max_concurrent_jobs, wait_s=settings.sqs_wait_time_s,
         visibility_s=settings.sqs_visibility_timeout_s, heartbeat_s=settings.heartbeat_interval_s,
         grace_s=settings.shutdown_grace_s, on_abort=handler.abandon)
+    # The ledger applier runs beside the consumer (docs/decisions/0139); --once drains both.
+    applier = ledger.Applier(settings) if settings.ledger_apply_enabled else None
+
+    def stop() -> None:
+        consumer.stop()
+        if applier is not None:
+            applier.stop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: consumer.stop())
+        signal.signal(sig, lambda *_: stop())
     _report_backlog(pool, jobs_queue)
     try:
+        if applier is not None:
+            applier.report_start()
+            if once:
+                applier.drain()
+            else:
+                ledger.start(applier)
         return consumer.run(once=once)
     finally:
+        if applier is not None:
+            applier.stop()
+            # The thread's own connection closes with the process; an apply in progress
+            # either commits or rolls back with it.
         log.info("worker stopped", extra={"jobs_handled": consumer.processed})
         alerter.close(timeout=2)
         pool.close()

@@ -1,0 +1,60 @@
+-- Reading and replaying the event ledger (gateway/events/replay.py): the operators' and tenant
+-- admins' view of events and the reset of dead letters to pending. %(tenant_id)s NULL = every
+-- tenant (operators and the CLI only; the routes always pass the caller's tenant otherwise).
+-- Filters: NULL matches everything; error is a case-insensitive substring of process_error.
+
+-- name: list_events
+SELECT ledger_id, tenant_id, source_system, source_event_id, source_sequence, source_emitted_at,
+       type, process_state, process_error, processed_at, superseded, apply_attempt_count,
+       next_apply_at, ingest_first_seen_at, ingest_last_seen_at, ingest_attempt_count,
+       conflict_count, entity_key, count(*) OVER () AS total
+FROM event_ledger
+WHERE (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(state)s::text IS NULL OR process_state = %(state)s)
+  AND (%(source_system)s::text IS NULL OR source_system = %(source_system)s)
+  AND (%(type)s::text IS NULL OR type = %(type)s)
+  AND (%(error)s::text IS NULL OR strpos(lower(process_error), lower(%(error)s)) > 0)
+ORDER BY ledger_id DESC
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: count_events
+-- The total when the page came back empty (an offset past the end).
+SELECT count(*) AS total FROM event_ledger
+WHERE (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(state)s::text IS NULL OR process_state = %(state)s)
+  AND (%(source_system)s::text IS NULL OR source_system = %(source_system)s)
+  AND (%(type)s::text IS NULL OR type = %(type)s)
+  AND (%(error)s::text IS NULL OR strpos(lower(process_error), lower(%(error)s)) > 0);
+
+-- name: show_event
+SELECT * FROM event_ledger
+WHERE ledger_id = %(ledger_id)s AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s);
+
+-- name: replays_of
+SELECT replay_id, actor, created_at FROM event_replays
+WHERE tenant_id = %(tenant_id)s AND (%(ledger_id)s = ANY (ledger_ids) OR ledger_ids IS NULL)
+ORDER BY created_at DESC LIMIT 20;
+
+-- name: replay_ids
+-- Chosen dead letters back to pending, due now, with a fresh attempt budget. Only dead
+-- letters move: a processed or pending id is left alone (and not counted).
+UPDATE event_ledger
+SET process_state = 'pending', apply_attempt_count = 0, next_apply_at = now()
+WHERE ledger_id = ANY (%(ledger_ids)s) AND process_state = 'dead_letter'
+  AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+RETURNING ledger_id, tenant_id;
+
+-- name: replay_filter
+UPDATE event_ledger
+SET process_state = 'pending', apply_attempt_count = 0, next_apply_at = now()
+WHERE process_state = 'dead_letter'
+  AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(source_system)s::text IS NULL OR source_system = %(source_system)s)
+  AND (%(type)s::text IS NULL OR type = %(type)s)
+  AND (%(error)s::text IS NULL OR strpos(lower(process_error), lower(%(error)s)) > 0)
+RETURNING ledger_id, tenant_id;
+
+-- name: record_replay
+INSERT INTO event_replays (tenant_id, actor, actor_user_id, ledger_ids, filter, event_count)
+VALUES (%(tenant_id)s, %(actor)s, %(actor_user_id)s, %(ledger_ids)s, %(filter)s, %(count)s)
+RETURNING replay_id;

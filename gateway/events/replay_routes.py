@@ -1,0 +1,93 @@
+"""Event ledger reads and replay over HTTP (docs/decisions/0142): GET /v1/events,
+GET /v1/events/{ledger_id}, POST /v1/events/replay.
+
+Admins only (a tenant admin sees and replays their own tenant's events; an operator every
+tenant's, or one with ?tenant_id=). The tenant comes from the verified token, never from the
+request, for everyone but operators. API keys open intake only, never these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from litestar import Request, get, post
+from litestar.params import Parameter
+
+from gateway import auth, openapi
+from gateway.context import Context
+from gateway.events import replay
+from shared import db, errors
+
+TAGS = ["events"]
+GUARDS = [auth.admin_only]
+
+
+@dataclass
+class ReplayRequest:
+    ledger_ids: list[int] = field(default_factory=list)
+    # A filter instead of ids: every dead letter matching it (all: true with no filter = all).
+    all: bool = False
+    source_system: str | None = None
+    type: str | None = None
+    error: str | None = None
+
+
+@get("/v1/events", guards=GUARDS, tags=TAGS, responses=openapi.errors(400, 503))
+async def list_events(request: Request, ctx: Context,
+                      # `state` is a name Litestar reserves for the app state.
+                      wanted_state: str | None = Parameter(query="state", default=None),
+                      source_system: str | None = None, type: str | None = None,
+                      error: str | None = None, limit: int = 100, offset: int = 0,
+                      tenant_id: UUID | None = None) -> dict:
+    """Your tenant's ledger events, newest first, filtered by state, source, type and error."""
+    wanted = replay.Filter.of(state=wanted_state, source_system=source_system, type=type, error=error)
+    return await _call(ctx, replay.list_events, tenant_id=_scope(request, tenant_id),
+                       wanted=wanted, limit=limit, offset=offset)
+
+
+@get("/v1/events/{ledger_id:int}", guards=GUARDS, tags=TAGS, responses=openapi.errors(404, 503))
+async def show_event(ledger_id: int, request: Request, ctx: Context) -> dict:
+    """One event in full: payload, apply state and error, and the replays that touched it."""
+    return await _call(ctx, replay.show, ledger_id, tenant_id=_scope(request, None))
+
+
+@post("/v1/events/replay", guards=GUARDS, tags=TAGS, status_code=200,
+      responses=openapi.errors(400, 503))
+async def replay_events(data: ReplayRequest, request: Request, ctx: Context) -> dict:
+    """Reset dead letters (chosen ids, or all matching a filter) to pending, on the record."""
+    principal = auth.current(request)
+    filtered = data.all or any((data.source_system, data.type, data.error))
+    if data.ledger_ids and filtered:
+        raise errors.InvalidRequest("Send either ledger_ids or a filter, not both.")
+    if not data.ledger_ids and not filtered:
+        raise errors.InvalidRequest("Choose events: ledger_ids, a filter (source_system, type, "
+                                    "error), or all: true for every dead letter.")
+    wanted = None if data.ledger_ids else replay.Filter.of(
+        source_system=data.source_system, type=data.type, error=data.error)
+    return await _call(ctx, replay.replay, tenant_id=_scope(request, None),
+                       actor=f"user:{principal.user_id}", actor_user_id=principal.user_id,
+                       ledger_ids=data.ledger_ids or None, wanted=wanted)
+
+
+ROUTES = [list_events, show_event, replay_events]
+
+
+def _scope(request: Request, asked: UUID | None) -> UUID | None:
+    """The tenant a call may see: an operator's choice (None = all), else the caller's own."""
+    principal = auth.current(request)
+    return asked if principal.is_operator else principal.tenant_id
+
+
+async def _call(ctx: Context, operation: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The service is sync (the CLI shares it): a thread with a connection of its own."""
+
+    def work() -> dict[str, Any]:
+        with db.connect(ctx.settings.database_url, autocommit=True, connect_timeout=5) as conn:
+            result: dict[str, Any] = operation(conn, *args, **kwargs)
+            return result
+
+    with db.translate():
+        return await asyncio.to_thread(work)

@@ -1,0 +1,227 @@
+"""Applying the event ledger with real `ingest worker` processes over real Postgres.
+
+Events are inserted straight into event_ledger in the shape the intake writer commits them
+(gateway/events/, migrations/0018): pending, payload and its canonical SHA-256, first-seen now.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+from decimal import Decimal
+
+from cli.embedded import free_port
+from tests.support import stack
+from tests.support.stack import wait_until
+
+FAST = {"LEDGER_APPLY_BACKOFF_BASE_S": "0.01", "LEDGER_APPLY_BACKOFF_MAX_S": "0.05",
+        "LEDGER_APPLY_POLL_S": "0.1"}
+
+
+def judgment(case: str, amount: str = "1000.00", **extra) -> dict:
+    return {"File #": case, "Plaintiff": "Acme Collections LLC", "Defendant": "John Q. Public",
+            "Amount": amount, "Entry Date": "2024-01-15", **extra}
+
+
+def put(conn, tenant_id, event_id: str, payload, *, type: str = "judgment.upserted",
+        sequence: int | None = None, emitted: str | None = None, source: str = "jbi") -> int:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return conn.execute(
+        "INSERT INTO event_ledger (tenant_id, source_system, source_event_id, source_sequence, "
+        "source_emitted_at, type, payload, payload_sha256) VALUES (%s, %s, %s, %s, %s, %s, "
+        "%s::jsonb, %s) RETURNING ledger_id",
+        (tenant_id, source, event_id, sequence, emitted, type, canonical,
+         hashlib.sha256(canonical.encode()).hexdigest())).fetchone()["ledger_id"]
+
+
+def event(conn, ledger_id: int) -> dict:
+    return conn.execute("SELECT * FROM event_ledger WHERE ledger_id = %s", (ledger_id,)).fetchone()
+
+
+def judgments(conn, tenant_id) -> list[dict]:
+    return conn.execute("SELECT case_number, amount, updated_at, source, source_reference "
+                        "FROM judgments WHERE tenant_id = %s ORDER BY case_number",
+                        (tenant_id,)).fetchall()
+
+
+def drain(stack_env, out_dir, env: dict | None = None, name: str = "worker") -> stack.Process:
+    worker = stack.start_worker({**stack_env, **FAST, **(env or {})}, out_dir, name=name,
+                                once=True)
+    assert worker.proc.wait(120) == 0, worker.logs()[-4000:]
+    return worker
+
+
+def cli(stack_env, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True,
+                          text=True, timeout=60, env=stack.clean_env(stack_env))
+
+
+def test_event_is_applied_once_and_again_is_a_no_op(tenants, conn, stack_env, out_dir):
+    # Given a judgment event pending in the ledger
+    user = tenants.user()
+    first = put(conn, user.tenant_id, "e-1", judgment("2024-CV-000001", "1,250.00"))
+
+    # When a worker drains the ledger
+    worker = drain(stack_env, out_dir)
+
+    # Then the judgment exists once, through the contract's normalisers, and the event is done
+    rows = judgments(conn, user.tenant_id)
+    assert [(r["case_number"], r["amount"]) for r in rows] == [("2024-CV-000001",
+                                                                 Decimal("1250.00"))]
+    assert rows[0]["source"] == "jbi" and rows[0]["source_reference"] == "event jbi/e-1"
+    row = event(conn, first)
+    assert (row["process_state"], row["superseded"], row["apply_attempt_count"]) == (
+        "processed", False, 1)
+    assert row["entity_key"] == "2024CV000001"
+    assert "ledger applier started" in worker.logs()
+
+    # When the same payload arrives as another event, and a worker drains again
+    second = put(conn, user.tenant_id, "e-2", judgment("2024-CV-000001", "1,250.00"))
+    drain(stack_env, out_dir, name="worker-2")
+
+    # Then nothing was written again: same row, same updated_at; the first event untouched
+    again = judgments(conn, user.tenant_id)
+    assert again == rows
+    assert event(conn, second)["process_state"] == "processed"
+    assert event(conn, first)["apply_attempt_count"] == 1
+
+
+def test_reverse_sequence_order_keeps_the_newest(tenants, conn, stack_env, out_dir):
+    # Given three versions of one judgment delivered newest first
+    user = tenants.user()
+    ids = {seq: put(conn, user.tenant_id, f"s-{seq}", judgment("2024-CV-7", f"{seq}00.00"),
+                    sequence=seq) for seq in (3, 2, 1)}
+
+    # When they are applied
+    drain(stack_env, out_dir)
+
+    # Then sequence 3's amount stands and the older two are processed as superseded
+    assert [r["amount"] for r in judgments(conn, user.tenant_id)] == [Decimal("300.00")]
+    states = {seq: (event(conn, i)["process_state"], event(conn, i)["superseded"])
+              for seq, i in ids.items()}
+    assert states == {3: ("processed", False), 2: ("processed", True), 1: ("processed", True)}
+
+    # And a newer one still overwrites
+    put(conn, user.tenant_id, "s-4", judgment("2024-CV-7", "400.00"), sequence=4)
+    drain(stack_env, out_dir, name="worker-2")
+    assert [r["amount"] for r in judgments(conn, user.tenant_id)] == [Decimal("400.00")]
+
+
+def test_emitted_time_orders_events_without_sequence(tenants, conn, stack_env, out_dir):
+    user = tenants.user()
+    put(conn, user.tenant_id, "late", judgment("CV-9", "9.00"), emitted="2024-05-02T00:00:00Z")
+    old = put(conn, user.tenant_id, "early", judgment("CV-9", "1.00"),
+              emitted="2024-05-01T00:00:00Z")
+    drain(stack_env, out_dir)
+    assert [r["amount"] for r in judgments(conn, user.tenant_id)] == [Decimal("9.00")]
+    assert event(conn, old)["superseded"] is True
+
+
+def test_invalid_and_unknown_events_dead_letter_at_once(tenants, conn, stack_env, out_dir):
+    user = tenants.user()
+    bad = put(conn, user.tenant_id, "bad", judgment("CV-1", "not-money"))
+    unknown = put(conn, user.tenant_id, "u", {"x": 1}, type="invoice.paid")
+    metric = put(conn, user.tenant_id, "m", {"date": "2024-01-01"}, type="ad_metric.daily")
+    drain(stack_env, out_dir)
+    row = event(conn, bad)
+    assert (row["process_state"], row["apply_attempt_count"]) == ("dead_letter", 1)
+    assert "JUDGMENT_AMOUNT" in row["process_error"]
+    for ledger_id in (unknown, metric):
+        row = event(conn, ledger_id)
+        assert row["process_state"] == "dead_letter"
+        assert row["process_error"].startswith("unknown type")
+    assert judgments(conn, user.tenant_id) == []
+
+
+POISON_TRIGGER = """
+CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.case_number = 'POISON-1' THEN RAISE EXCEPTION 'downstream refused %', NEW.case_number;
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON judgments FOR EACH ROW EXECUTE FUNCTION poison();
+"""
+
+
+def test_poison_event_dead_letters_after_its_attempts_and_replays_after_a_fix(
+        tenants, conn, stack_env, out_dir):
+    # Given an event whose apply fails every time (the database refuses it), and a good one
+    user = tenants.user()
+    conn.execute(POISON_TRIGGER)
+    poison = put(conn, user.tenant_id, "p", judgment("POISON-1"))
+    good = put(conn, user.tenant_id, "g", judgment("CV-GOOD"))
+
+    # When a worker with 3 attempts drains the ledger
+    drain(stack_env, out_dir, {"LEDGER_APPLY_MAX_ATTEMPTS": "3"})
+
+    # Then the poison event is a dead letter after exactly 3 attempts; the good one applied
+    row = event(conn, poison)
+    assert (row["process_state"], row["apply_attempt_count"]) == ("dead_letter", 3)
+    assert "downstream refused" in row["process_error"]
+    assert event(conn, good)["process_state"] == "processed"
+
+    # When the cause is fixed and an operator replays it from the CLI
+    conn.execute("DROP TRIGGER poison ON judgments")
+    listed = cli(stack_env, "events", "list", "--state", "dead_letter", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [e["ledger_id"] for e in json.loads(listed.stdout)["events"]] == [poison]
+    shown = cli(stack_env, "events", "show", str(poison), "--json")
+    assert json.loads(shown.stdout)["error"] == row["process_error"]
+    replayed = cli(stack_env, "events", "replay", "--id", str(poison), "--actor", "ops-anna")
+    assert replayed.returncode == 0, replayed.stderr
+    assert event(conn, poison)["apply_attempt_count"] == 0
+    drain(stack_env, out_dir, {"LEDGER_APPLY_MAX_ATTEMPTS": "3"}, name="worker-2")
+
+    # Then it is processed, and the replay is on record with who did it
+    assert event(conn, poison)["process_state"] == "processed"
+    assert [r["case_number"] for r in judgments(conn, user.tenant_id)] == ["CV-GOOD",
+                                                                          "POISON-1"]
+    replay = conn.execute("SELECT * FROM event_replays WHERE tenant_id = %s",
+                          (user.tenant_id,)).fetchall()
+    assert [(r["actor"], r["ledger_ids"], r["event_count"]) for r in replay] == [
+        ("cli:ops-anna", [poison], 1)]
+
+
+def test_worker_killed_mid_apply_applies_the_event_exactly_once(
+        tenants, conn, stack_env, out_dir, tmp_path):
+    # Given a worker held inside the apply transaction of an event, metrics on
+    user = tenants.user()
+    ledger_id = put(conn, user.tenant_id, "k", judgment("CV-KILL", "5.00"))
+    pause = tmp_path / "hold"
+    pause.touch()
+    port = free_port()
+    worker = stack.start_worker({**stack_env, **FAST, "WORKER_PAUSE_AT_STAGE": "ledger_apply",
+                                 "WORKER_PAUSE_FILE": str(pause), "LEDGER_APPLY_LEASE_S": "1",
+                                 "LEDGER_APPLY_REPORT_S": "0.2",
+                                 "WORKER_METRICS_PORT": str(port)}, out_dir)
+    stack.wait_for_log(worker, "ledger apply paused")
+    # The judgment is written but not committed; the rehydration figures are on the port
+    assert judgments(conn, user.tenant_id) == []
+    assert '"ledger applier started","pending":1,' in worker.logs()  # the start-up report
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "ingest_ledger_pending_events 1.0" in text
+    lag = [line for line in text.splitlines()
+           if line.startswith("ingest_ledger_apply_lag_seconds ")]
+    assert lag and float(lag[0].split()[1]) >= 0
+
+    # When it is SIGKILLed there
+    worker.signal(signal.SIGKILL)
+    worker.proc.wait(30)
+    row = event(conn, ledger_id)
+    assert (row["process_state"], row["apply_attempt_count"]) == ("pending", 1)
+
+    # Then another worker applies it once its lease ends, and it is applied exactly once
+    pause.unlink()
+    wait_until(lambda: conn.execute("SELECT next_apply_at <= now() AS due FROM event_ledger "
+                                    "WHERE ledger_id = %s", (ledger_id,)).fetchone()["due"],
+               timeout=30, message="lease ended")
+    drain(stack_env, out_dir, name="worker-2")
+    row = event(conn, ledger_id)
+    assert (row["process_state"], row["apply_attempt_count"]) == ("processed", 2)
+    assert [(r["case_number"], r["amount"]) for r in judgments(conn, user.tenant_id)] == [
+        ("CV-KILL", Decimal("5.00"))]

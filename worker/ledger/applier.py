@@ -1,0 +1,180 @@
+"""The applier loop: claim due pending events, apply each, settle failures (docs/decisions/0139).
+
+Runs as a thread of `ingest worker`, beside the SQS consumer (LEDGER_APPLY_ENABLED), on a
+connection of its own in autocommit (each ``transaction()`` block is one transaction); a broken
+connection is dropped and opened again on the next step. ``drain()`` (``ingest worker --once``) applies until nothing
+pending is left to it, waiting out retry backoffs, so tests need no sleeps. Between claims that
+find nothing it polls every LEDGER_APPLY_POLL_S.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from shared import db
+from shared.settings import WorkerSettings
+from worker.ledger import apply, metrics
+
+log = logging.getLogger(__name__)
+Q = apply.Q
+PAUSE_STAGE = "ledger_apply"  # WORKER_PAUSE_AT_STAGE value that holds an apply (tests only)
+MAX_ERROR_CHARS = 2000
+
+
+def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
+    """Full jitter (AWS architecture blog): uniform in [0, min(cap, base × 2^(attempt-1))]."""
+    return random.uniform(0, min(cap_s, base_s * 2 ** max(attempt - 1, 0)))
+
+
+class Applier:
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+        self._conn: db.Conn | None = None
+        self.stopping = threading.Event()
+        self.applied = 0
+        self._last_report = 0.0
+        stage, flag = settings.worker_pause_at_stage, settings.worker_pause_file
+        self._pause = Path(flag) if stage == PAUSE_STAGE and flag else None
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    # ── loops ──────────────────────────────────────────────────────────────────────────────
+    def run_forever(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                busy = self.step()
+            except Exception:  # noqa: BLE001 - a database outage must not end the loop
+                log.exception("ledger applier step failed; retrying shortly")
+                self._drop()
+                busy = False
+            if not busy:
+                self.stopping.wait(self.settings.ledger_apply_poll_s)
+
+    def drain(self) -> None:
+        """Apply until no pending event is left to this worker: waits for rows whose retry
+        comes due, returns when the rest (if any) are held by other appliers."""
+        while not self.stopping.is_set():
+            if self.step():
+                continue
+            due = self.conn().execute(Q["next_due"]).fetchone() or {}
+            if not due.get("pending") or due["due_in_s"] is None or due["due_in_s"] <= 0:
+                return  # nothing left, or what is left is claimed (locked) by someone else
+            self.stopping.wait(min(float(due["due_in_s"]), self.settings.ledger_apply_poll_s))
+
+    def step(self) -> bool:
+        """One claim and its events; True when it claimed any."""
+        self._report_lag()
+        conn = self.conn()
+        claimed = conn.execute(Q["claim"], {
+            "limit": self.settings.ledger_apply_batch,
+            "lease_s": self.settings.ledger_apply_lease_s}).fetchall()
+        for row in claimed:
+            if self.stopping.is_set():
+                break  # unapplied claims come back when their lease ends
+            self._one(conn, apply.Event.of(row))
+        return bool(claimed)
+
+    def conn(self) -> db.Conn:
+        if self._conn is None or self._conn.closed:
+            self._conn = db.connect(self.settings.database_url, autocommit=True,
+                                    connect_timeout=5)
+        return self._conn
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        self._drop()
+
+    # ── one event ──────────────────────────────────────────────────────────────────────────
+    def _one(self, conn: db.Conn, event: apply.Event) -> None:
+        context = {"ledger_id": event.ledger_id, "tenant_id": str(event.tenant_id),
+                   "event_type": event.type[:100], "attempt": event.attempt}
+        max_attempts = self.settings.ledger_apply_max_attempts
+        if event.attempt > max_attempts:
+            # Claimed more often than allowed without ever settling: the applier died inside
+            # every attempt (a crash loop). Give up on the record.
+            self._settle(conn, event, "dead_letter", context, error=(
+                f"gave up after {max_attempts} attempts: the applier stopped mid-apply each "
+                "time; see the worker's logs"))
+            return
+        started = time.monotonic()
+        try:
+            outcome = apply.apply(conn, event, hold=self._hold)
+        except apply.NotOurs:
+            log.info("ledger event claimed by another applier meanwhile", extra=context)
+            return
+        except apply.Rejected as exc:
+            self._settle(conn, event, "dead_letter", context, error=str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - every other failure is retried, then dead
+            error = f"{type(exc).__name__}: {exc}"
+            if event.attempt >= max_attempts:
+                self._settle(conn, event, "dead_letter", context,
+                             error=f"failed {event.attempt} times; last: {error}")
+            else:
+                delay = backoff_s(event.attempt, self.settings.ledger_apply_backoff_base_s,
+                                  self.settings.ledger_apply_backoff_max_s)
+                self._settle(conn, event, "retry", context, error=error, delay_s=delay)
+            return
+        self.applied += 1
+        metrics.APPLIED.labels("superseded" if outcome.superseded else "applied").inc()
+        metrics.APPLY_SECONDS.observe(time.monotonic() - started)
+        log.info("ledger event applied", extra={**context, "outcome": outcome.note})
+
+    def _settle(self, conn: db.Conn, event: apply.Event, how: str, context: dict[str, Any],
+                *, error: str, delay_s: float = 0.0) -> None:
+        error = error[:MAX_ERROR_CHARS]
+        params = {**event.keys, "error": error, "delay_s": delay_s, "entity_key": None}
+        query = "dead_letter" if how == "dead_letter" else "retry_later"
+        with conn.transaction():
+            done = conn.execute(Q[query], params).fetchone()
+        if done is None:
+            return  # another applier claimed it after us; theirs to settle
+        metrics.APPLIED.labels(how).inc()
+        level = logging.WARNING if how == "dead_letter" else logging.INFO
+        log.log(level, "ledger event dead-lettered" if how == "dead_letter"
+                else "ledger event failed; retrying later",
+                extra={**context, "error": error[:300], "retry_in_s": round(delay_s, 3)})
+
+    def _hold(self) -> None:
+        """Test-only: wait inside the apply transaction while the pause file exists."""
+        if self._pause is None:
+            return
+        if self._pause.exists():
+            log.info("ledger apply paused", extra={"pause_file": str(self._pause)})
+        while self._pause.exists() and not self.stopping.is_set():
+            time.sleep(0.05)
+
+    # ── figures ────────────────────────────────────────────────────────────────────────────
+    def _report_lag(self, force: bool = False) -> dict[str, Any]:
+        now = time.monotonic()
+        if not force and now - self._last_report < self.settings.ledger_apply_report_s:
+            return {}
+        self._last_report = now
+        backlog = self.conn().execute(Q["backlog"]).fetchone() or {}
+        metrics.observe_backlog(backlog)
+        return backlog
+
+    def report_start(self) -> None:
+        """At start (event-ledger.md, boot-time rehydration): what the ledger holds, logged
+        and in the gauges; the loop then resumes the pending rows."""
+        backlog = self._report_lag(force=True)
+        oldest = backlog.get("oldest_pending_s")
+        log.info("ledger applier started", extra={
+            "pending": backlog.get("pending"), "dead_letter": backlog.get("dead_letter"),
+            "oldest_pending_s": round(float(oldest), 1) if oldest is not None else None})
+
+
+def start(applier: Applier) -> threading.Thread:
+    thread = threading.Thread(target=applier.run_forever, name="ledger-applier", daemon=True)
+    thread.start()
+    return thread
