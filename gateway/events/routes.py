@@ -10,6 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, post
+from litestar.types import ControllerRouterHandler
 
 from gateway import auth, openapi
 from gateway.context import Context
@@ -165,4 +166,4 @@ async def cursor(request: Request, ctx: Context, source_system: str) -> dict:
     return {"source_system": source_system, "sequence": row["sequence"] if row else None}
 
 
-ROUTES = [api_keys, post_events, cursor]
+ROUTES: list[ControllerRouterHandler] = [api_keys, post_events, cursor]
