@@ -15,12 +15,14 @@ from uuid import UUID
 
 from litestar import Request, Response, Router, get, post
 from litestar.datastructures import Cookie
+from litestar.params import Parameter
 from litestar.response import Redirect, Template
 
 from gateway import auth, filetypes, paging
 from gateway.auth import login_throttle, users
 from gateway.context import Context
 from gateway.documents import listing as doc_listing
+from gateway.events import replay as ledger_replay
 from gateway.imports import intake as import_intake
 from gateway.operations import metrics
 from gateway.records import service as records
@@ -334,6 +336,33 @@ async def own_dead_letter(message_id: str, request: Request) -> Template:
     return render(request, "admin/dlq_message.html", message_id=message_id, **_OWN_DLQ)
 
 
+# ── event ledger: dead letters and replay (docs/decisions/0142, 0143) ──────────────────────
+# Shells that events.js fills from /v1/events, whose scope (own tenant; operators all) applies.
+_EVENT_STATES = [("dead_letter", "Dead letter"), ("pending", "Pending"),
+                 ("processed", "Processed"), ("all", "Any state")]
+
+
+@get("/events")
+async def events(request: Request,
+                 # `state` is a name Litestar reserves for the app state.
+                 wanted_state: str | None = Parameter(query="state", default=None),
+                 source_system: str | None = None, type: str | None = None,
+                 error: str | None = None) -> Template:
+    """The applied filter, from the URL: dead letters unless another state was chosen."""
+    states = [value for value, _ in _EVENT_STATES]
+    limit = ledger_replay.MAX_FILTER_CHARS
+    filters = {"state": wanted_state if wanted_state in states else "dead_letter",
+               "source_system": (source_system or "").strip()[:limit],
+               "type": (type or "").strip()[:limit], "error": (error or "").strip()[:limit]}
+    return render(request, "admin/events.html", states=_EVENT_STATES, filters=filters,
+                  max_chars=limit)
+
+
+@get("/events/{ledger_id:int}")
+async def event(ledger_id: int, request: Request) -> Template:
+    return render(request, "admin/events_detail.html", ledger_id=ledger_id)
+
+
 @get("/users")
 async def user_list(request: Request, ctx: Context) -> Template:
     """The tenant's users; changes go through /v1/users from the page's script (CSRF header)."""
@@ -382,7 +411,7 @@ def _form_values(request: Request) -> dict[str, str]:
 def router(files: assets.Assets) -> Router:
     admin = Router("/admin", guards=[auth.admin_only], route_handlers=[
         overview, sources, source, dead_letters, dead_letter,
-        fleet, own_dead_letters, own_dead_letter, user_list])
+        fleet, own_dead_letters, own_dead_letter, user_list, events, event])
     return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
                   before_request=_who,
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,

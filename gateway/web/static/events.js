@@ -1,0 +1,181 @@
+/* The event ledger, over /v1/events (docs/decisions/0142, 0143): list with the filter the page's
+ * URL applied, inspect one event, replay dead letters (chosen ones, or all matching the filter).
+ * Payloads and errors are upstream data: they are only ever set as text. */
+(function () {
+  "use strict";
+  const DF = window.DF;
+  const STATES = { pending: "Pending", processed: "Processed", dead_letter: "Dead letter" };
+  const FILTERS = ["source_system", "type", "error"];
+
+  function stateLabel(event) {
+    return (STATES[event.state] || event.state) + (event.superseded ? " (superseded)" : "");
+  }
+
+  function report(result) {
+    const n = result.replayed;
+    if (!n) return "Nothing replayed: no dead letter matched (another admin may have replayed them already).";
+    return "Replayed " + n + " event" + (n === 1 ? "" : "s") + ": back to pending, a worker applies " + (n === 1 ? "it" : "them") + " shortly.";
+  }
+
+  async function replay(body) { return DF.api("POST", "/v1/events/replay", body); }
+
+  /* ── the list ─────────────────────────────────────────────────────────────────────── */
+  function listPage(root) {
+    const applied = { state: root.dataset.state };
+    FILTERS.forEach(function (name) {
+      const value = root.dataset[name.replace(/_(.)/g, (m, c) => c.toUpperCase())];
+      if (value) applied[name] = value;
+    });
+    const everyone = root.dataset.everyone === "true";
+    const rows = DF.field(root, "rows");
+    const result = DF.field(root, "action_result");
+    const selected = root.querySelector('[data-action="replay-selected"]');
+    const all = root.querySelector('[data-action="replay-all"]');
+    const selectAll = root.querySelector('[data-action="select-all"]');
+
+    function boxes() { return [...rows.querySelectorAll('input[type="checkbox"]')]; }
+
+    function updateSelection() {
+      const checked = boxes().filter((b) => b.checked);
+      selected.disabled = checked.length === 0;
+      selected.textContent = checked.length ? "Replay selected (" + checked.length + ")" : "Replay selected";
+      selectAll.disabled = boxes().length === 0;
+      selectAll.checked = checked.length > 0 && checked.length === boxes().length;
+    }
+
+    async function load() {
+      DF.field(root, "loading").hidden = false;
+      const query = new URLSearchParams({ limit: "200" });
+      for (const [k, v] of Object.entries(applied)) if (v && v !== "all") query.set(k, v);
+      try {
+        const data = await DF.api("GET", "/v1/events?" + query);
+        rows.replaceChildren(...data.events.map(row));
+        DF.field(root, "table").hidden = data.events.length === 0;
+        all.disabled = data.events.length === 0;
+        DF.field(root, "empty").hidden = data.events.length > 0;
+        const incomplete = DF.field(root, "incomplete");
+        incomplete.hidden = data.total <= data.events.length;
+        incomplete.textContent = "Showing the newest " + data.events.length + " of " + data.total + " events; narrow the filter to see the others.";
+        DF.message(DF.field(root, "error"), "");
+      } catch (e) {
+        DF.message(DF.field(root, "error"), e.message, true);
+      } finally {
+        DF.field(root, "loading").hidden = true;
+        updateSelection();
+      }
+    }
+
+    function row(event) {
+      const id = String(event.ledger_id);
+      // Only dead letters can be replayed; other rows have no box to tick.
+      const box = event.state === "dead_letter" ? DF.h("input", { type: "checkbox", value: id,
+        "aria-label": "Select event " + id }) : "";
+      if (box) box.addEventListener("change", updateSelection);
+      const cells = [DF.h("td", {}, box),
+        DF.h("td", { "data-label": "Ledger id" }, DF.link("/admin/events/" + id, id))];
+      if (everyone) cells.push(DF.h("td", { "data-label": "Tenant" }, event.tenant_id.slice(0, 8) + "…"));
+      return DF.h("tr", { "data-ledger-id": id }, ...cells,
+        DF.h("td", { "data-label": "Source" }, event.source_system),
+        DF.h("td", { "data-label": "Event id", class: "wrap" }, event.source_event_id),
+        DF.h("td", { "data-label": "Type" }, event.type),
+        DF.h("td", { "data-label": "State" }, stateLabel(event)),
+        DF.h("td", { "data-label": "Attempts" }, event.apply_attempt_count),
+        DF.h("td", { "data-label": "Error", class: "wrap" }, event.error || "—"),
+        DF.h("td", { "data-label": "First seen" }, DF.localTime(event.first_seen_at)));
+    }
+
+    async function act(button, work) {
+      button.disabled = true;
+      DF.message(result, "Working…");
+      try {
+        DF.message(result, await work());
+      } catch (e) {
+        DF.message(result, e.message, true);
+      } finally {
+        button.disabled = false;
+        await load();
+      }
+    }
+
+    selectAll.addEventListener("change", function () {
+      boxes().forEach((b) => { b.checked = selectAll.checked; });
+      updateSelection();
+    });
+    selected.addEventListener("click", () => act(selected, async function () {
+      const ids = boxes().filter((b) => b.checked).map((b) => Number(b.value));
+      return report(await replay({ ledger_ids: ids }));
+    }));
+    all.addEventListener("click", function () {
+      // The filter the list shows, not the form's unsubmitted fields; no filter = every one.
+      const body = {};
+      FILTERS.forEach((k) => { if (applied[k]) body[k] = applied[k]; });
+      if (!Object.keys(body).length) body.all = true;
+      const scope = Object.keys(body).length && !body.all ? " matching this filter" : "";
+      if (!window.confirm("Replay every dead letter" + scope + (everyone ? " of every tenant" : "") + "?")) return;
+      act(all, async () => report(await replay(body)));
+    });
+    root.querySelector('[data-action="reload"]').addEventListener("click", load);
+    load();
+  }
+
+  /* ── one event ────────────────────────────────────────────────────────────────────── */
+  function eventPage(root) {
+    const id = root.dataset.event;
+    const result = DF.field(root, "action_result");
+    const button = root.querySelector('[data-action="replay-one"]');
+
+    async function load() {
+      try {
+        const e = await DF.api("GET", "/v1/events/" + encodeURIComponent(id));
+        DF.setText(root, "process_error", e.error || "No error: " + stateLabel(e).toLowerCase() + ".");
+        DF.facts(DF.field(root, "summary"), [
+          ["State", stateLabel(e)],
+          ["Source", e.source_system],
+          ["Event id", e.source_event_id],
+          ["Type", e.type],
+          ["Sequence", e.source_sequence ?? "—"],
+          ["Emitted", DF.localTime(e.source_emitted_at)],
+          ["Apply attempts", e.apply_attempt_count],
+          ["Deliveries", e.ingest_attempt_count],
+          ["Conflicting deliveries", e.conflict_count],
+          ["First seen", DF.localTime(e.first_seen_at)],
+          ["Last seen", DF.localTime(e.last_seen_at)],
+          ["Processed", DF.localTime(e.processed_at)],
+          ["Entity", e.entity_key || "—"],
+          ["Payload SHA-256", e.payload_sha256],
+        ]);
+        DF.setText(root, "payload", JSON.stringify(e.payload, null, 2));
+        const replays = e.replays || [];
+        DF.field(root, "replays").replaceChildren(...replays.map((r) =>
+          DF.h("li", {}, DF.localTime(r.at) + " by " + r.actor)));
+        DF.field(root, "no_replays").hidden = replays.length > 0;
+        button.hidden = e.state !== "dead_letter";
+        DF.field(root, "content").hidden = false;
+        DF.message(DF.field(root, "error"), "");
+      } catch (e) {
+        DF.message(DF.field(root, "error"), e.status === 404
+          ? "No such event in your ledger; go back to the list." : e.message, true);
+      } finally {
+        DF.field(root, "loading").hidden = true;
+      }
+    }
+
+    button.addEventListener("click", async function () {
+      button.disabled = true;
+      try {
+        DF.message(result, report(await replay({ ledger_ids: [Number(id)] })));
+      } catch (e) {
+        DF.message(result, e.message, true);
+      } finally {
+        button.disabled = false;
+        await load();
+      }
+    });
+    load();
+  }
+
+  const list = document.querySelector("[data-events]");
+  if (list) listPage(list);
+  const one = document.querySelector("[data-event]");
+  if (one) eventPage(one);
+})();
