@@ -369,7 +369,7 @@ def test_search_page_and_ask_box(world, chromium, out_dir):
         first = page.locator("[data-hit]").first
         assert first.locator("mark").first.inner_text().lower() == "glacier"
         link = first.get_by_role("link", name="glacier.md")
-        assert link.get_attribute("href") == f"/documents/{world.docs['glacier.md']}#chunk-0"
+        assert link.get_attribute("href") == f"/documents/{world.docs['glacier.md']}?chunk=0#chunk-0"
         browser.shot(page, out_dir, "search")
 
         page.get_by_label("Ask a question about your documents").fill("how fast do dragonflies fly")
@@ -379,7 +379,7 @@ def test_search_page_and_ask_box(world, chromium, out_dir):
         assert "50 km/h" in answer.inner_text()
         citation = page.locator('[data-field="citations"] li').first
         assert citation.get_by_role("link").get_attribute("href").startswith(
-            f"/documents/{world.docs['odonata.md']}#chunk-")
+            f"/documents/{world.docs['odonata.md']}?chunk=")
         browser.shot(page, out_dir, "ask")
         link.click()
         page.wait_for_url(re.compile(re.escape(world.docs["glacier.md"])))

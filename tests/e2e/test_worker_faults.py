@@ -402,7 +402,7 @@ def test_a_pdf_that_crashes_its_parser_fails_alone_and_the_worker_lives(
 @pytest.fixture
 def own_pg(tmp_path: Path):
     """A Postgres of this test's own, to stop and restart without touching other tests'."""
-    server = EmbeddedPostgres(tmp_path / "pg")
+    server = EmbeddedPostgres(tmp_path / "pg", disposable=True)
     server.start()
     migrate.apply(server.ensure_database("ingest"))
     yield server

@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from shared import jobs, objectstore
+from shared import contracts, jobs, objectstore
 from tests.integration.test_upload import (
     assert_error,
     receive_all,
@@ -77,7 +77,7 @@ def test_import_writes_batch_run_and_job_together(gateway, tenants, conn, queues
     assert job.model_dump(mode="json") == {
         "schema_version": 1, "job_type": "records_import", "run_id": body["run_id"],
         "batch_id": body["batch_id"], "tenant_id": str(user.tenant_id),
-        "contract": "judgments", "contract_version": "1", "upload_uri": batch["upload_uri"],
+        "contract": "judgments", "contract_version": contracts.get("judgments").version, "upload_uri": batch["upload_uri"],
         "original_filename": "export.csv", "file_format": "csv",
         "file_hash": batch["file_hash"], "error_threshold_percent": 12.5,
         "force_partial": True, "submitted_at": job.model_dump(mode="json")["submitted_at"]}
