@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 from pathlib import Path
 
-import torch
 from pgvector.psycopg import register_vector
 
 from shared import alerts, aws, db, objectstore, queue
@@ -23,8 +21,11 @@ Q = db.load_queries(Path(__file__).with_name("queries.sql"))
 
 
 def run(settings: WorkerSettings, *, once: bool = False) -> int:
-    torch.set_num_threads(settings.torch_threads or os.cpu_count() or 1)
-    embedder = embed.load_embedder(settings.embedding_model, batch_size=settings.embed_batch_size)
+    # Reads the model's facts only; the weights load on the first document job (ADR 0112).
+    embedder = embed.load_embedder(
+        settings.embedding_model, batch_size=settings.embed_batch_size,
+        variant=settings.embedding_variant, device=settings.embedding_device,
+        cache_dir=settings.embedding_cache_dir, threads=settings.torch_threads)
     pool = db.sync_pool(settings.database_url, min_size=1,
                         max_size=settings.worker_max_concurrent_jobs + 1, name="worker",
                         configure=register_vector)
