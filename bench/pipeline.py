@@ -2,6 +2,8 @@
 
     python bench/pipeline.py            # 50-page PDF, 1 MB Markdown, then a 20-document batch
     python bench/pipeline.py --quick    # a 200 KB Markdown instead of 1 MB, 10-document batch
+    python bench/pipeline.py --variants # the two documents under EMBEDDING_VARIANT=torch, then
+                                        # onnx-int8, back to back: chunks/s and the speed-up
 
 Prints, per document: the worker's own per-stage times (read, extract, chunk, embed, index),
 total, chunks/s and the share that is not embedding; then a bare SentenceTransformer.encode over
@@ -44,6 +46,8 @@ def main() -> None:
 def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--variants", action="store_true",
+                        help="compare EMBEDDING_VARIANT=torch and onnx-int8 (ADR 0110)")
     return parser.parse_args()
 
 
@@ -55,17 +59,53 @@ def _bench(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, moto: Mot
     jobs_queue = queue.Queue(sqs, q_url, dlq_url)
     env = {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto.url, "SQS_QUEUE_URL": q_url,
            "SQS_DLQ_URL": dlq_url, "ARTIFACT_STORE_URI": (root / "artifacts").as_uri(),
-           "SQS_WAIT_TIME_S": "1", "WORKER_MAX_CONCURRENT_JOBS": "3"}
+           "UPLOAD_STORE_URI": (root / "uploads").as_uri(),
+           "SQS_WAIT_TIME_S": "1", "WORKER_MAX_CONCURRENT_JOBS": "3",
+           # Workers get exactly this environment (tests/support/stack.py builds it from scratch).
+           **stack.MOTO_ENV, **stack.OFFLINE_ENV}
     store = root / "uploads"
     markdown = documents.make_large_markdown(200_000 if args.quick else 1_000_000)
     pdf = documents.make_pdf([documents.prose(400, seed=i) for i in range(50)])
     with db.connect(url, autocommit=True) as conn:
         user = common.BenchUser(conn)
+        if args.variants:
+            _compare_variants(conn, jobs_queue, store, user, env, root,
+                              {"report-50p.pdf": pdf, "handbook-1mb.md": markdown})
+            return
         for name, data in (("report-50p.pdf", pdf), ("handbook-1mb.md", markdown)):
             job = submit.submit(conn, jobs_queue, store, user, data, name=name)
             _drain(env, root)
             _report_document(conn, name, job.run_id)
         _report_batch(conn, jobs_queue, store, user, env, root, 10 if args.quick else 20)
+
+
+def _compare_variants(conn, jobs_queue, store: Path, user, env: dict[str, str],  # type: ignore[no-untyped-def]
+                      root: Path, files: dict[str, bytes]) -> None:
+    """Each document through a real worker per variant, back to back, so both see one load."""
+    rates: dict[tuple[str, str], tuple[float, float]] = {}
+    for variant in ("torch", "onnx-int8"):
+        # The ONNX export happens once, on the first job, before the stage clocks start.
+        variant_env = {**env, "EMBEDDING_VARIANT": variant,
+                       "EMBEDDING_CACHE_DIR": str(root / "models")}
+        for name, data in files.items():
+            job = submit.submit(conn, jobs_queue, store, user, data, name=f"{variant}-{name}")
+            _drain(variant_env, root)
+            run = submit.run_row(conn, job.run_id)
+            if run["status"] != "succeeded":
+                raise SystemExit(f"{variant} {name}: run {run['status']}: {run['error']}")
+            stats, stages = run["stats"], run["stats"]["stages"]
+            chunks = stats["chunks_created"]
+            rates[variant, name] = (chunks / (stages["embed_ms"] / 1000),
+                                    chunks / (sum(stages.values()) / 1000))
+            recorded = conn.execute("SELECT embedding_variant FROM document_versions "
+                                    "WHERE run_id = %s", (job.run_id,)).fetchone()
+            print(f"{variant:<9} {name}: {chunks} chunks, embed {rates[variant, name][0]:.1f} "
+                  f"chunks/s, whole pipeline {rates[variant, name][1]:.1f} chunks/s "
+                  f"(recorded variant {recorded['embedding_variant']})")
+    for name in files:
+        (embed_t, total_t), (embed_o, total_o) = rates["torch", name], rates["onnx-int8", name]
+        print(f"speed-up onnx-int8 / torch, {name}: embed {embed_o / embed_t:.2f}x, "
+              f"whole pipeline {total_o / total_t:.2f}x (target >= 1.6x)")
 
 
 def _drain(env: dict[str, str], root: Path) -> float:

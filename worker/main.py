@@ -22,10 +22,13 @@ Q = db.load_queries(Path(__file__).with_name("queries.sql"))
 
 def run(settings: WorkerSettings, *, once: bool = False) -> int:
     # Reads the model's facts only; the weights load on the first document job (ADR 0112).
-    embedder = embed.load_embedder(
-        settings.embedding_model, batch_size=settings.embed_batch_size,
-        variant=settings.embedding_variant, device=settings.embedding_device,
-        cache_dir=settings.embedding_cache_dir, threads=settings.torch_threads)
+    try:
+        embedder = embed.load_embedder(
+            settings.embedding_model, batch_size=settings.embed_batch_size,
+            variant=settings.embedding_variant, device=settings.embedding_device,
+            cache_dir=settings.embedding_cache_dir, threads=settings.torch_threads)
+    except ValueError as exc:  # a configuration that can never work: say so and stop
+        raise SystemExit(str(exc)) from exc
     pool = db.sync_pool(settings.database_url, min_size=1,
                         max_size=settings.worker_max_concurrent_jobs + 1, name="worker",
                         configure=register_vector)
