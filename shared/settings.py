@@ -45,7 +45,8 @@ class CommonSettings(BaseSettings):
     # How this process runs the model (docs/decisions/0110-0112): `torch` (fp32 on the CPU, fp16
     # on cuda) or `onnx-int8` (an int8 ONNX export, made on first use and cached in
     # EMBEDDING_CACHE_DIR). Same model, same vector space: versions of both are searched together.
-    embedding_variant: Literal["torch", "onnx-int8"] = "torch"
+    # onnx-int8 is the default: 1.6-3.6x the embedding speed at cosine 0.99 to torch (ADR 0110).
+    embedding_variant: Literal["torch", "onnx-int8"] = "onnx-int8"
     embedding_device: Literal["cpu", "cuda"] = "cpu"
     embedding_cache_dir: str = ".ingest/models"
 

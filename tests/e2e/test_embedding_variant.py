@@ -16,12 +16,16 @@ pytestmark = pytest.mark.slow
 
 def test_an_int8_worker_records_its_variant_and_writes_vectors_in_the_same_space(
         conn, queues, store_root, tenants, stack_env, out_dir, tmp_path):
-    # Given a document queued by a gateway that names only the model (as every job does)
+    # Given a document ingested by a torch worker, and one queued next; jobs name only the model
     user = tenants.user()
+    cache = tmp_path / "models"
+    old = submit.submit(conn, queues.queue, store_root, user, documents.make_markdown(3))
+    torch_worker = stack.start_worker({**stack_env, "EMBEDDING_VARIANT": "torch"}, out_dir,
+                                      once=True)
+    assert torch_worker.proc.wait(300) == 0, torch_worker.logs()[-3000:]
     job = submit.submit(conn, queues.queue, store_root, user, documents.make_markdown(6))
 
     # When an onnx-int8 worker, with its own model cache, processes it
-    cache = tmp_path / "models"
     env = {**stack_env, "EMBEDDING_VARIANT": "onnx-int8", "EMBEDDING_CACHE_DIR": str(cache)}
     worker = stack.start_worker(env, out_dir, once=True)
     assert worker.proc.wait(400) == 0, worker.logs()[-3000:]
@@ -33,13 +37,16 @@ def test_an_int8_worker_records_its_variant_and_writes_vectors_in_the_same_space
                            (job.run_id,)).fetchone()
     assert (version["embedding_model"], version["embedding_variant"]) == (
         "sentence-transformers/all-MiniLM-L6-v2", "onnx-int8")
+    assert submit.status(conn, old.run_id) == "succeeded"
+    assert conn.execute("SELECT embedding_variant FROM document_versions WHERE run_id = %s",
+                        (old.run_id,)).fetchone()["embedding_variant"] == "torch"
     assert len(list(cache.glob("*.onnx"))) == 1
     assert '"variant":"onnx-int8"' in worker.logs().replace(" ", "")
     register_vector(conn)
     rows = conn.execute(
         "SELECT c.text, e.embedding FROM chunks c JOIN chunk_embeddings e USING (chunk_id) "
         "WHERE c.doc_version_id = %s ORDER BY c.ordinal", (version["doc_version_id"],)).fetchall()
-    stored = np.array([row["embedding"] for row in rows], dtype=np.float32)
+    stored = np.array([row["embedding"].to_numpy() for row in rows], dtype=np.float32)
     torch_vectors = embed.load_embedder(variant="torch").encode([row["text"] for row in rows])
     cosines = np.sum(stored * torch_vectors, axis=1)
     assert len(rows) == version["chunk_count"] > 3
@@ -66,7 +73,8 @@ def test_versions_written_before_the_variant_column_read_as_torch(conn, tenants,
 def test_a_cuda_worker_without_cuda_refuses_to_start(stack_env, out_dir):
     # CI's torch is the CPU build: asking for the GPU must stop the worker with the reason,
     # not fail every job later.
-    worker = stack.start_worker({**stack_env, "EMBEDDING_DEVICE": "cuda"}, out_dir, once=True)
+    worker = stack.start_worker({**stack_env, "EMBEDDING_VARIANT": "torch", "EMBEDDING_DEVICE": "cuda"},
+                                out_dir, once=True)
 
     assert worker.proc.wait(120) != 0
     assert "EMBEDDING_DEVICE=cuda but this torch" in worker.logs()
