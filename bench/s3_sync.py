@@ -44,7 +44,8 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 from cli.embedded import EmbeddedPostgres, MotoServer  # noqa: E402
-from gateway import syncs, users  # noqa: E402
+from gateway.auth import users  # noqa: E402
+from gateway.sources import syncs  # noqa: E402
 from shared import aws, db, objectstore  # noqa: E402
 from shared.db import migrate  # noqa: E402
 from shared.settings import GatewaySettings  # noqa: E402

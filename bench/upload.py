@@ -44,7 +44,8 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 import httpx  # noqa: E402
 
 from cli.embedded import EmbeddedPostgres, MotoServer, free_port, wait_for_port  # noqa: E402
-from gateway import auth, users  # noqa: E402
+from gateway import auth  # noqa: E402
+from gateway.auth import users  # noqa: E402
 from shared import aws, db, queue  # noqa: E402
 from shared.db import migrate  # noqa: E402
 

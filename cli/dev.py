@@ -17,14 +17,17 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from cli.embedded import EmbeddedPostgres, MotoServer, free_port
+from cli.embedded import DataFolderVersionError, EmbeddedPostgres, MotoServer, free_port
 from cli.supervisor import Supervisor
-from shared import aws, db, objectstore, queue
+from shared import aws, db, errors, objectstore, queue
 from shared.db import migrate
 from shared.settings import DevSettings
+
+if TYPE_CHECKING:
+    from gateway import auth
 
 log = logging.getLogger("cli.dev")
 Q = db.load_queries(Path(__file__).with_name("dev.sql"))
@@ -46,6 +49,11 @@ def run(*, workers: int | None, port: int | None) -> int:
     port = port or settings.port
     pg = EmbeddedPostgres(STATE / "pgdata", port=_saved_port("pg-port"),
                           password=_secret("pg-password"))
+    try:
+        pg.check_version()  # before anything starts: a Postgres 16 folder is not ours to open
+    except DataFolderVersionError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     moto = MotoServer(port=_saved_port("moto-port"), log_path=STATE / "moto.log")
     supervisor = Supervisor(backoff_s=settings.dev_restart_backoff_s,
                             backoff_max_s=settings.dev_restart_backoff_max_s)
@@ -176,19 +184,38 @@ def _republish_lost_jobs(database_url: str) -> None:
 
 
 def _seed(database_url: str, jwt_secret: str) -> str:
-    from gateway import auth, users
+    """The dev tenant and its admin (an operator), and a token for it.
 
+    A restart keeps an existing admin as it is: re-setting its password would move its token
+    version on and end every token an earlier `make run` printed. The password is set only for
+    a new admin, or when its password file is gone."""
+    from gateway import auth
+    from gateway.auth import users
+
+    new_password = not (STATE / "dev-password").exists()
     password = _secret("dev-password", 12)
     with db.connect(database_url) as conn:
         tenant_id = users.ensure_tenant(conn, DEV_TENANT)
-        admin = users.create_user(conn, tenant_id=tenant_id, email=DEV_ADMIN, password=password,
-                                  role=auth.OPERATOR, replace=True)
-    # The seed re-sets the password, which moves the token version on: the token carries it.
-    principal = auth.Principal(UUID(str(admin["user_id"])), tenant_id, auth.OPERATOR,
-                               admin["token_version"])
+        principal = None if new_password else _existing_admin(conn)
+        if principal is None:
+            admin = users.create_user(conn, tenant_id=tenant_id, email=DEV_ADMIN,
+                                      password=password, role=auth.OPERATOR, replace=True)
+            principal = auth.Principal(UUID(str(admin["user_id"])), tenant_id, auth.OPERATOR,
+                                       admin["token_version"])
     token = auth.issue_token(principal, jwt_secret, expiry_hours=24 * 30)
     _write_private(STATE / "dev-token", token + "\n")
     return token
+
+
+def _existing_admin(conn: db.Conn) -> auth.Principal | None:
+    from gateway import auth
+    from gateway.auth import users
+
+    try:
+        principal = users.token_principal(conn, DEV_ADMIN)
+    except errors.NotFound:
+        return None
+    return principal if principal.role == auth.OPERATOR else None
 
 
 def _moto_starter(moto: MotoServer) -> Callable[[], subprocess.Popen]:

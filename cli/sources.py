@@ -49,7 +49,8 @@ def _target(parser: argparse.ArgumentParser) -> None:
 
 
 def _grant(args: argparse.Namespace) -> int:
-    from gateway import source_access, sources
+    from gateway.sources import access as source_access
+    from gateway.sources import definitions as sources
 
     def run(conn: Any, settings: Any) -> int:
         tenant_id = _tenant_id(conn, args.tenant)
@@ -66,7 +67,8 @@ def _grant(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    from gateway import source_access, sources
+    from gateway.sources import access as source_access
+    from gateway.sources import definitions as sources
 
     def run(conn: Any, _: Any) -> int:
         tenant_id = _tenant_id(conn, args.tenant)
@@ -89,7 +91,7 @@ def _revoke(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from gateway import source_access
+    from gateway.sources import access as source_access
 
     def run(conn: Any, _: Any) -> int:
         tenant_id = None if args.tenant is None else _tenant_id(conn, args.tenant)
@@ -127,7 +129,7 @@ def _with_db(run: Any) -> int:
 
 
 def _tenant_id(conn: Any, name: str) -> UUID:
-    from gateway import source_access
+    from gateway.sources import access as source_access
 
     tenant_id = source_access.tenant_named(conn, name)
     if tenant_id is None:

@@ -10,17 +10,28 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar, Router
 from litestar.di import Provide
+from litestar.exceptions import NotFoundException
 from litestar.openapi import OpenAPIConfig
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from gateway import auth, crash_guard, errors, housekeeping, metrics, openapi, syncs
+from gateway import auth, errors, openapi
+from gateway.auth import routes as auth_routes
+from gateway.auth import user_routes as users
 from gateway.context import Context, provide
+from gateway.documents import ingest_routes as ingest
+from gateway.documents import routes as documents
 from gateway.imports import routes as imports
+from gateway.operations import crash_guard, housekeeping, metrics, metrics_routes
+from gateway.operations import dead_letter_routes as dead_letters
+from gateway.operations import dlq_routes as admin_dlq
+from gateway.operations import health_routes as health
+from gateway.operations import retry_routes as retry
 from gateway.outbox import OutboxRelay
-from gateway.routes import admin_dlq, dead_letters, documents, health, ingest, retry, runs, users
-from gateway.routes import auth as auth_routes
-from gateway.routes import metrics as metrics_routes
-from gateway.routes import sources as source_routes
+from gateway.runs import routes as runs
+from gateway.search import routes as search_routes
+from gateway.search import service as search
+from gateway.sources import routes as source_routes
+from gateway.sources import syncs
 from gateway.web import ui
 from shared import alerts, aws, db, objectstore
 from shared import logging as applog
@@ -41,7 +52,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             auth_routes.login, auth_routes.me, auth_routes.logout, auth_routes.change_password,
             users.router, ingest.ingest,
             runs.get_run, runs.list_runs, documents.list_documents, documents.get_document,
-            documents.deactivate_document, web_router,
+            documents.deactivate_document, documents.reactivate_document, web_router,
             health.live, health.ready, source_routes.router,
             retry.retry_run, admin_dlq.list_dead_letters, admin_dlq.show_dead_letter,
             admin_dlq.redrive_dead_letters, admin_dlq.purge_dead_letters,
@@ -50,10 +61,12 @@ def create_app(settings: GatewaySettings) -> Litestar:
             dead_letters.list_own, dead_letters.show_own, dead_letters.redrive_own,
             metrics_routes.tenant_dashboard,
             *imports.ROUTES,  # records imports: contracts (docs/decisions/0080)
+            *search_routes.ROUTES,  # search and cited answers (docs/decisions/0105-0109)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],
-        exception_handlers=errors.HANDLERS,  # type: ignore[arg-type]
+        # An unknown address: the HTML 404 page for browsers, JSON for the API (gateway/web).
+        exception_handlers={**errors.HANDLERS, NotFoundException: ui.not_found},  # type: ignore[dict-item]
         middleware=[_request_context],
         lifespan=[lifespan],
         template_config=templates,
@@ -68,6 +81,8 @@ def create_app(settings: GatewaySettings) -> Litestar:
         logging_config=None,
         debug=False,
     )
+    # The query model lives as long as the process and loads on first use (docs/decisions/0108).
+    app.state.search = search.Runtime(settings)
     openapi.complete(app)  # bearer scheme, shared error answers (docs/decisions/0051)
     return app
 
@@ -102,7 +117,8 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
             on_failed_runs=lambda r: alerter.send(alerts.runs_interrupted(
                 list(r.run_ids), r.failed_queued, r.failed_running))), name="crash-guard"),
         asyncio.create_task(housekeeping.run_forever(
-            settings, pool, queue, s3, ctx.depths, alerter), name="housekeeping"),
+            settings, pool, queue, s3, ctx.depths, alerter, syncs=sync_manager),
+            name="housekeeping"),
     ]
     try:
         yield ctx

@@ -6,7 +6,7 @@ from typing import Any
 
 from litestar.datastructures import State
 
-from gateway import metrics
+from gateway.operations import metrics
 from gateway.outbox import OutboxRelay
 from shared import alerts, db
 from shared.objectstore import FileStore, S3Store

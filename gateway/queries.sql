@@ -68,7 +68,8 @@ WITH parked AS (
     RETURNING run_id
 )
 UPDATE ingestion_runs r
-SET status = 'failed', error = %(error)s, finished_at = now(), updated_at = now()
+SET status = 'failed', error = %(error)s, error_code = 'queue_rejected', finished_at = now(),
+    updated_at = now()
 FROM parked WHERE r.run_id = parked.run_id AND r.status = 'queued';
 
 -- name: outbox_lag
@@ -79,23 +80,59 @@ FROM job_outbox WHERE published_at IS NULL AND next_attempt_at < 'infinity';
 -- ── reads ───────────────────────────────────────────────────────────────────────────────────
 -- name: get_run
 SELECT run_id, tenant_id, doc_id, status, run_type, source_id, initiated_by, config, stats, error,
-       stage, progress, delivery_count, takeover_count, created_at, started_at, updated_at, finished_at
+       error_code, stage, progress, delivery_count, takeover_count, created_at, started_at, updated_at, finished_at
 FROM ingestion_runs
 WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s;
 
 -- name: list_runs
 -- By page (OFFSET) or after a cursor's row (after_at/after_id, a keyset on the tenant_created
 -- index; gateway/paging.py). total counts the whole filtered listing, not what follows the cursor.
+-- filename: a LIKE pattern (escaped by the caller) on the upload's file name or the S3 key.
 SELECT run_id, tenant_id, doc_id, status, run_type, source_id, initiated_by, config, stats, error,
-       stage, progress, delivery_count, takeover_count, created_at, started_at, updated_at, finished_at,
+       error_code, stage, progress, delivery_count, takeover_count, created_at, started_at,
+       updated_at, finished_at,
        (SELECT count(*) FROM ingestion_runs c WHERE c.tenant_id = %(tenant_id)s
-          AND (%(status)s::text IS NULL OR c.status = %(status)s)) AS total
+          AND (%(status)s::text IS NULL OR c.status = %(status)s)
+          AND (%(source_id)s::uuid IS NULL OR c.source_id = %(source_id)s)
+          AND (%(filename)s::text IS NULL
+               OR COALESCE(c.config ->> 'original_filename', c.config ->> 'key') ILIKE %(filename)s ESCAPE '\')) AS total
 FROM ingestion_runs
 WHERE tenant_id = %(tenant_id)s AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(source_id)s::uuid IS NULL OR source_id = %(source_id)s)
+  AND (%(filename)s::text IS NULL
+       OR COALESCE(config ->> 'original_filename', config ->> 'key') ILIKE %(filename)s ESCAPE '\')
   AND (%(after_at)s::timestamptz IS NULL
        OR (created_at, run_id) < (%(after_at)s::timestamptz, %(after_id)s::uuid))
 ORDER BY created_at DESC, run_id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: run_sources
+-- The tenant's sources, for the runs page's source filter.
+SELECT source_id, name FROM ingestion_sources WHERE tenant_id = %(tenant_id)s
+ORDER BY name, source_id LIMIT 200;
+
+-- name: list_run_attempts
+-- A run's attempts, oldest first (migrations/0011); the caller checked the run is the tenant's.
+SELECT attempt_no, kind, actor, worker, queued_at, started_at, ended_at, outcome, error,
+       error_code, stages,
+       EXTRACT(EPOCH FROM started_at - queued_at)::float8 AS queue_wait_s,
+       EXTRACT(EPOCH FROM COALESCE(ended_at, CASE WHEN started_at IS NOT NULL THEN now() END)
+               - started_at)::float8 AS duration_s
+FROM run_attempts
+WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+ORDER BY attempt_no;
+
+-- name: find_upload_documents_by_filename
+-- Upload documents of the tenant that a file of this exact name made (docs/decisions/0102):
+-- the upload page offers to add a new version to one. Newest first, bounded by the caller.
+SELECT d.doc_id, d.title, d.source_type, d.source_uri, d.source_id, d.created_at
+FROM documents d
+WHERE d.tenant_id = %(tenant_id)s AND d.source_uri LIKE 'upload://%%'
+  AND EXISTS (SELECT 1 FROM ingestion_runs r
+              WHERE r.tenant_id = d.tenant_id AND r.doc_id = d.doc_id
+                AND r.config ->> 'original_filename' = %(filename)s)
+ORDER BY d.created_at DESC, d.doc_id DESC
+LIMIT %(limit)s;
 
 -- name: list_documents
 -- Only documents with an active version (§4.4): a queued upload is not a document yet.

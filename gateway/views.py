@@ -5,14 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import paging
+from gateway.runs import failures
 
 RUN_FIELDS = ("run_id", "tenant_id", "doc_id", "status", "run_type", "source_id", "initiated_by",
               "stage", "progress", "delivery_count", "takeover_count", "created_at", "started_at",
-              "updated_at", "finished_at", "config", "stats", "error")
+              "updated_at", "finished_at", "config", "stats", "error", "error_code")
+ATTEMPT_FIELDS = ("attempt_no", "kind", "actor", "worker", "queued_at", "started_at", "ended_at",
+                  "outcome", "error", "error_code", "stages", "queue_wait_s", "duration_s")
 
 
 def run(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row[k] for k in RUN_FIELDS}
+    out = {k: row[k] for k in RUN_FIELDS}
+    return out | failures.annotate(out)
+
+
+def attempt(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: row[k] for k in ATTEMPT_FIELDS}
+    return out | {"retryable": failures.judge(row["error_code"])[0]
+                  if row["outcome"] == "failed" else None}
 
 
 def document(row: dict[str, Any]) -> dict[str, Any]:

@@ -59,7 +59,7 @@ class CommonSettings(BaseSettings):
     alert_window_s: float = Field(default=600.0, gt=0)
     alert_timeout_s: float = Field(default=3.0, gt=0)
 
-    # Upload cleanup (gateway/cleanup.py); the worker never deletes by these, but both read them.
+    # Upload cleanup (gateway/operations/cleanup.py); the worker never deletes by these, but both read them.
     upload_cleanup_ttl_hours: float = Field(default=24.0, gt=0)
     upload_failed_ttl_days: float = Field(default=7.0, gt=0)
     # Artifacts of deactivated versions are removed this long after deactivation; < 0 keeps them.
@@ -99,7 +99,7 @@ class GatewaySettings(CommonSettings):
     crash_guard_republish_after_s: float = Field(default=300.0, gt=0)
     crash_guard_max_republishes: int = Field(default=3, ge=0)
 
-    # S3 sources (gateway/sync.py). Downloads at once per gateway, across all running syncs;
+    # S3 sources (gateway/sources/sync.py). Downloads at once per gateway, across all running syncs;
     # at most the S3 client's connection pool (32).
     sync_download_concurrency: int = Field(default=4, ge=1, le=32)
     sync_list_page_size: int = Field(default=1000, ge=1, le=1000)
@@ -130,7 +130,7 @@ class GatewaySettings(CommonSettings):
     dlq_scan_max: int = Field(default=1000, ge=10)
     dlq_body_max_bytes: int = Field(default=65536, ge=1024, le=262144)
 
-    # Sign-in throttle (gateway/login_throttle.py, docs/decisions/0056), shared by all replicas
+    # Sign-in throttle (gateway/auth/login_throttle.py, docs/decisions/0056), shared by all replicas
     # through Postgres: attempts per account (e-mail) and per client address in a window of
     # quiet; one more is refused with 429 and starts a lock-out that doubles each time, capped.
     login_max_attempts_per_account: int = Field(default=5, ge=1)
@@ -141,6 +141,20 @@ class GatewaySettings(CommonSettings):
     # Proxies whose X-Forwarded-For names the client (IPs or CIDRs, JSON list); empty = the
     # peer address is the client, and X-Forwarded-For is ignored.
     trusted_proxies: tuple[str, ...] = ()
+
+    # Search and answers (gateway/search/, docs/decisions/0105-0109). Off = /v1/search,
+    # /v1/ask and the Search page answer 404 search_disabled, and the model is never loaded.
+    search_enabled: bool = True
+    # /v1/ask cites a chunk only if its cosine similarity to the question is at least this,
+    # or it matches every word of the question; nothing passes = "no evidence" (ADR 0106).
+    ask_min_similarity: float = Field(default=0.35, ge=-1, le=1)
+    # With a key, answers are written by the Anthropic Messages API; failures fall back to the
+    # extractive answer (ADR 0107). The base URL lets tests and proxies stand in for the API.
+    anthropic_api_key: str = ""
+    anthropic_model: str = "claude-sonnet-4-5"
+    anthropic_base_url: str = "https://api.anthropic.com"
+    anthropic_timeout_s: float = Field(default=20.0, gt=0)
+    anthropic_max_attempts: int = Field(default=3, ge=1, le=10)
 
     @property
     def upload_max_bytes(self) -> int:

@@ -77,7 +77,8 @@ class IngestHandler:
         try:
             lease = runs.RunLease(self.settings.database_url, job,
                                   stale_after_s=self.settings.running_stale_after_s,
-                                  heartbeat_s=self.settings.heartbeat_interval_s)
+                                  heartbeat_s=self.settings.heartbeat_interval_s,
+                                  worker=self.settings.worker_id)
         except psycopg.OperationalError:
             log.error("database unreachable; leaving the message for redelivery")
             return Leave("database unreachable")
@@ -152,7 +153,7 @@ class IngestHandler:
               started: float, claim: runs.ClaimResult, *, code: str) -> Outcome:
         stats = {"stage": stage, "duration_ms": round((time.monotonic() - started) * 1000)}
         try:
-            lease.fail(reason, stats)
+            lease.fail(reason, stats, code)
         except psycopg.Error as exc:
             # Not durable, so not deleted: SQS redelivers, and after maxReceiveCount the DLQ.
             log.error("could not persist the failure; leaving the message",

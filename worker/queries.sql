@@ -31,7 +31,7 @@ RETURNING status, created_at, started_at, takeover_count,
 -- name: start_run
 UPDATE ingestion_runs
 SET status = 'running', started_at = COALESCE(started_at, now()), updated_at = now(),
-    stage = 'starting', progress = 0, error = NULL
+    stage = 'starting', progress = 0, error = NULL, error_code = NULL
 WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'queued'
 RETURNING started_at;
 
@@ -46,6 +46,13 @@ WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
 RETURNING started_at, takeover_count;
 
 -- name: heartbeat
+-- Also keeps the stage times of our own open attempt current, so a running attempt shows
+-- the stages it finished; the fence is on the run (the outer statement's row count).
+WITH attempt AS (
+    UPDATE run_attempts SET stages = stages || %(stages)s
+    WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND attempt_no = %(attempt_no)s
+      AND ended_at IS NULL
+)
 UPDATE ingestion_runs SET updated_at = now(), stage = %(stage)s, progress = %(progress)s
 WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
   AND takeover_count = %(fence)s;
@@ -59,10 +66,46 @@ WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running';
 
 -- name: fail_run
 UPDATE ingestion_runs
-SET status = 'failed', error = %(error)s, stats = %(stats)s, stage = %(stage)s,
-    finished_at = now(), updated_at = now()
+SET status = 'failed', error = %(error)s, error_code = %(error_code)s, stats = %(stats)s,
+    stage = %(stage)s, finished_at = now(), updated_at = now()
 WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
   AND takeover_count = %(fence)s;
+
+-- ── attempts (migrations/0011, docs/decisions/0100) ─────────────────────────────────────────
+-- name: open_attempt
+-- Starts the attempt a retry or redrive queued for this run, or adds one (a first delivery,
+-- a takeover). Only called while holding the run's lock, so attempt numbers cannot race.
+-- Waiting since: a first delivery since the run was (re)queued; a takeover since the previous
+-- attempt ended (it was just ended as taken over, or released earlier).
+WITH pending AS (
+    UPDATE run_attempts SET started_at = now(), worker = %(worker)s
+    WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND started_at IS NULL
+      AND ended_at IS NULL AND %(kind)s = 'delivery'
+    RETURNING attempt_no, queued_at, started_at
+), added AS (
+    INSERT INTO run_attempts (run_id, attempt_no, tenant_id, kind, worker, queued_at, started_at)
+    SELECT %(run_id)s, COALESCE(max(a.attempt_no), 0) + 1, %(tenant_id)s, %(kind)s, %(worker)s,
+           LEAST(now(), CASE WHEN %(kind)s = 'delivery'
+               THEN (SELECT COALESCE(r.queued_at, r.created_at) FROM ingestion_runs r
+                     WHERE r.run_id = %(run_id)s AND r.tenant_id = %(tenant_id)s)
+               ELSE COALESCE(max(a.ended_at), now() - make_interval(secs => %(waited_s)s)) END),
+           now()
+    FROM run_attempts a WHERE a.run_id = %(run_id)s AND a.tenant_id = %(tenant_id)s
+    HAVING NOT EXISTS (SELECT 1 FROM pending)
+    RETURNING attempt_no, queued_at, started_at
+)
+SELECT attempt_no, EXTRACT(EPOCH FROM started_at - queued_at) AS queue_wait_s FROM pending
+UNION ALL
+SELECT attempt_no, EXTRACT(EPOCH FROM started_at - queued_at) AS queue_wait_s FROM added;
+
+-- name: end_attempts
+-- Ends open attempts that no status change ends (the trigger of migrations/0011 ends the rest):
+-- one released on a passing fault, or the attempts of an owner that stopped beating.
+UPDATE run_attempts
+SET ended_at = now() - make_interval(secs => %(ago_s)s), outcome = %(outcome)s,
+    error = %(error)s, stages = stages || %(stages)s
+WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND ended_at IS NULL
+  AND (%(attempt_no)s::int IS NULL OR attempt_no = %(attempt_no)s);
 
 -- ── the one content transaction ─────────────────────────────────────────────────────────────
 -- name: lock_document

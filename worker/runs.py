@@ -10,6 +10,10 @@ The heartbeat thread writes ``updated_at``, ``stage`` and ``progress`` on the lo
 every few seconds, so if the connection drops the lock is known to be gone and the job aborts.
 Every write names the run's ``takeover_count`` as of the claim (the fence): once another worker
 has taken the run over, a previous owner's writes match nothing.
+
+Each claim that runs the job opens an attempt (``run_attempts``, docs/decisions/0100): a first
+delivery starts the attempt a retry or redrive queued, or adds one; a takeover ends the dead
+owner's attempt and adds its own. Stage times go to the attempt with the heartbeat.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
+import socket
 import threading
 from dataclasses import dataclass
 from enum import Enum
@@ -72,8 +78,13 @@ def lock_key(run_id: UUID) -> int:
 
 class RunLease:
     def __init__(self, database_url: str, job: jobs.IngestJob, *, stale_after_s: float,
-                 heartbeat_s: float) -> None:
+                 heartbeat_s: float, worker: str | None = None) -> None:
         self.job = job
+        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
+        # Our attempt's number once the claim opened it, and its stage times (ms) so far:
+        # the pipeline's stepper writes them, the heartbeat and the endings store them.
+        self.attempt_no: int | None = None
+        self.timings: dict[str, int] = {}
         self.keys = {"run_id": job.run_id, "tenant_id": job.tenant_id}
         self.stale_after_s = stale_after_s
         self.heartbeat_s = heartbeat_s
@@ -100,7 +111,7 @@ class RunLease:
         if row["status"] == "queued":
             started = self.conn.execute(Q["start_run"], self.keys).fetchone()
             if started is not None:
-                wait_s = (started["started_at"] - row["created_at"]).total_seconds()
+                wait_s = self._open_attempt("delivery")
                 return ClaimResult(Claim.STARTED, "queued", queue_wait_s=wait_s)
         # We hold the lock, so no live worker owns the run: take it over now.
         taken = self.conn.execute(Q["take_over_run"], self.keys).fetchone()
@@ -109,11 +120,30 @@ class RunLease:
             return ClaimResult(Claim.DONE, "finished")
         self.fence = taken["takeover_count"]
         age = round(float(row["heartbeat_age_s"]), 1)
+        self._end_attempts("taken_over", ago_s=age, error=(
+            f"The worker stopped responding (no heartbeat for {age:g} s); another worker "
+            "took the run over."))
+        self._open_attempt("takeover", waited_s=age)
         log.warning("took over a run with no live owner", extra={
             "run_id": str(self.job.run_id), "tenant_id": str(self.job.tenant_id),
             "heartbeat_age_s": age, "takeover_count": taken["takeover_count"]})
         return ClaimResult(Claim.TAKEN_OVER, "running", stale_s=age,
                            takeover_count=taken["takeover_count"])
+
+    def _open_attempt(self, kind: str, waited_s: float = 0.0) -> float:
+        row = self.conn.execute(Q["open_attempt"], {**self.keys, "kind": kind,
+                                                    "worker": self.worker,
+                                                    "waited_s": waited_s}).fetchone()
+        assert row is not None  # the INSERT runs whenever nothing pending was started
+        self.attempt_no = row["attempt_no"]
+        return float(row["queue_wait_s"])
+
+    def _end_attempts(self, outcome: str, *, error: str, ago_s: float = 0.0,
+                      only_ours: bool = False) -> None:
+        self.conn.execute(Q["end_attempts"], {
+            **self.keys, "outcome": outcome, "error": error, "ago_s": ago_s,
+            "stages": Jsonb(self.timings if only_ours else {}),
+            "attempt_no": self.attempt_no if only_ours else None})
 
     def _try_lock(self) -> bool:
         locked = self.conn.execute(Q["try_lock_run"], self.keys).fetchone()
@@ -159,8 +189,9 @@ class RunLease:
 
     def beat(self) -> None:
         try:
-            done = self.conn.execute(Q["heartbeat"], {**self.keys, "stage": self.stage,
-                                                       "progress": self.progress, "fence": self.fence})
+            done = self.conn.execute(Q["heartbeat"], {
+                **self.keys, "stage": self.stage, "progress": self.progress, "fence": self.fence,
+                "attempt_no": self.attempt_no, "stages": Jsonb(dict(self.timings))})
         except psycopg.Error:
             if not self._stop.is_set():
                 log.error("heartbeat failed; the run's lock is gone, aborting the job",
@@ -185,12 +216,21 @@ class RunLease:
         self.stop_heartbeat()
         with contextlib.suppress(psycopg.Error):  # the database may well be what failed
             self.conn.execute(Q["note_retry"], {**self.keys, "error": error[:300]})
+            # The message comes back to a worker that takes the run over: a new attempt.
+            self._end_attempts("released", error=f"Gave up on a passing fault ({error[:300]}); "
+                               "the queue delivers the job again.", only_ours=True)
 
-    def fail(self, error: str, stats: dict[str, Any]) -> None:
-        """Persist failed with its reason; raises if the database cannot be reached."""
+    def fail(self, error: str, stats: dict[str, Any], code: str | None = None) -> None:
+        """Persist failed with its reason and code; raises if the database cannot be reached.
+
+        The stages finished before the failure go with the stats, so the run and its attempt
+        (ended by the trigger of migrations/0011) show where the time went.
+        """
         self.stop_heartbeat()
+        stats = {"stages": dict(self.timings), **stats}
         self.conn.execute(Q["fail_run"], {**self.keys, "error": error, "stats": Jsonb(stats),
-                                          "stage": self.stage, "fence": self.fence})
+                                          "error_code": code, "stage": self.stage,
+                                          "fence": self.fence})
 
     def stop_heartbeat(self) -> None:
         self._stop.set()

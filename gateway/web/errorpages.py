@@ -59,6 +59,28 @@ def handlers(render: Render) -> ExceptionHandlersMap:
     return {errors.AppError: app_error, HTTPException: http_error, Exception: internal_error}
 
 
+# Addresses of the JSON API, health checks, metrics and the API's docs: an unknown one there is
+# answered in JSON whatever the client accepts, so scripts and probes never parse a page.
+API_PREFIXES = ("/v1/", "/intake", "/api/", "/health", "/metrics", "/schema")
+API_PATHS = ("/v1", "/api")
+
+
+def unknown_address(render: Render,
+                    api_handler: Callable[[Request, HTTPException], Response]
+                    ) -> Callable[[Request, HTTPException], Response]:
+    """An address no route has: a browser (Accept: text/html, outside the API) gets the HTML
+    404 page, every other client the API's JSON answer."""
+    def handler(request: Request, exc: HTTPException) -> Response:
+        path = request.url.path
+        is_api = path.startswith(API_PREFIXES) or path in API_PATHS
+        if is_api or "text/html" not in request.headers.get("accept", ""):
+            return api_handler(request, exc)
+        return render(request, "error.html", status_code=exc.status_code,
+                      title=TITLES.get(exc.status_code, "That did not work"),
+                      detail=_HTTP_DETAILS.get(exc.status_code, INTERNAL))
+    return handler
+
+
 def _to_sign_in(request: Request) -> Response:
     """Back to the sign-in form, then back here; an expired cookie is dropped on the way."""
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")

@@ -105,7 +105,48 @@ def stats_entries(stats: dict[str, Any] | None) -> list[tuple[str, str]]:
     return [(key.replace("_", " "), text(value)) for key, value in _ordered(stats or {})]
 
 
-FILTERS = {"timestamp": timestamp, "iso": iso, "duration": duration, "size": size,
+# The pipeline's stages in order, with words for people (worker/pipeline/runner.py's keys).
+STAGES = (("read", "Read the file"), ("extract", "Extract the text"), ("chunk", "Split into chunks"),
+          ("embed", "Compute embeddings"), ("index", "Index for search"))
+ATTEMPT_KINDS = {"delivery": "First pick-up", "takeover": "Takeover", "retry": "Retry",
+                 "redrive": "Redrive"}
+ATTEMPT_OUTCOMES = {"succeeded": "Succeeded", "failed": "Failed",
+                    "released": "Released (passing fault)", "taken_over": "Taken over"}
+
+
+def attempt_kind(kind: str | None) -> str:
+    return ATTEMPT_KINDS.get(kind or "", kind or "—")
+
+
+def attempt_outcome(outcome: str | None, started_at: Any = None) -> str:
+    if outcome is None:
+        return "Running" if started_at else "Waiting for a worker"
+    return ATTEMPT_OUTCOMES.get(outcome, outcome)
+
+
+def stage_timeline(run: dict[str, Any]) -> list[dict[str, str]]:
+    """read → extract → chunk → embed → index for the run's latest attempt: the time each
+    finished stage took, the stage under way, the ones not reached. static/runs.js redraws it
+    the same way while the run is live."""
+    attempts = run.get("attempts") or []
+    stages = dict((attempts[-1]["stages"] if attempts else None) or
+                  (run.get("stats") or {}).get("stages") or {})
+    steps = []
+    for key, label in STAGES:
+        ms = stages.get(f"{key}_ms")
+        if ms is not None:
+            steps.append({"state": "done", "label": label, "text": duration(ms / 1000)})
+        elif run.get("status") == "running" and run.get("stage") == key:
+            steps.append({"state": "active", "label": label, "text": "under way"})
+        elif run.get("status") == "failed" and run.get("stage") == key:
+            steps.append({"state": "failed", "label": label, "text": "failed here"})
+        else:
+            steps.append({"state": "pending", "label": label, "text": "—"})
+    return steps
+
+
+FILTERS = {"attempt_kind": attempt_kind, "attempt_outcome": attempt_outcome,
+           "stage_timeline": stage_timeline, "timestamp": timestamp, "iso": iso, "duration": duration, "size": size,
            "percent": percent, "status_label": status_label, "run_type": run_type,
            "run_title": run_title, "run_timings": run_timings,
            "stats_entries": stats_entries, "depth": depth}

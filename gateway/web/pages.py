@@ -17,8 +17,13 @@ from litestar import Request, Response, Router, get, post
 from litestar.datastructures import Cookie
 from litestar.response import Redirect, Template
 
-from gateway import auth, login_throttle, metrics, paging, users
+from gateway import auth, filetypes, paging
+from gateway.auth import login_throttle, users
 from gateway.context import Context
+from gateway.documents import listing as doc_listing
+from gateway.operations import metrics
+from gateway.search import routes as search_routes
+from gateway.search import service as search_service
 from gateway.web import assets, errorpages, reads, session
 from shared import errors
 
@@ -42,8 +47,17 @@ def render(request: Request, template: str, *, status_code: int = 200,
     principal = getattr(request.state, "principal", None)
     return Template(template_name=template, status_code=status_code, headers=SECURITY_HEADERS,
                     cookies=cookies or [], context={
-                        "me": principal, "csrf": _csrf(request), "path": request.url.path,
-                        **context})
+                        "me": principal, "my_email": getattr(request.state, "email", None),
+                        "csrf": _csrf(request), "path": request.url.path, **context})
+
+
+async def _who(request: Request) -> None:
+    """Before a signed-in page: the e-mail the header shows (one indexed read)."""
+    principal = getattr(request.state, "principal", None)
+    if principal is not None:
+        request.state.email = await reads.signed_in_email(
+            request.app.state.ctx.pool, tenant_id=principal.tenant_id,
+            user_id=principal.user_id)
 
 
 def _csrf(request: Request) -> str:
@@ -155,16 +169,22 @@ async def logout(request: Request, ctx: Context) -> Response:
 @get("/upload")
 async def upload(request: Request, ctx: Context) -> Template:
     settings = ctx.settings
+    # The extensions the page checks before sending come from the gateway's own type table
+    # (gateway/filetypes.py), so the browser and the server refuse the same files.
+    accepted = [*settings.allowed_types, *(alias for alias, kind in filetypes.ALIASES.items()
+                                           if kind in settings.allowed_types)]
     return render(request, "upload.html", max_bytes=settings.upload_max_bytes,
-                  allowed_types=list(settings.allowed_types))
+                  allowed_types=list(settings.allowed_types), accepted=accepted)
 
 
 @get("/runs")
 async def runs(request: Request, ctx: Context, status: str | None = None,
-               page: int = paging.PAGE) -> Template:
+               page: int = paging.PAGE, filename: str | None = None,
+               source_id: str | None = None) -> Template:
     principal = auth.current(request)
     listing = await reads.runs_page(ctx.pool, tenant_id=principal.tenant_id,
-                                    status=status or None, page=page)
+                                    status=status or None, page=page, filename=filename,
+                                    source_id=source_id)
     return render(request, "runs.html", listing=listing, statuses=reads.RUN_STATUSES)
 
 
@@ -179,20 +199,50 @@ async def run(run_id: str, request: Request, ctx: Context) -> Template:
 
 @get("/documents")
 async def documents(request: Request, ctx: Context, search: str | None = None,
-                    page: int = paging.PAGE) -> Template:
+                    status: str | None = None, page: int = paging.PAGE) -> Template:
     principal = auth.current(request)
     search = (search or "").strip()[:200] or None
+    state = status if status in doc_listing.STATES else "active"  # a hand-edited URL: default
     listing = await reads.documents_page(ctx.pool, tenant_id=principal.tenant_id,
-                                         search=search, page=page)
-    return render(request, "documents.html", listing=listing, search=search or "")
+                                         search=search, state=state, page=page)
+    return render(request, "documents.html", listing=listing, search=search or "",
+                  status=state)
 
 
 @get("/documents/{doc_id:str}")
-async def document(doc_id: str, request: Request, ctx: Context) -> Template:
+async def document(doc_id: str, request: Request, ctx: Context,
+                   page: int = paging.PAGE, chunk: int | None = None) -> Template:
+    """`chunk` (a search hit's chunk index) opens the page of chunks that holds it; the link's
+    `#chunk-N` then scrolls to it."""
     principal = auth.current(request)
+    if chunk is not None:
+        if not 0 <= chunk < reads.CHUNKS_PER_PAGE * paging.MAX_PAGE:
+            raise paging.InvalidPaging("chunk must be a chunk index of this document.")
+        page = chunk // reads.CHUNKS_PER_PAGE + 1
     doc = await reads.document(ctx.pool, tenant_id=principal.tenant_id,
-                               doc_id=_uuid(doc_id, "document"))
-    return render(request, "document.html", doc=doc, preview_size=reads.PREVIEW_CHUNKS)
+                               doc_id=_uuid(doc_id, "document"), chunk_page=page)
+    return render(request, "document.html", doc=doc)
+
+
+@get("/search", dependencies=search_routes.DEPENDENCIES)
+async def search_page(request: Request, ctx: Context, search: search_service.Runtime,
+                      q: str | None = None, mode: str = "hybrid") -> Template:
+    """Search the tenant's documents (the service behind /v1/search); the Ask box's script
+    calls /v1/ask (docs/decisions/0109)."""
+    search.check_enabled()
+    hits, error = None, None
+    if q and q.strip():
+        try:
+            wanted = search_service.validate(q, k=20, mode=mode, group="chunk",
+                                             filters=search_service.Filters(),
+                                             allowed_types=ctx.settings.allowed_types)
+            hits = await search_service.search(ctx.pool, search, request=wanted,
+                                               tenant_id=auth.current(request).tenant_id)
+        except (search_service.InvalidSearch, search_service.SearchUnavailable) as exc:
+            error = exc.detail
+    return render(request, "search.html", q=(q or "")[:search_service.MAX_QUERY_CHARS],
+                  mode=mode if mode in search_service.MODES else "hybrid",
+                  modes=search_service.MODES, hits=hits, error=error)
 
 
 # ── admin pages ─────────────────────────────────────────────────────────────────────────────
@@ -269,5 +319,6 @@ def router(files: assets.Assets) -> Router:
         overview, sources, source, dead_letters, dead_letter,
         fleet, own_dead_letters, own_dead_letter, user_list])
     return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
+                  before_request=_who,
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,
-                                  documents, document, admin, files.route()])
+                                  documents, document, search_page, admin, files.route()])

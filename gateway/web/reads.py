@@ -11,64 +11,86 @@ from typing import Any
 from uuid import UUID
 
 from gateway import paging, views
+from gateway.documents import listing as documents
+from gateway.runs import routes as runs_routes
 from shared import db, errors
 
 API = db.load_queries(Path(__file__).parents[1] / "queries.sql")
 Q = db.load_queries(Path(__file__).with_name("queries.sql"))
 RUN_STATUSES = ("queued", "running", "succeeded", "failed")
 PAGE_SIZE = 20
-PREVIEW_CHUNKS = 5
+CHUNKS_PER_PAGE = 20
 
 
 async def runs_page(pool: db.AsyncPool, *, tenant_id: UUID, status: str | None,
-                    page: int) -> dict[str, Any]:
+                    page: int, filename: str | None = None,
+                    source_id: str | None = None) -> dict[str, Any]:
     if status not in (None, *RUN_STATUSES):
         status = None  # an unknown filter in a hand-edited URL shows everything
+    filename = (filename or "").strip()[:255] or None
+    source = _uuid_or_none(source_id)
     window = paging.Window(page, PAGE_SIZE)
     async with pool.connection() as conn:
         rows = await (await conn.execute(API["list_runs"], {
-            "tenant_id": tenant_id, "status": status, **window.params("", ())})).fetchall()
-    return window.result(rows, views.run) | {"status": status}
+            "tenant_id": tenant_id, **runs_routes.filters(status, filename, source),
+            **window.params("", ())})).fetchall()
+        sources = await (await conn.execute(API["run_sources"], {"tenant_id": tenant_id})).fetchall()
+    return window.result(rows, views.run) | {"status": status, "filename": filename or "",
+                                             "source_id": str(source) if source else "",
+                                             "sources": sources}
+
+
+def _uuid_or_none(value: str | None) -> UUID | None:
+    try:
+        return UUID(value) if value else None
+    except ValueError:
+        return None  # as an unknown status: a hand-edited URL shows everything
 
 
 async def run(pool: db.AsyncPool, *, tenant_id: UUID, run_id: UUID) -> dict[str, Any]:
     async with pool.connection() as conn:
         row = await (await conn.execute(
             API["get_run"], {"tenant_id": tenant_id, "run_id": run_id})).fetchone()
+        attempts = await (await conn.execute(
+            API["list_run_attempts"], {"tenant_id": tenant_id, "run_id": run_id})).fetchall()
     if row is None:
         raise errors.NotFound("No ingestion run with that id exists in your tenant; "
                               "pick one from the list of runs.")
-    return views.run(row)
+    return views.run(row) | {"attempts": [views.attempt(a) for a in attempts]}
 
 
 async def documents_page(pool: db.AsyncPool, *, tenant_id: UUID, search: str | None,
-                         page: int) -> dict[str, Any]:
-    window = paging.Window(page, PAGE_SIZE)
-    async with pool.connection() as conn:
-        rows = await (await conn.execute(API["list_documents"], {
-            "tenant_id": tenant_id, "search": _like(search) if search else None,
-            **window.params("", ())})).fetchall()
-    return window.result(rows, views.document)
+                         state: str, page: int) -> dict[str, Any]:
+    """The API's own listing (gateway/documents/listing.py), by page number."""
+    return await documents.list_page(pool, tenant_id=tenant_id, state=state, search=search,
+                                     window=paging.Window(page, PAGE_SIZE))
 
 
-async def document(pool: db.AsyncPool, *, tenant_id: UUID, doc_id: UUID) -> dict[str, Any]:
-    """The document with its versions (newest first), its runs and the active version's
-    first chunks."""
+async def document(pool: db.AsyncPool, *, tenant_id: UUID, doc_id: UUID,
+                   chunk_page: int = 1) -> dict[str, Any]:
+    """The document with its state, where it came from, its versions (newest first), its runs
+    and one page of the active version's chunks."""
     keys = {"tenant_id": tenant_id, "doc_id": doc_id}
     async with pool.connection() as conn:
         doc = await (await conn.execute(API["get_document"], keys)).fetchone()
         if doc is None:
             raise errors.NotFound("No document with that id exists in your tenant; "
                                   "pick one from the list of documents.")
+        state = await documents.state(conn, **keys)
         versions = await (await conn.execute(API["list_versions"], keys)).fetchall()
-        chunks = await (await conn.execute(
-            Q["first_chunks"], {**keys, "limit": PREVIEW_CHUNKS})).fetchall()
+        chunks = await documents.chunks_page(conn, **keys, page=chunk_page,
+                                             limit=CHUNKS_PER_PAGE)
         runs = await (await conn.execute(Q["document_runs"], {**keys, "limit": 10})).fetchall()
     active = next((v for v in versions if v["is_active"]), None)
-    return views.document(doc) | {"versions": versions, "active": active, "chunks": chunks,
-                                  "runs": runs}
+    chunk_total = active["chunk_count"] if active else 0
+    return views.document(doc) | {
+        "versions": versions, "active": active, "runs": runs, "state": state,
+        "chunks": {"items": chunks, "page": chunk_page, "limit": CHUNKS_PER_PAGE,
+                   "total": chunk_total}}
 
 
-def _like(search: str) -> str:
-    escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+async def signed_in_email(pool: db.AsyncPool, *, tenant_id: UUID, user_id: UUID) -> str | None:
+    async with pool.connection() as conn:
+        row = await (await conn.execute(Q["signed_in_email"], {
+            "tenant_id": tenant_id, "user_id": user_id})).fetchone()
+    return row["email"] if row else None

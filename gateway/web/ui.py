@@ -9,7 +9,8 @@ from litestar import Router
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template import TemplateConfig
 
-from gateway.web import assets, format, pages
+from gateway import errors as api_errors
+from gateway.web import assets, errorpages, format, pages
 
 HERE = Path(__file__).parent
 
@@ -22,3 +23,7 @@ def mount() -> tuple[Router, TemplateConfig]:
     env.globals["asset"] = files.url
     engine = JinjaTemplateEngine.from_environment(env)
     return pages.router(files), TemplateConfig(instance=engine)
+
+
+# Unknown addresses: the HTML 404 page for browsers, JSON for the API (app.py registers it).
+not_found = errorpages.unknown_address(pages.render, api_errors.http_error)

@@ -100,6 +100,37 @@ def test_a_cluster_made_with_trust_auth_is_migrated_to_a_password(stack_folder, 
         stack.kill()
 
 
+def test_a_postgres_16_folder_stops_ingest_dev_with_the_way_out(stack_folder, out_dir):
+    # Given .ingest/pgdata from before 0087, made by the pgserver wheel's Postgres 16
+    data = stack_folder / ".ingest" / "pgdata"
+    data.mkdir(parents=True)
+    (data / "PG_VERSION").write_text("16\n")
+    (data / "base").mkdir()
+
+    # When `ingest dev` starts on it
+    port = free_port()
+    env = devstack.newcomer_env(stack_folder / "home", PYTHONPATH=str(ROOT))
+    (stack_folder / "home").mkdir()
+    stack = devstack.start([str(ROOT / ".venv" / "bin" / "python"), "-m", "cli.main", "dev",
+                            "--port", str(port), "--workers", "0"], stack_folder, env, out_dir,
+                           port)
+    try:
+        # Then it stops at once with one paragraph saying how to migrate or start fresh, having
+        # started nothing and left the old cluster as it was
+        assert stack.proc.wait(120) == 1
+        said = stack.log.read_text()
+        assert "Traceback" not in said
+        assert said.count("\n") == 1, said
+        for needle in ("holds a Postgres 16 cluster", "Postgres 18", "pg_dump", "pg_upgrade",
+                       f"mv {data.resolve()} ", "docs/operations.md"):
+            assert needle in said, needle
+        assert sorted(p.name for p in data.iterdir()) == ["PG_VERSION", "base"]
+        assert (data / "PG_VERSION").read_text() == "16\n"
+        assert not (stack_folder / ".ingest" / "dev.env").exists()
+    finally:
+        stack.kill()
+
+
 def test_a_restart_keeps_the_data_and_publishes_the_jobs_moto_lost(stack_folder, out_dir):
     # Given a stack without workers, where one upload waits queued and another's run was left
     # running 5 minutes ago by a worker that is gone (no session holds its lock)

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cli.embedded import MotoServer, free_port
-from gateway import crash_guard
+from gateway.operations import crash_guard
 from shared import db, objectstore
 from tests.support import documents, ops, stack, submit
 from tests.support.stack import wait_until

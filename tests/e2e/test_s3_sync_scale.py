@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from gateway import source_access
+from gateway.sources import access as source_access
 from tests.support import s3sync, stack
 from tests.support.stack import wait_until
 from tests.support.tcpproxy import TcpProxy

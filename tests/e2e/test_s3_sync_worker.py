@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import source_access
+from gateway.sources import access as source_access
 from tests.support import s3sync, stack
 from tests.support.stack import wait_until
 

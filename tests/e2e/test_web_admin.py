@@ -12,7 +12,8 @@ import uuid
 
 import pytest
 
-from gateway import dlq, source_access
+from gateway.operations import dlq
+from gateway.sources import access as source_access
 from shared import objectstore
 from tests.support import browser, ops, stack
 
@@ -73,6 +74,7 @@ def test_an_admin_syncs_a_source_deactivates_a_document_and_redrives_a_dead_lett
         expect(panel.locator('[data-counter="new"]')).to_have_text("3")
         expect(panel.locator('[data-counter="skipped"]')).to_have_text("1")
         expect(panel.locator('[data-counter="failed"]')).to_have_text("0")
+        expect(panel.locator('[data-field="ingest"]')).to_contain_text("3 files queued by this sync")
         expect(panel.get_by_role("table")).to_contain_text("handbooks/installer.exe")
         expect(page.locator('[data-field="syncs"] tr')).to_have_count(1)
         assert page.evaluate("window.__noReload") is True
@@ -101,9 +103,13 @@ def test_an_admin_syncs_a_source_deactivates_a_document_and_redrives_a_dead_lett
         expect(page.locator("ol.chunks li").first).to_contain_text("How team 0 onboards")
         page.get_by_role("button", name="Deactivate this document").click()
         expect(page.locator('[data-field="action_result"]')).to_have_text(
-            "Version 1 is deactivated and no longer served; reload the page to see the versions.")
-        page.reload()
-        expect(page.get_by_text("This document has no active version")).to_be_visible()
+            "Version 1 is deactivated and no longer served.")
+        # The page shows the new state in place; an S3 document never says "upload again"
+        expect(page.get_by_text("This document is not served: version 1 was deactivated")
+               ).to_be_visible()
+        expect(page.locator('[data-field="notice"]')).not_to_contain_text("upload")
+        expect(page.locator('[data-field="source"]')).to_contain_text(
+            "S3 object handbooks/handbook-0.md")
         browser.shot(page, out_dir, "04-document-deactivated")
         browser.nav(page, "Documents").click()
         expect(page.locator("table.data tbody tr")).to_have_count(2)

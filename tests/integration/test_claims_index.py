@@ -27,8 +27,9 @@ def _stats() -> dict:
 
 
 def _write(conn, job, text: str):
+    # fence 0: the run's takeover_count as the worker claimed it (nobody took it over since)
     return index.write(conn, job.job, _content(text), _stats(), started=time.monotonic(),
-                       fts_config="english")
+                       fts_config="english", fence=0)
 
 
 def test_a_run_failed_meanwhile_gets_no_version(conn, tenants, tmp_path):

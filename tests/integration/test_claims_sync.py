@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from gateway import sources
+from gateway.sources import definitions as sources
 from tests.support import ops, s3sync, stack
 from tests.support.s3sync import FaultProxy
 from tests.support.stack import wait_until

@@ -1,4 +1,4 @@
-"""Cleanup (gateway/cleanup.py) removes what nothing needs and keeps what a worker, a retry or an
+"""Cleanup (gateway/operations/cleanup.py) removes what nothing needs and keeps what a worker, a retry or an
 active version needs: uploads on file:// and s3://, artifacts of deactivated versions."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import orjson
 import pytest
 from psycopg.types.json import Jsonb
 
-from gateway import cleanup
+from gateway.operations import cleanup
 from shared import db, objectstore
 from tests.support import ops, stack
 

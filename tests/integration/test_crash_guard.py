@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from gateway import crash_guard
+from gateway.operations import crash_guard
 from shared import db
 from tests.support import stack
 from tests.support.stack import wait_until

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import dlq, source_access
+from gateway.operations import dlq
+from gateway.sources import access as source_access
 from shared import objectstore
 from tests.integration.test_retry import _failed_upload
 from tests.integration.test_web import _document, page_csrf, sign_in

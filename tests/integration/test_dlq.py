@@ -1,4 +1,4 @@
-"""Dead letters (gateway/dlq.py) against real moto SQS and Postgres: the mover archives SQS's dead
+"""Dead letters (gateway/operations/dlq.py) against real moto SQS and Postgres: the mover archives SQS's dead
 letters into Postgres, and list, show, redrive and purge work on that table, through the service,
 the operators' API (/v1/admin/dlq), a tenant admin's API (/v1/dead-letters) and `ingest dlq`."""
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from gateway import dlq, reopen
+from gateway.operations import dlq, reopen
 from shared import errors, objectstore
 from shared.queue import DLQ_REASON
 from tests.support import ops, stack, submit

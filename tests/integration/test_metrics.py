@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import dlq
+from gateway.operations import dlq
 from shared import objectstore
 from tests.support import ops, stack
 from tests.support.stack import wait_until

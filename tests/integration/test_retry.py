@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from gateway import crash_guard
+from gateway.operations import crash_guard
 from shared import db, objectstore
 from tests.support import ops, submit
 from tests.support.stack import wait_until

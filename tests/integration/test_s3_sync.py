@@ -17,7 +17,9 @@ import psycopg
 import pytest
 from psycopg import errors as pg_errors
 
-from gateway import crash_guard, deactivation, sources
+from gateway.operations import crash_guard
+from gateway.sources import deactivation
+from gateway.sources import definitions as sources
 from shared import db, objectstore
 from tests.support import s3sync, stack
 from tests.support.s3sync import FaultProxy
@@ -468,13 +470,14 @@ def test_sync_record_is_json_with_counters(gw, admin, s3):
     assert listing["total"] == 1
     [record] = listing["items"]
     assert set(record["counters"]) == {"listed", "excluded", "new", "changed", "unchanged",
-                                       "deleted", "skipped", "failed", "bytes"}
+                                       "deleted", "skipped", "failed", "still_failed", "bytes"}
     assert {"list_s", "db_s", "fetch_s", "wall_s"} <= set(record["timings"])
     assert record["runner"] and record["finished_at"]
     json.dumps(record)
 
 
-def test_a_failed_run_is_retried_but_an_admins_deactivation_is_kept(gw, admin, s3, conn):
+def test_a_failed_object_is_listed_as_failed_until_retried_and_an_admins_deactivation_is_kept(
+        gw, admin, s3, conn):
     # Given a processed source of three objects
     bucket = s3sync.new_bucket(s3, {"a.md": md(1), "b.md": md(2), "c.md": md(3)})
     with gw.client(admin.token) as client:
@@ -484,16 +487,83 @@ def test_a_failed_run_is_retried_but_an_admins_deactivation_is_kept(gw, admin, s
         # When b.md gets new bytes whose run then fails (say the crash guard failed it) ...
         s3sync.put(s3, bucket, {"b.md": md(2, "v2")})
         s3sync.sync_now(client, source["source_id"])
-        conn.execute("UPDATE ingestion_runs SET status = 'failed', error = 'x' "
-                     "WHERE tenant_id = %s AND status = 'queued'", (admin.tenant_id,))
+        failed_run = conn.execute(
+            "UPDATE ingestion_runs SET status = 'failed', error = 'x' WHERE tenant_id = %s AND "
+            "status = 'queued' RETURNING run_id", (admin.tenant_id,)).fetchone()["run_id"]
         # ... and an admin deactivates c.md's document by hand
         conn.execute("UPDATE document_versions v SET is_active = false, deactivated_at = now() "
                      "FROM documents d WHERE d.doc_id = v.doc_id AND d.source_uri = %s",
                      (f"s3://{bucket}/c.md",))
-        result = s3sync.sync_now(client, source["source_id"])
+        runs_before = s3sync.run_count(conn, admin.tenant_id)
+        first = s3sync.sync_now(client, source["source_id"])
+        second = s3sync.sync_now(client, source["source_id"])
 
-    # Then the next sync, though nothing changed in the bucket, queues b.md again, not c.md
-    assert result["counters"]["changed"] == 1 and result["counters"]["unchanged"] == 2
+        # Then syncs that find nothing changed neither fetch b.md again nor call it changed:
+        # they list it as still failed, with its run, and nothing is queued
+        for result in (first, second):
+            counters = result["counters"]
+            assert counters["changed"] == 0 and counters["still_failed"] == 1, counters
+            assert counters["unchanged"] == 2 and counters["bytes"] == 0, counters
+            assert result["status"] == "completed_with_errors"
+            assert [(i["key"], i["outcome"], i["run_id"]) for i in result["issues"]] == [
+                ("b.md", "still_failed", str(failed_run))]
+        assert s3sync.run_count(conn, admin.tenant_id) == runs_before
+
+        # When the failed run is retried, the object is no longer failed
+        retried = client.post(f"/v1/ingestion-runs/{failed_run}/retry")
+        assert retried.status_code == 202, retried.text
+        after_retry = s3sync.sync_now(client, source["source_id"])
+        assert after_retry["counters"]["still_failed"] == 0
+        assert after_retry["counters"]["unchanged"] == 3 and after_retry["status"] == "succeeded"
+
+    # And c.md, deactivated by the admin, was never queued again
     queued = conn.execute("SELECT d.source_uri FROM ingestion_runs r JOIN documents d "
                           "USING (doc_id) WHERE r.status = 'queued'").fetchall()
     assert [r["source_uri"] for r in queued] == [f"s3://{bucket}/b.md"]
+
+
+def test_a_failed_object_that_changes_is_fetched_again(gw, admin, s3, conn):
+    # Given an object whose ingest failed
+    bucket = s3sync.new_bucket(s3, {"a.md": md(1)})
+    with gw.client(admin.token) as client:
+        source = s3sync.create_source(client, bucket)
+        s3sync.sync_now(client, source["source_id"])
+        conn.execute("UPDATE ingestion_runs SET status = 'failed', error = 'x' "
+                     "WHERE tenant_id = %s AND status = 'queued'", (admin.tenant_id,))
+        # When it changes in the bucket
+        s3sync.put(s3, bucket, {"a.md": md(1, "fixed")})
+        result = s3sync.sync_now(client, source["source_id"])
+    # Then it is fetched and queued as changed
+    assert result["counters"]["changed"] == 1 and result["counters"]["still_failed"] == 0
+    assert conn.execute("SELECT count(*) AS n FROM ingestion_runs WHERE tenant_id = %s AND "
+                        "status = 'queued'", (admin.tenant_id,)).fetchone()["n"] == 1
+
+
+def test_a_sync_reports_how_its_files_ingested_with_their_runs(gw, admin, s3, conn):
+    # Given a sync of three objects, whose runs then end one each way
+    bucket = s3sync.new_bucket(s3, {"a.md": md(1), "b.md": md(2), "c.md": md(3)})
+    with gw.client(admin.token) as client:
+        source = s3sync.create_source(client, bucket)
+        sync = s3sync.sync_now(client, source["source_id"])
+        assert sync["ingest"] == {"queued": 3, "running": 0, "succeeded": 0, "failed": 0}
+        runs = {r["title"]: r["run_id"] for r in conn.execute(
+            "SELECT run_id, config ->> 'title' AS title FROM ingestion_runs WHERE tenant_id = %s",
+            (admin.tenant_id,))}
+        conn.execute("UPDATE ingestion_runs SET status = 'running', started_at = now() "
+                     "WHERE run_id = ANY(%s)", ([runs["a.md"], runs["b.md"]],))
+        conn.execute("UPDATE ingestion_runs SET status = 'succeeded', finished_at = now() "
+                     "WHERE run_id = %s", (runs["a.md"],))
+        conn.execute("UPDATE ingestion_runs SET status = 'failed', finished_at = now(), "
+                     "error = 'extract: the file is not Markdown.' WHERE run_id = %s",
+                     (runs["c.md"],))
+        # When the sync is read again
+        read = client.get(f"/v1/sources/{source['source_id']}/syncs/{sync['sync_id']}").json()
+        listed = client.get(f"/v1/sources/{source['source_id']}/syncs").json()["items"][0]
+
+    # Then it counts succeeded, failed and still running runs, and links the ones that did not
+    # succeed, failed first
+    assert read["ingest"] == {"queued": 0, "running": 1, "succeeded": 1, "failed": 1}
+    assert listed["ingest"] == read["ingest"]
+    assert [(r["run_id"], r["status"]) for r in read["runs"]] == [
+        (str(runs["c.md"]), "failed"), (str(runs["b.md"]), "running")]
+    assert read["runs"][0]["error"] == "extract: the file is not Markdown."

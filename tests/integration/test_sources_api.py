@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from gateway import source_access
+from gateway.sources import access as source_access
 from tests.support import s3sync, stack
 
 MINIO = "http://minio:9000"

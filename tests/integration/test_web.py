@@ -228,16 +228,19 @@ def test_document_page_and_admin_deactivation(gateway, tenants, conn):
     admin = tenants.user(role="admin")
     user = tenants.user(role="user")
     other = tenants.user(tenant="globex", role="admin")
-    chunks = [f"Chunk number {i} of the handbook." for i in range(8)]
+    chunks = [f"Chunk number {i} of the handbook." for i in range(25)]
     doc_id = _document(conn, admin.tenant_id, "Handbook", chunks)
     foreign = _document(conn, other.tenant_id, "Secret plans", ["Globex only."])
 
     with sign_in(gateway, admin.email) as browser:
-        # The page shows the active version, the chunk count and the first five chunks
+        # The page shows the active version, the chunk count and every chunk, 20 a page
         page = browser.get(f"/documents/{doc_id}")
         assert page.status_code == 200
-        assert "Active version" in page.text and ">8</dd>" in page.text
-        assert all(c in page.text for c in chunks[:5]) and chunks[5] not in page.text
+        assert "Active version" in page.text and ">25</dd>" in page.text
+        assert all(c + "<" in page.text for c in chunks[:20])
+        assert chunks[20] + "<" not in page.text and "page 1 of 2" in page.text
+        rest = browser.get(f"/documents/{doc_id}", params={"page": 2}).text
+        assert all(c + "<" in rest for c in chunks[20:]) and chunks[0] + "<" not in rest
         assert 'data-action="deactivate"' in page.text
         # Another tenant's document does not exist here
         assert browser.get(f"/documents/{foreign}").status_code == 404
@@ -256,6 +259,14 @@ def test_document_page_and_admin_deactivation(gateway, tenants, conn):
         again = api.post(f"/v1/documents/{doc_id}/deactivate")
         assert again.status_code == 409 and "no active version" in again.json()["detail"]
         assert api.get("/v1/documents").json()["total"] == 0
+
+    # The deactivated document stays reachable, says so, and offers Reactivate
+    with sign_in(gateway, admin.email) as browser:
+        page = browser.get(f"/documents/{doc_id}").text
+        assert "This document is not served: version 1 was deactivated" in page
+        assert "when the same file is uploaded again" in page
+        assert 'data-action="reactivate"' in page and 'data-action="deactivate"' not in page
+        assert "Handbook" in browser.get("/documents", params={"status": "inactive"}).text
 
     row = conn.execute("SELECT is_active, deactivated_at FROM document_versions "
                        "WHERE doc_id = %s", (doc_id,)).fetchone()

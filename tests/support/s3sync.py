@@ -89,7 +89,7 @@ def settle_runs(conn: psycopg.Connection, tenant_id: Any) -> int:
     marked published so no gateway publishes it later.
 
     Why the shortcut cannot change a sync test's verdict: what a sync reads of the worker's
-    result (gateway/sources.sql `touch_known_objects`, `missing_objects`, `source_served_objects`)
+    result (gateway/sources/sources.sql `touch_known_objects`, `missing_objects`, `source_served_objects`)
     is a version's `content_hash` and `is_active` and a run's `status`, written here as the
     worker writes them; it never reads chunks, and the worker's per-document lock is held only
     while a worker writes, which no worker does here. tests/e2e/test_s3_sync_worker.py runs the

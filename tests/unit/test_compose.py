@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from gateway.routes import health
+from gateway.operations import health_routes as health
 from shared import aws, queue
 from shared.settings import CommonSettings, GatewaySettings, WorkerSettings
 
@@ -86,7 +86,8 @@ def test_no_image_is_localstack_and_every_image_is_pinned(services: dict[str, An
 
 
 def test_infrastructure_images(services: dict[str, Any]) -> None:
-    assert services["postgres"]["image"] == "pgvector/pgvector:pg16"
+    # The same majors as the embedded wheel of `ingest dev` (Postgres 18, pgvector 0.8).
+    assert services["postgres"]["image"] == "pgvector/pgvector:0.8.6-pg18-trixie"
     assert services["elasticmq"]["image"].startswith("softwaremill/elasticmq-native:")
     # Docker Hub's minio/minio is gone; MinIO's own images live on quay.io.
     assert services["minio"]["image"].startswith("quay.io/minio/minio:RELEASE.")
@@ -268,7 +269,8 @@ def test_postgres_health_and_volume(compose: dict[str, Any], services: dict[str,
     assert "pg_isready" in services["postgres"]["healthcheck"]["test"]
     named = {v.split(":")[0] for s in services.values() for v in s.get("volumes", [])
              if not v.startswith((".", "/"))}
-    assert "pgdata" in named
+    # Postgres 18 images want the mount one level up from 16's (.../data is refused).
+    assert "pgdata18:/var/lib/postgresql" in services["postgres"]["volumes"]
     assert named <= set(compose.get("volumes") or {}), "declare named volumes at the top level"
 
 

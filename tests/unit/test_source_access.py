@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from gateway import endpoints, source_access
+from gateway.sources import access as source_access
+from gateway.sources import endpoints
 from shared import errors, objectstore
 from shared.settings import GatewaySettings
 

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from gateway import sources
+from gateway.sources import definitions as sources
 from shared import errors
 from shared.settings import GatewaySettings
 
@@ -40,7 +40,7 @@ def test_create_defaults():
     clean = sources.parse({"bucket": "kb-1", "prefix": "hand/"}, partial=False)
     assert clean == {"bucket": "kb-1", "prefix": "hand/", "name": "kb-1/hand",
                      "endpoint_url": None, "region": None, "include_patterns": [],
-                     "exclude_patterns": [], "enabled": True}
+                     "exclude_patterns": [], "enabled": True, "sync_every_minutes": None}
 
 
 def test_patch_keeps_only_given_fields():

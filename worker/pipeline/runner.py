@@ -62,9 +62,9 @@ class Pipeline:
         # Lazily, on the first document job, and before any stage's clock starts: a process that
         # never runs one never loads the model (ADR 0112).
         self.embedder.load()
-        timings: dict[str, int] = {}
+        timings = lease.timings  # the lease stores them with its attempt (ADR 0100)
         step = _Stepper(lease, abort, timings, self._pause_point())
-        step.progress("read", 0.02)
+        step.enter("read", 0.02)
         read_started = time.monotonic()
         with read.open_upload(read.confined_upload(job, self.settings.upload_store_uri),
                               self.s3) as path:
@@ -85,7 +85,7 @@ class Pipeline:
         with step("embed", 0.3):
             vectors = self._embed([c.token_ids for c in chunks], step)
         doc_version_id = uuid4()
-        step.progress("index", 0.92)
+        step.enter("index", 0.92)
         index_started = time.monotonic()
         artifact_uri = self._write_artifact(job, doc_version_id, doc, chunks)
         content = index.VersionContent(doc_version_id, chunks, vectors, len(doc.text),
@@ -159,13 +159,17 @@ class _Stepper:
 
     @contextmanager
     def __call__(self, stage: str, progress: float) -> Iterator[None]:
-        self.progress(stage, progress)
-        self._hold(stage)
+        self.enter(stage, progress)
         started = time.monotonic()
         try:
             yield
         finally:
             self.timings[f"{stage}_ms"] = round((time.monotonic() - started) * 1000)
+
+    def enter(self, stage: str, progress: float) -> None:
+        """Report a new stage; every stage, timed or not, honours the pause point."""
+        self.progress(stage, progress)
+        self._hold(stage)
 
     def progress(self, stage: str, value: float) -> None:
         self.check()

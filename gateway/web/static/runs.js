@@ -18,6 +18,31 @@
       const el = DF.field(root, name);
       if (el && el.getAttribute("datetime") !== (run[name] || "")) DF.setTime(el, run[name]);
     }
+    // The wait of the latest attempt: a retry waits from the retry, not from the upload.
+    const last = (run.attempts || []).slice(-1)[0];
+    if (last && last.started_at) DF.setText(root, "queue_wait", DF.duration(last.queue_wait_s));
+    relativeTimes(root);
+  }
+
+  /* ── "3 min ago", with the absolute time on hover (the <time>'s title) ─────────────── */
+  function ago(iso, now) {
+    const s = Math.round((now - new Date(iso).getTime()) / 1000);
+    if (s < 10) return "just now";
+    if (s < 60) return s + " s ago";
+    if (s < 3600) return Math.floor(s / 60) + " min ago";
+    if (s < 86400) return Math.floor(s / 3600) + " h ago";
+    const d = Math.floor(s / 86400);
+    return d === 1 ? "yesterday" : d + " days ago";
+  }
+
+  function relativeTimes(root) {
+    const now = Date.now();
+    (root || document).querySelectorAll("time[datetime]").forEach(function (el) {
+      const iso = el.getAttribute("datetime");
+      if (!iso) return;
+      el.title = DF.localTime(iso);
+      el.textContent = ago(iso, now);
+    });
   }
 
   function title(run) {
@@ -35,9 +60,10 @@
     const tbody = table.tBodies[0];
     const template = document.getElementById("run-row");
     const empty = document.querySelector("[data-empty]");
-    const params = new URLSearchParams({ page: table.dataset.page, limit: table.dataset.limit });
+    let params = new URLSearchParams({ page: table.dataset.page, limit: table.dataset.limit });
     if (table.dataset.status) params.set("status", table.dataset.status);
     let last = "";
+    const filters = document.querySelector("[data-run-filters]");
 
     function newRow(run) {
       const row = template.content.firstElementChild.cloneNode(true);
@@ -62,6 +88,7 @@
           fillRun(row, run);
           return row;
         });
+        relativeTimes(tbody);
         const order = rows.map((r) => r.dataset.runId).join();
         if (order !== [...tbody.rows].map((r) => r.dataset.runId).join()) tbody.replaceChildren(...rows);
         DF.setText(document, "total", data.total);
@@ -70,7 +97,24 @@
       return { changed, active: items.some((r) => ACTIVE.has(r.status)) };
     }
 
-    DF.poll(refresh);
+    const poller = DF.poll(refresh);
+    if (filters) {
+      // Applied as you type or choose: the same query string the form submits without script.
+      let typing = null;
+      const apply = function () {
+        const form = new FormData(filters);
+        params = new URLSearchParams({ page: "1", limit: table.dataset.limit });
+        for (const [k, v] of form) if (String(v).trim()) params.set(k, String(v).trim());
+        history.replaceState(null, "", "/runs?" + [...params].filter(([k]) => k !== "limit" && k !== "page")
+          .map(([k, v]) => encodeURIComponent(k) + "=" + encodeURIComponent(v)).join("&"));
+        last = null; // redraw even when the filtered listing is empty
+        poller.now();
+      };
+      filters.addEventListener("input", function () { clearTimeout(typing); typing = setTimeout(apply, 250); });
+      filters.addEventListener("change", apply);
+      filters.addEventListener("submit", function (e) { e.preventDefault(); apply(); });
+    }
+    setInterval(() => relativeTimes(table), 30000);
   }
 
   /* ── the run page ─────────────────────────────────────────────────────────────────── */
@@ -88,8 +132,12 @@
       DF.setText(root, "delivery_count", run.delivery_count);
       DF.setText(root, "takeover_count", run.takeover_count);
       DF.setText(root, "error", run.error || "");
+      DF.setText(root, "advice", run.advice || "");
       DF.field(root, "error_box").hidden = !run.error;
       retryBox.hidden = !(canRetry && run.status === "failed");
+      showRetryable(run.retryable === true);
+      renderTimeline(DF.field(root, "timeline"), run);
+      renderAttempts(DF.field(root, "attempts"), run.attempts || []);
       if (retried && run.status === "succeeded") {
         DF.message(result, "The retry succeeded.");
         retried = false;
@@ -122,6 +170,19 @@
     }
 
     const poller = DF.poll(refresh);
+    // Elapsed time of the stage under way, between polls.
+    setInterval(function () {
+      const el = root.querySelector(".step-active .step-time[data-since]");
+      if (el) el.textContent = "running for " + DF.duration(DF.seconds(el.dataset.since, new Date().toISOString()));
+    }, 1000);
+
+    function showRetryable(retryable) {
+      retryBox.dataset.retryable = String(retryable);
+      retryButton.className = retryable ? "" : "secondary";
+      retryButton.textContent = retryable ? "Retry this run" : "Retry anyway";
+      DF.setText(root, "retry_hint", retryable ? "Runs it again with the same uploaded file."
+        : "The same file will most likely fail the same way; upload a fixed file instead.");
+    }
 
     if (retryButton) {
       retryButton.addEventListener("click", async function () {
@@ -153,6 +214,61 @@
     return e.message;
   }
 
+  // As gateway/web/format.STAGES and stage_timeline.
+  const STAGES = [["read", "Read the file"], ["extract", "Extract the text"],
+    ["chunk", "Split into chunks"], ["embed", "Compute embeddings"], ["index", "Index for search"]];
+  const KINDS = { delivery: "First pick-up", takeover: "Takeover", retry: "Retry", redrive: "Redrive" };
+  const OUTCOMES = { succeeded: "Succeeded", failed: "Failed", released: "Released (passing fault)",
+    taken_over: "Taken over" };
+
+  function renderTimeline(ol, run) {
+    const attempts = run.attempts || [];
+    const latest = attempts[attempts.length - 1];
+    const stages = (latest && latest.stages) || (run.stats || {}).stages || {};
+    const items = STAGES.map(function ([key, label]) {
+      const ms = stages[key + "_ms"];
+      let state = "pending", text = "—", since = null;
+      if (ms !== undefined && ms !== null) { state = "done"; text = DF.duration(ms / 1000); }
+      else if (run.status === "running" && run.stage === key) {
+        state = "active"; text = "under way"; since = run.updated_at;
+        // The stage began when the stages before it ended: attempt start + their times.
+        if (latest && latest.started_at) {
+          const before = STAGES.slice(0, STAGES.findIndex(([k]) => k === key))
+            .reduce((sum, [k]) => sum + (stages[k + "_ms"] || 0), 0);
+          since = new Date(new Date(latest.started_at).getTime() + before).toISOString();
+        }
+      } else if (run.status === "failed" && run.stage === key) { state = "failed"; text = "failed here"; }
+      const time = DF.h("span", { class: "step-time" }, text);
+      if (since) time.dataset.since = since;
+      return DF.h("li", { class: "step step-" + state }, DF.h("span", { class: "step-label" }, label), " ", time);
+    });
+    const key = JSON.stringify([stages, run.status, run.stage]);
+    if (ol.dataset.rendered === key) return;
+    ol.dataset.rendered = key;
+    ol.replaceChildren(...items);
+  }
+
+  function renderAttempts(tbody, attempts) {
+    const key = JSON.stringify(attempts);
+    if (tbody.dataset.rendered === key) return;
+    tbody.dataset.rendered = key;
+    if (!attempts.length) {
+      tbody.replaceChildren(DF.h("tr", {}, DF.h("td", { colspan: "8" }, "No worker has picked this run up yet.")));
+      return;
+    }
+    tbody.replaceChildren(...attempts.map(function (a) {
+      const cell = (label, content) => DF.h("td", { "data-label": label }, content);
+      const started = DF.h("time", { datetime: a.started_at || "" }, a.started_at ? "" : "—");
+      const outcome = a.outcome ? (OUTCOMES[a.outcome] || a.outcome)
+        : (a.started_at ? "Running" : "Waiting for a worker");
+      return DF.h("tr", {}, cell("#", String(a.attempt_no)), cell("Kind", KINDS[a.kind] || a.kind),
+        cell("Worker", a.worker || "—"), cell("Waited", DF.duration(a.queue_wait_s)),
+        cell("Started", started), cell("Took", DF.duration(a.duration_s)),
+        cell("Outcome", outcome), cell("Error", a.error || "—"));
+    }));
+    relativeTimes(tbody);
+  }
+
   // Pipeline order, as gateway/web/format.stats_entries; unknown keys follow, sorted.
   const STAT_ORDER = ["docs_processed", "chunks_created", "tokens_total", "chars", "pages",
     "duration_ms", "stages", "read_ms", "extract_ms", "chunk_ms", "embed_ms", "index_ms"];
@@ -176,6 +292,7 @@
     DF.facts(dl, entries);
   }
 
+  document.addEventListener("DOMContentLoaded", () => relativeTimes(document.querySelector("main") || document));
   const table = document.querySelector("[data-runs]");
   if (table) runsTable(table);
   const page = document.querySelector("[data-run]");

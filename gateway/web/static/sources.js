@@ -5,7 +5,74 @@
   const DF = window.DF;
   const COUNTERS = [["listed", "Listed"], ["excluded", "Excluded"], ["new", "New"],
     ["changed", "Changed"], ["unchanged", "Unchanged"], ["deleted", "Deleted"],
-    ["skipped", "Skipped"], ["failed", "Failed"]];
+    ["skipped", "Skipped"], ["failed", "Failed"], ["still_failed", "Still failed"]];
+  // The field a server refusal is about, from its code or the field named at its start.
+  const FIELDS = ["name", "bucket", "prefix", "endpoint_url", "region", "sync_every_minutes"];
+
+  function clearFieldErrors(form) {
+    form.querySelectorAll("[data-error-for]").forEach((el) => DF.message(el, ""));
+  }
+
+  /* Put a refusal next to the field that caused it; return false when it names none. */
+  function showFieldError(form, err) {
+    const detail = err.message || "";
+    let name = null;
+    if (err.code === "bucket_not_granted" || err.code === "platform_bucket") name = "bucket";
+    else if (/^(Patterns|include_patterns|exclude_patterns)/.test(detail)) name = "patterns";
+    else if (/endpoint/i.test(detail) && err.status === 400) name = "endpoint_url";
+    else name = FIELDS.find((f) => detail.startsWith(f + " ") || detail.startsWith("A source named") && f === "name") || null;
+    const slot = name && form.querySelector('[data-error-for="' + name + '"]');
+    if (!slot) return false;
+    DF.message(slot, detail, true);
+    const input = name === "patterns" ? form.elements.include_patterns : form.elements[name];
+    if (input) input.focus();
+    return true;
+  }
+
+  function failForm(form, err) {
+    clearFieldErrors(form);
+    const formError = DF.field(form, "form_error");
+    if (showFieldError(form, err)) DF.message(formError, "");
+    else DF.message(formError, err.message, true);
+  }
+
+  function bindTest(form, creating) {
+    const button = form.querySelector('[data-action="test-connection"]');
+    const out = DF.field(form, "test_result");
+    button.addEventListener("click", async function () {
+      clearFieldErrors(form);
+      const body = readForm(form, true);
+      body.bucket = form.elements.bucket.value.trim();
+      if (!body.bucket) {
+        DF.message(form.querySelector('[data-error-for="bucket"]'), "Enter the bucket's name.", true);
+        form.elements.bucket.focus();
+        return;
+      }
+      button.disabled = true;
+      DF.message(out, "Testing…");
+      try {
+        const r = await DF.api("POST", "/v1/sources/test-connection", {
+          bucket: body.bucket, prefix: body.prefix, endpoint_url: body.endpoint_url || null,
+          region: body.region || null });
+        DF.message(out, r.detail, !r.ok);
+      } catch (err) {
+        DF.message(out, "");
+        failForm(form, err);
+      } finally {
+        button.disabled = false;
+      }
+    });
+  }
+
+  function ingestText(ingest) {
+    if (!ingest) return "";
+    const total = ingest.queued + ingest.running + ingest.succeeded + ingest.failed;
+    if (!total) return "No file of this sync needed ingesting.";
+    const parts = [ingest.succeeded + " succeeded", ingest.failed + " failed"];
+    const waiting = ingest.queued + ingest.running;
+    if (waiting) parts.push(waiting + " still " + (ingest.running ? "running" : "queued"));
+    return total + " file" + (total === 1 ? "" : "s") + " queued by this sync: " + parts.join(", ") + ".";
+  }
 
   /* ── the form, shared by create and edit ──────────────────────────────────────────── */
   function lines(text) {
@@ -21,6 +88,10 @@
       enabled: form.elements.enabled.checked,
     };
     if (creating) body.bucket = v("bucket");
+    const every = v("sync_every_minutes");
+    // A number the server checks (5 to 10080); text that is not one is sent as is and refused.
+    if (every) body.sync_every_minutes = /^\d+$/.test(every) ? Number(every) : every;
+    else if (!creating) body.sync_every_minutes = null;
     // Empty optional fields: left out on create (server defaults), cleared on edit.
     for (const name of ["name", "endpoint_url", "region"]) {
       if (v(name)) body[name] = v(name);
@@ -44,6 +115,7 @@
     form.elements.include_patterns.value = (source.include_patterns || []).join("\n");
     form.elements.exclude_patterns.value = (source.exclude_patterns || []).join("\n");
     form.elements.enabled.checked = Boolean(source.enabled);
+    form.elements.sync_every_minutes.value = source.sync_every_minutes || "";
   }
 
   function lastSync(source) {
@@ -122,10 +194,11 @@
         const created = await DF.api("POST", "/v1/sources", readForm(form, true));
         location.assign("/admin/sources/" + created.source_id);
       } catch (err) {
-        DF.message(formError, err.message, true);
+        failForm(form, err);
         button.disabled = false;
       }
     });
+    bindTest(form, true);
 
     load();
   }
@@ -164,12 +237,14 @@
         DF.h("td", { "data-label": "New" }, s.counters.new),
         DF.h("td", { "data-label": "Changed" }, s.counters.changed),
         DF.h("td", { "data-label": "Deleted" }, s.counters.deleted),
-        DF.h("td", { "data-label": "Failed" }, s.counters.failed),
+        DF.h("td", { "data-label": "Failed" }, s.counters.failed + s.counters.still_failed),
+        DF.h("td", { "data-label": "Ingested" }, s.ingest.succeeded + " ok, " + s.ingest.failed +
+          " failed" + (s.ingest.queued + s.ingest.running ? ", " + (s.ingest.queued + s.ingest.running) + " to go" : "")),
         DF.h("td", {}, DF.h("button", { type: "button", class: "secondary",
           "aria-label": "Show the sync of " + DF.localTime(s.started_at),
           onclick: () => watch(s.sync_id) }, "Show")))));
       if (!data.items.length) {
-        DF.field(root, "syncs").append(DF.h("tr", {}, DF.h("td", { colspan: "7" },
+        DF.field(root, "syncs").append(DF.h("tr", {}, DF.h("td", { colspan: "8" },
           "Not synced yet; press Sync now.")));
       }
       return data.items;
@@ -194,11 +269,17 @@
       DF.message(listing, incomplete ? "The bucket listing did not complete, so nothing was " +
         "deactivated; fix the cause and sync again." : "");
       DF.message(DF.field(panel, "sync_error"), sync.error || "", true);
+      DF.setText(panel, "ingest", ingestText(sync.ingest));
+      DF.field(panel, "sync_runs").replaceChildren(...(sync.runs || []).map((r) => DF.h("li", {},
+        DF.pill(r.status), " ", DF.link("/runs/" + r.run_id, r.title || r.run_id),
+        r.error ? " — " + r.error : "")));
       const issues = sync.issues || [];
       DF.field(panel, "issues_box").hidden = issues.length === 0;
       DF.field(panel, "issues").replaceChildren(...issues.map((i) => DF.h("tr", {},
         DF.h("td", { "data-label": "Key" }, DF.h("code", { class: "wrap" }, i.key)),
-        DF.h("td", { "data-label": "Outcome" }, i.outcome),
+        DF.h("td", { "data-label": "Outcome" }, i.run_id
+          ? DF.link("/runs/" + i.run_id, i.outcome === "still_failed" ? "Still failed" : i.outcome)
+          : ({ skipped: "Skipped", failed: "Failed" }[i.outcome] || i.outcome)),
         DF.h("td", { "data-label": "Reason" }, i.reason))));
     }
 
@@ -207,13 +288,16 @@
       let last = "";
       watching = DF.poll(async function () {
         const sync = await DF.api("GET", base + "/syncs/" + syncId);
-        const now = JSON.stringify([sync.status, sync.counters, sync.issues, sync.error]);
+        const now = JSON.stringify([sync.status, sync.counters, sync.issues, sync.error,
+          sync.ingest, sync.runs]);
         const changed = now !== last;
         last = now;
         if (changed) showSync(sync);
         const running = sync.status === "running";
-        if (!running) history().catch(() => {});
-        return { changed, active: running, stop: !running };
+        // Runs go on after the sync: keep watching until none of its files is waiting.
+        const waiting = sync.ingest && sync.ingest.queued + sync.ingest.running > 0;
+        if (!running && changed) history().catch(() => {});
+        return { changed, active: running || waiting, stop: !running && !waiting };
       });
       watching.now();
     }
@@ -251,11 +335,13 @@
         fillForm(form, source);
         DF.setText(root, "title", source.name);
         DF.message(error, "");
+        clearFieldErrors(form);
         DF.message(result, "Saved; the changes apply from the next sync.");
       } catch (err) {
-        DF.message(error, err.message, true);
+        failForm(form, err);
       }
     });
+    bindTest(form, false);
 
     load().then(async function () {
       const wanted = new URLSearchParams(location.search).get("sync");

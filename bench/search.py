@@ -1,0 +1,176 @@
+"""Search latency over 100,000 chunks, per mode, at 8 concurrent clients through the gateway.
+
+    python bench/search.py                      # 100,000 chunks, 8 clients, 400 queries a mode
+    python bench/search.py --chunks 20000 --queries 200
+
+The chunks are written straight into Postgres (not through a worker: embedding 100,000 real
+chunks would take an hour here): 1,000 active documents of 100 chunks, each chunk 60 words
+drawn from a Zipf-distributed vocabulary, each with a random unit vector, its tsvector, and
+the migration's HNSW index built over them. Queries are 2-3 vocabulary words and go through a
+real gateway process (HTTP, auth, query embedding by the model, SQL), k = 10. Prints p50/p95
+per mode and the vector query's plan. Target (issue 15): hybrid p95 under 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import common  # first: sets the environment before boto3 and the model load
+import httpx  # noqa: E402
+import numpy as np  # noqa: E402
+from pgvector.psycopg import register_vector  # noqa: E402
+
+from cli.embedded import EmbeddedPostgres, MotoServer  # noqa: E402
+from gateway import auth  # noqa: E402
+from gateway.search import service  # noqa: E402
+from shared import aws, db, queue  # noqa: E402
+from shared.db import migrate  # noqa: E402
+from shared.settings import DEFAULT_EMBEDDING_MODEL  # noqa: E402
+from tests.support import stack  # noqa: E402
+
+CHUNKS_PER_DOC = 100
+WORDS_PER_CHUNK = 60
+MODES = ("text", "vector", "hybrid")
+
+
+def vocabulary(rng: np.random.Generator, size: int = 5000) -> list[str]:
+    syllables = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(syllables, size=rng.integers(2, 4))))
+    return sorted(words)
+
+
+def load(conn: db.Conn, tenant_id: uuid.UUID, chunks: int, rng: np.random.Generator,
+         words: list[str]) -> None:
+    docs = max(1, chunks // CHUNKS_PER_DOC)
+    zipf = 1.0 / np.arange(1, len(words) + 1)
+    zipf /= zipf.sum()
+    conn.execute("DROP INDEX idx_chunk_embeddings_hnsw")  # built once after the load: faster
+    with conn.transaction():
+        for d in range(docs):
+            doc_id, version_id = uuid.uuid4(), uuid.uuid4()
+            conn.execute("INSERT INTO documents (doc_id, tenant_id, source_type, source_uri, "
+                         "title) VALUES (%s, %s, 'md', %s, %s)",
+                         (doc_id, tenant_id, f"upload://sha256:{doc_id.hex}", f"doc {d}"))
+            conn.execute("INSERT INTO document_versions (doc_version_id, tenant_id, doc_id, "
+                         "version_number, content_hash, embedding_model, embedding_dim, "
+                         "chunk_count) VALUES (%s, %s, %s, 1, %s, %s, 384, %s)",
+                         (version_id, tenant_id, doc_id, f"sha256:{doc_id.hex}",
+                          DEFAULT_EMBEDDING_MODEL, CHUNKS_PER_DOC))
+            ids = [uuid.uuid4() for _ in range(CHUNKS_PER_DOC)]
+            picks = rng.choice(len(words), size=(CHUNKS_PER_DOC, WORDS_PER_CHUNK), p=zipf)
+            vectors = rng.standard_normal((CHUNKS_PER_DOC, 384)).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            with conn.cursor().copy("COPY chunks (chunk_id, tenant_id, doc_version_id, ordinal, "
+                                    "text, token_count, char_start, char_end) FROM STDIN") as cp:
+                for i, chunk_id in enumerate(ids):
+                    text = " ".join(words[w] for w in picks[i])
+                    cp.write_row((chunk_id, tenant_id, version_id, i, text, WORDS_PER_CHUNK,
+                                  0, len(text)))
+            with conn.cursor().copy("COPY chunk_embeddings (chunk_id, tenant_id, doc_version_id, "
+                                    "embedding) FROM STDIN WITH (FORMAT BINARY)") as cp:
+                cp.set_types(["uuid", "uuid", "uuid", "vector"])
+                for chunk_id, vector in zip(ids, vectors, strict=True):
+                    cp.write_row((chunk_id, tenant_id, version_id, vector))
+        conn.execute("INSERT INTO chunk_fts (chunk_id, tenant_id, doc_version_id, tsv) "
+                     "SELECT chunk_id, tenant_id, doc_version_id, to_tsvector('english', text) "
+                     "FROM chunks")
+    conn.execute("SET maintenance_work_mem = '512MB'")
+    conn.execute("CREATE INDEX idx_chunk_embeddings_hnsw ON chunk_embeddings "
+                 "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)")
+    conn.execute("VACUUM ANALYZE")
+
+
+def plan(conn: db.Conn, tenant_id: uuid.UUID) -> str:
+    vector = "[" + ",".join(["0.051"] * 384) + "]"
+    rows = conn.execute("EXPLAIN " + service.Q["vector_candidates"], {
+        "tenant_id": tenant_id, "vector": vector, "model": DEFAULT_EMBEDDING_MODEL, "n": 40,
+        "doc_ids": None, "source_id": None, "file_type": None, "after": None,
+        "before": None}).fetchall()
+    return "\n".join(r["QUERY PLAN"] for r in rows)
+
+
+async def measure(url: str, token: str, queries: list[str], mode: str,
+                  clients: int) -> list[float]:
+    pending = list(queries)
+    latencies: list[float] = []
+
+    async def client() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=60,
+                                     headers={"Authorization": f"Bearer {token}"}) as http:
+            while pending:
+                q = pending.pop()
+                started = time.perf_counter()
+                response = await http.get("/v1/search", params={"q": q, "k": 10, "mode": mode})
+                latencies.append((time.perf_counter() - started) * 1000)
+                response.raise_for_status()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return latencies
+
+
+def p(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--queries", type=int, default=400)
+    args = parser.parse_args()
+    rng = np.random.default_rng(15)
+    words = vocabulary(rng)
+    with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
+        root = Path(tmp)
+        pg, moto = EmbeddedPostgres(root / "pg", disposable=True), MotoServer()
+        pg.start()
+        moto_url = moto.start()
+        gateway = None
+        try:
+            url = pg.ensure_database("bench")
+            migrate.apply(url)
+            with db.connect(url, autocommit=True) as conn:
+                register_vector(conn)
+                user = common.BenchUser(conn)
+                started = time.monotonic()
+                load(conn, user.tenant_id, args.chunks, rng, words)
+                print(f"loaded {args.chunks} chunks with vectors, tsvectors and the HNSW index "
+                      f"in {time.monotonic() - started:.0f} s")
+                print("vector query plan:\n  " + plan(conn, user.tenant_id).replace("\n", "\n  "))
+            sqs = aws.client("sqs", endpoint_url=moto_url, region="us-east-1")
+            queue_url, dlq_url = queue.ensure_queues(sqs, "bench-search")
+            env = {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto_url, "SQS_QUEUE_URL": queue_url,
+                   "SQS_DLQ_URL": dlq_url, "UPLOAD_STORE_URI": (root / "up").as_uri(),
+                   "JWT_SECRET": stack.TEST_JWT_SECRET, "METRICS_TOKEN": "bench-" + "m" * 20,
+                   "LOG_LEVEL": "WARNING", "DB_POOL_MAX": "10", **stack.MOTO_ENV,
+                   **stack.OFFLINE_ENV}
+            gateway = stack.start_gateway(env, root)
+            token = auth.issue_token(auth.Principal(user.user_id, user.tenant_id, "admin"),
+                                     stack.TEST_JWT_SECRET, 2)
+            # Common words, as people search: Zipf ranks 50-1500, 2 or 3 of them.
+            queries = [" ".join(rng.choice(words[50:1500], size=rng.integers(2, 4)))
+                       for _ in range(args.queries)]
+            asyncio.run(measure(gateway.url, token, queries[:20], "hybrid", 2))  # model loads
+            print(f"k = 10, {args.clients} concurrent clients, {args.queries} queries per mode "
+                  f"(ms, client-side, through the gateway):")
+            for mode in MODES:
+                lat = asyncio.run(measure(gateway.url, token, queries, mode, args.clients))
+                print(f"  {mode:<7} p50 {p(lat, 50):6.1f}  p95 {p(lat, 95):6.1f}  "
+                      f"mean {statistics.mean(lat):6.1f}  n={len(lat)}")
+        finally:
+            if gateway:
+                gateway.stop()
+            moto.stop()
+            pg.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Who is calling: passwords, JWTs (HS256; claims sub, tenant_id, role, ver, exp) and role guards.
+
+Every route requires a valid token unless its handler says ``opt={"public": True}``; tenant_id
+always comes from the verified token, never from the request. A token is also checked against
+its user's row on every request (one primary-key read): a deactivated user, or a token whose
+version ``ver`` is older than the user's, is refused (docs/decisions/0055-revocable-sessions.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from uuid import UUID
+
+import bcrypt
+import jwt
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+
+from gateway.web import session
+from shared import db, errors
+from shared import logging as applog
+
+# Roles a tenant admin may give through the API; `operator` (platform staff) only by the CLI.
+ROLES = ("admin", "user")
+OPERATOR = "operator"
+BCRYPT_ROUNDS = 12
+# bcrypt only reads the first 72 bytes; longer passwords are refused rather than truncated.
+MAX_PASSWORD_BYTES = 72
+# Verified against when the e-mail is unknown, so both cases take the same time.
+_DUMMY_HASH = bcrypt.hashpw(b"dummy-password", bcrypt.gensalt(BCRYPT_ROUNDS))
+# The users table's queries (gateway/auth/users.py owns them); this module reads one per request.
+Q = db.load_queries(Path(__file__).with_name("users.sql"))
+SESSION_ENDED = "Your session has ended; sign in again."
+
+
+@dataclass(frozen=True)
+class Principal:
+    user_id: UUID
+    tenant_id: UUID
+    role: str
+    # The user's token version when the token was issued; a newer one in the row revokes it.
+    token_version: int = 0
+
+    @property
+    def is_admin(self) -> bool:
+        # An operator is also an admin of its own tenant.
+        return self.role in ("admin", OPERATOR)
+
+    @property
+    def is_operator(self) -> bool:
+        return self.role == OPERATOR
+
+
+def hash_password(password: str) -> str:
+    raw = password.encode()
+    if not 8 <= len(raw) <= MAX_PASSWORD_BYTES:
+        raise errors.InvalidRequest("Passwords must be 8 to 72 bytes long; choose another one.")
+    return bcrypt.hashpw(raw, bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
+
+
+def verify_password(password: str, password_hash: str | None) -> bool:
+    raw = password.encode()
+    if len(raw) > MAX_PASSWORD_BYTES:
+        return False
+    return bcrypt.checkpw(raw, (password_hash or _DUMMY_HASH.decode()).encode()) and bool(password_hash)
+
+
+def issue_token(principal: Principal, secret: str, expiry_hours: float) -> str:
+    now = datetime.now(UTC)
+    claims = {
+        "sub": str(principal.user_id),
+        "tenant_id": str(principal.tenant_id),
+        "role": principal.role,
+        "ver": principal.token_version,
+        "iat": now,
+        "exp": now + timedelta(hours=expiry_hours),
+    }
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+def decode_token(token: str, secret: str) -> Principal:
+    try:
+        claims = jwt.decode(token, secret, algorithms=["HS256"],
+                            options={"require": ["sub", "tenant_id", "role", "ver", "exp"]})
+        principal = Principal(UUID(claims["sub"]), UUID(claims["tenant_id"]), claims["role"],
+                              int(claims["ver"]))
+    except jwt.ExpiredSignatureError as exc:
+        raise errors.Unauthorized("Your session has expired; sign in again.") from exc
+    except (jwt.InvalidTokenError, ValueError, KeyError, TypeError) as exc:
+        raise errors.Unauthorized("The token is invalid; sign in again.") from exc
+    if principal.role not in (*ROLES, OPERATOR):  # operators sign in too (`make run`'s admin)
+        raise errors.Unauthorized("The token carries an unknown role; sign in again.")
+    return principal
+
+
+async def live_principal(pool: db.AsyncPool, token: str, secret: str) -> Principal:
+    """The principal of a token that is signed, unexpired and not revoked: the user is active
+    and the token's version is still the user's. The role is the row's, not the token's."""
+    claimed = decode_token(token, secret)
+    async with pool.connection() as conn:
+        row = await (await conn.execute(Q["session_user"], {
+            "user_id": claimed.user_id, "tenant_id": claimed.tenant_id})).fetchone()
+    if row is None or row["deactivated_at"] is not None \
+            or row["token_version"] != claimed.token_version:
+        raise errors.Unauthorized(SESSION_ENDED)
+    return Principal(claimed.user_id, claimed.tenant_id, row["role"], row["token_version"])
+
+
+def client_address(connection: ASGIConnection) -> str | None:
+    """The caller's address: the peer's, which the server already took from X-Forwarded-For
+    only when the peer is one of TRUSTED_PROXIES (cli/main.py passes them to uvicorn)."""
+    client = connection.scope.get("client")
+    return client[0] if client else None
+
+
+def bearer_token(connection: ASGIConnection) -> str | None:
+    header = connection.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+async def authenticate(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """App-wide guard: resolve the caller once and keep it on the connection's state."""
+    if connection.route_handler.opt.get("public"):
+        return
+    settings = connection.app.state.ctx.settings
+    if not settings.auth_enabled:
+        connection.state.principal = Principal(
+            UUID(settings.dev_user_id), UUID(settings.dev_tenant_id), "admin")
+        return
+    token = bearer_token(connection)
+    cookie = None if token else session.cookie_token(connection)  # the web UI's session
+    credential = token or cookie
+    if credential is None:
+        raise errors.Unauthorized("Sign in first: send 'Authorization: Bearer <token>'.")
+    principal = connection.state.principal = await live_principal(
+        connection.app.state.ctx.pool, credential, settings.jwt_secret)
+    if cookie:
+        # Browsers attach cookies to other sites' requests too: unsafe methods must also carry
+        # the CSRF header that only our own pages can read (gateway/web/session.py).
+        session.require_csrf(connection, cookie, settings.jwt_secret)
+    # Every later log line of the request names the caller's tenant and user (ids, no e-mail).
+    applog.bind(tenant_id=principal.tenant_id, user_id=principal.user_id)
+
+
+async def admin_only(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    if not current(connection).is_admin:
+        raise errors.Forbidden("Only admins may do this; ask an admin of your tenant.")
+
+
+async def operator_only(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    # Dead letters and fleet-wide figures span tenants: platform staff only, not tenant admins.
+    if not current(connection).is_operator:
+        raise errors.Forbidden("Only platform operators may do this; a tenant admin sees their "
+                               "own tenant's dead letters at /v1/dead-letters.")
+
+
+def current(connection: ASGIConnection) -> Principal:
+    principal: Principal = connection.state.principal
+    return principal
+
+
+async def verify_password_async(password: str, password_hash: str | None) -> bool:
+    # bcrypt takes ~0.25 s of CPU by design; keep it off the event loop.
+    return await asyncio.to_thread(verify_password, password, password_hash)

@@ -1,0 +1,69 @@
+"""An admin's users of their own tenant: create, list, change role, (de)activate, reset password.
+
+Another tenant's user id answers 404, an operator's 403, the admin's own 409
+(docs/decisions/0057-user-management.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+from litestar import Request, Router, get, patch, post
+
+from gateway import auth, openapi
+from gateway.auth import users
+from gateway.context import Context
+
+
+@dataclass
+class NewUser:
+    email: str
+    password: str
+    role: str = "user"
+
+
+@dataclass
+class UserChange:
+    role: str | None = None
+    active: bool | None = None
+
+
+@dataclass
+class PasswordReset:
+    password: str
+
+
+@post("/", status_code=201, responses=openapi.errors(409))
+async def create_user(data: NewUser, request: Request, ctx: Context) -> dict:
+    """Admins add users to their own tenant."""
+    principal = auth.current(request)
+    return await users.create_user_async(ctx.pool, tenant_id=principal.tenant_id,
+                                         email=data.email, password=data.password, role=data.role)
+
+
+@get("/")
+async def list_users(request: Request, ctx: Context) -> dict:
+    """The users of the admin's tenant, by e-mail."""
+    items = await users.list_users(ctx.pool, auth.current(request).tenant_id)
+    return {"items": items, "total": len(items)}
+
+
+@patch("/{user_id:uuid}", responses=openapi.errors(409))
+async def update_user(user_id: UUID, data: UserChange, request: Request, ctx: Context) -> dict:
+    """Change a user's role (admin | user) or deactivate / reactivate them; either ends their
+    sessions."""
+    return await users.admin_update(ctx.pool, auth.current(request), user_id, role=data.role,
+                                    active=data.active)
+
+
+@post("/{user_id:uuid}/password", status_code=200, responses=openapi.errors(409))
+async def reset_password(user_id: UUID, data: PasswordReset, request: Request,
+                         ctx: Context) -> dict:
+    """Set a new password for a user (tell them out of band); their sessions end."""
+    return await users.admin_update(ctx.pool, auth.current(request), user_id,
+                                    password=data.password)
+
+
+router = Router("/v1/users", guards=[auth.admin_only], tags=["users"], route_handlers=[
+    create_user, list_users, update_user, reset_password])

@@ -1,0 +1,44 @@
+-- An admin's deactivation of a document: the one write to document_versions the gateway makes
+-- outside S3 sync (gateway-worker-ingestion.md §14: deactivate, never delete).
+
+-- name: lock_document
+-- The worker's per-document lock (worker/runs.lock_key: the first 8 bytes of the doc id as a
+-- signed bigint), so a deactivation never interleaves with a version activation. Returns no row
+-- (and takes no lock) when the document is not in the tenant.
+SELECT pg_advisory_xact_lock(('x' || left(replace(doc_id::text, '-', ''), 16))::bit(64)::bigint)
+FROM documents
+WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s;
+
+-- name: deactivate_active_version
+-- A statement of its own after the lock: in READ COMMITTED it sees the version a worker may
+-- have activated while we waited.
+UPDATE document_versions SET is_active = false, deactivated_at = now()
+WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s AND is_active
+RETURNING doc_version_id, version_number, deactivated_at;
+
+-- name: active_version
+SELECT doc_version_id FROM document_versions
+WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s AND is_active;
+
+-- name: s3_object_gone
+-- An S3 document whose object is no longer in a live source (deleted from the bucket, or the
+-- source deleted): bringing it back would serve what the bucket no longer holds, and the next
+-- sync would take it down again. Uploads have no source_id and are never "gone".
+SELECT d.source_id IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM source_objects so
+           JOIN ingestion_sources s ON s.source_id = so.source_id AND s.deleted_at IS NULL
+           WHERE so.tenant_id = d.tenant_id AND so.doc_id = d.doc_id AND so.status = 'active'
+       ) AS gone
+FROM documents d
+WHERE d.tenant_id = %(tenant_id)s AND d.doc_id = %(doc_id)s;
+
+-- name: reactivate_newest_version
+-- After the lock, in a statement of its own (as deactivate_active_version): the newest version
+-- is served again. deactivated_at stays as the record of the take-down; reactivated_at is new.
+UPDATE document_versions SET is_active = true, reactivated_at = now()
+WHERE doc_version_id = (
+    SELECT doc_version_id FROM document_versions
+    WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s
+    ORDER BY version_number DESC LIMIT 1)
+  AND tenant_id = %(tenant_id)s AND NOT is_active
+RETURNING doc_version_id, version_number, reactivated_at;

@@ -1,0 +1,62 @@
+"""Whether retrying a failed run can help, decided by its error code: the one table.
+
+A failure is either the file's (a corrupt PDF fails the same way every time: fix the file) or
+passing (a database or queue outage, workers that kept dying: retry once it is over). The API
+carries the answer as ``retryable`` and ``advice`` on every failed run, and the run page makes
+Retry the main action only when it is retryable (docs/decisions/0101).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+FIX_THE_FILE = ("The file itself is the problem: retrying it fails the same way. Fix or "
+                "re-export it, then upload it again.")
+OUTAGE = "This was a passing outage (database, queue or storage); retry the run."
+
+# code → (retryable, advice). Codes are shared/errors.py's, the parsers' (worker/pipeline/
+# parsers.py), the crash guard's and the outbox's (migrations/0011 stores them on the run).
+TABLE: dict[str, tuple[bool, str]] = {
+    # the file's fault
+    "bad_document": (False, FIX_THE_FILE),
+    "extraction_error": (False, FIX_THE_FILE),
+    "encrypted_document": (False, "The file is password-protected: remove the password, then "
+                                  "upload it again; retrying the same file fails the same way."),
+    "no_text": (False, "The file has no text layer (a scan?): upload a version with text; "
+                       "retrying the same file fails the same way."),
+    "parser_crashed": (False, FIX_THE_FILE),
+    "parser_timeout": (False, FIX_THE_FILE),
+    "parser_out_of_memory": (False, FIX_THE_FILE),
+    "unsupported_type": (False, "This type of file is not supported; convert it to a supported "
+                                "type and upload it again."),
+    "empty_file": (False, "The file is empty; upload the file with its content."),
+    "upload_outside_store": (False, "The job names a file outside the upload store; upload the "
+                                    "file again."),
+    "queue_rejected": (False, "The queue refused this job; upload the file again, and report "
+                              "it if it keeps happening."),
+    # passing: retrying helps once it is over
+    "database_unavailable": (True, OUTAGE),
+    "service_unavailable": (True, OUTAGE),
+    "transient_error": (True, OUTAGE),
+    "never_picked_up": (True, "No worker picked the job up (workers stopped or the queue "
+                              "unreachable); retry the run once they are back."),
+    "run_abandoned": (True, "The workers processing it kept stopping before they finished; "
+                            "retry the run once they are healthy."),
+    "unexpected_error": (True, "Something unexpected went wrong in the worker; retry the run, "
+                               "and report it if it fails again."),
+}
+# A failure without a code (recorded before codes were stored) or with one not listed here:
+# retrying is cheap and the run's error text says more.
+UNKNOWN = (True, "Retry the run; if it fails the same way again, read the error above.")
+
+
+def judge(code: str | None) -> tuple[bool, str]:
+    return TABLE.get(code or "", UNKNOWN)
+
+
+def annotate(run: dict[str, Any]) -> dict[str, Any]:
+    """``retryable`` and ``advice`` for a failed run; both null for any other status."""
+    if run.get("status") != "failed":
+        return {"retryable": None, "advice": None}
+    retryable, advice = judge(run.get("error_code"))
+    return {"retryable": retryable, "advice": advice}

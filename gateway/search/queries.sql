@@ -1,0 +1,82 @@
+-- Search and answers (gateway/search/service.py). Read-only: the worker owns these tables
+-- (specs/gateway-worker-ingestion.md §2.5). Every query names the caller's tenant, and every
+-- query joins document_versions with is_active so that only what is served today is found
+-- (§2.2). The optional filters are one shape: a NULL parameter means "no filter".
+
+-- name: text_candidates
+-- Chunks matching the query's words (websearch syntax: "quotes", or, -not), best first by
+-- ts_rank_cd; the GIN index on tsv finds the matches.
+SELECT f.chunk_id, v.doc_id
+FROM chunk_fts f
+JOIN document_versions v ON v.doc_version_id = f.doc_version_id AND v.tenant_id = f.tenant_id
+JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+WHERE f.tenant_id = %(tenant_id)s
+  AND v.is_active
+  AND f.tsv @@ websearch_to_tsquery('english', %(q)s)
+  AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
+  AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
+  AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
+  AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
+  AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)
+ORDER BY ts_rank_cd(f.tsv, websearch_to_tsquery('english', %(q)s)) DESC, f.chunk_id
+LIMIT %(n)s;
+
+-- name: vector_candidates
+-- The chunks nearest the query vector by cosine distance. Written as ORDER BY embedding <=> q
+-- LIMIT n so the planner walks the HNSW index (idx_chunk_embeddings_hnsw); the index is shared
+-- by all tenants, so the tenant and activity filters apply to what the walk returns, and the
+-- caller raises hnsw.ef_search above n to leave room for them (docs/decisions/0105). Only
+-- versions embedded by the gateway's own model are compared: other models' vectors live in
+-- another space (docs/decisions/0004).
+SELECT e.chunk_id, v.doc_id, (e.embedding <=> %(vector)s::vector) AS distance
+FROM chunk_embeddings e
+JOIN document_versions v ON v.doc_version_id = e.doc_version_id AND v.tenant_id = e.tenant_id
+JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+WHERE e.tenant_id = %(tenant_id)s
+  AND v.is_active
+  AND v.embedding_model = %(model)s
+  AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
+  AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
+  AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
+  AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
+  AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)
+ORDER BY e.embedding <=> %(vector)s::vector
+LIMIT %(n)s;
+
+-- name: set_ef_search
+-- The HNSW candidate list for this transaction only.
+SELECT set_config('hnsw.ef_search', %(ef_search)s, true);
+
+-- name: hits
+-- What a result shows, for the fused chunk ids; re-checks tenant and activity, so a version
+-- deactivated since the candidates were read is dropped, never shown. The snippet marks
+-- matches with U+E000/U+E001 (removed from the text first), which service.py turns into
+-- escaped HTML with <mark>.
+SELECT c.chunk_id, v.doc_id, v.version_number, c.ordinal, c.page, d.title,
+       ts_headline('english',
+                   translate(c.text, U&'\E000\E001', ''),
+                   websearch_to_tsquery('english', %(q)s),
+                   U&'StartSel=\E000, StopSel=\E001, MaxWords=35, MinWords=15, MaxFragments=2, FragmentDelimiter=" … "'
+       ) AS snippet,
+       c.text
+FROM chunks c
+JOIN document_versions v ON v.doc_version_id = c.doc_version_id AND v.tenant_id = c.tenant_id
+JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+WHERE c.tenant_id = %(tenant_id)s
+  AND v.is_active
+  AND c.chunk_id = ANY(%(chunk_ids)s::uuid[]);
+
+-- name: active_chunks
+-- Which of these chunks still belong to an active version of the tenant: the last check before
+-- an answer is returned (§2.4), after a provider took its time to write it.
+SELECT c.chunk_id
+FROM chunks c
+JOIN document_versions v ON v.doc_version_id = c.doc_version_id AND v.tenant_id = c.tenant_id
+WHERE c.tenant_id = %(tenant_id)s
+  AND v.is_active
+  AND c.chunk_id = ANY(%(chunk_ids)s::uuid[]);
+
+-- name: snapshot
+-- First statement of an answer's transaction: every read of it sees one snapshot, so the
+-- passages retrieved and the hits built from them agree on what is active (§2.2).
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;

@@ -1,0 +1,90 @@
+"""HTTP layer of search and answers: parse, bound, call the service (gateway/search/service.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated
+from uuid import UUID
+
+from litestar import Request, get, post
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.params import Parameter
+
+from gateway import auth, openapi
+from gateway.context import Context
+from gateway.search import answer, service
+
+
+def provide(state: State) -> service.Runtime:
+    runtime: service.Runtime = state.search
+    return runtime
+
+
+DEPENDENCIES = {"search": Provide(provide, sync_to_thread=False)}
+
+
+def request_from(runtime: service.Runtime, *, q: str | None, k: int, mode: str, group: str,
+                 doc_id: list[UUID] | None, source: UUID | None, file_type: str | None,
+                 uploaded_after: datetime | None,
+                 uploaded_before: datetime | None) -> service.SearchRequest:
+    runtime.check_enabled()
+    filters = service.Filters(tuple(doc_id or ()), source, file_type, uploaded_after,
+                              uploaded_before)
+    return service.validate(q, k=k, mode=mode, group=group, filters=filters,
+                            allowed_types=runtime.settings.allowed_types)
+
+
+@get("/v1/search", tags=["search"], dependencies=DEPENDENCIES,
+     responses=openapi.errors(400, 404, 503))
+async def search_chunks(
+    request: Request, ctx: Context, search: service.Runtime,
+    q: Annotated[str | None, Parameter(description="What to look for (websearch syntax for "
+                                       "text: \"a phrase\", or, -word); at most 500 characters.")] = None,
+    k: Annotated[int, Parameter(description="How many hits, 1 to 50.")] = 10,
+    mode: Annotated[str, Parameter(description="hybrid (default), text or vector.")] = "hybrid",
+    group: Annotated[str, Parameter(description="chunk (default), or document: the best "
+                                    "chunk per document.")] = "chunk",
+    doc_id: Annotated[list[UUID] | None, Parameter(description="Only these documents (up to 20).")] = None,
+    source: Annotated[UUID | None, Parameter(description="Only documents of this S3 source.")] = None,
+    file_type: Annotated[str | None, Parameter(query="type", description="Only this file type.")] = None,
+    uploaded_after: Annotated[datetime | None, Parameter(description="Documents added at or after.")] = None,
+    uploaded_before: Annotated[datetime | None, Parameter(description="Documents added before.")] = None,
+) -> dict:
+    """Chunks of the caller's active documents that match `q`: full text, vectors, or both
+    fused by reciprocal rank (k = 60). Each hit names its document, version, chunk and page,
+    with `snippet` as HTML (the text escaped, matches in `<mark>`), the fused `score` and its
+    `text_rank` and `vector_rank` (null where it was not in that list). 400 codes:
+    query_empty, query_too_long, invalid_k, invalid_mode, invalid_group, invalid_filter;
+    404 search_disabled; 503 search_unavailable (the model could not be loaded)."""
+    wanted = request_from(search, q=q, k=k, mode=mode, group=group, doc_id=doc_id,
+                          source=source, file_type=file_type, uploaded_after=uploaded_after,
+                          uploaded_before=uploaded_before)
+    hits = await service.search(ctx.pool, search, tenant_id=auth.current(request).tenant_id,
+                                request=wanted)
+    return {"query": wanted.q, "mode": wanted.mode, "hits": hits}
+
+
+@dataclass
+class AskBody:
+    question: str
+    k: int = 8
+
+
+@post("/v1/ask", tags=["search"], status_code=200, dependencies=DEPENDENCIES,
+      responses=openapi.errors(400, 404, 503))
+async def ask(data: AskBody, request: Request, ctx: Context, search: service.Runtime) -> dict:
+    """An answer to `question` from the caller's active documents, citing the chunks it rests
+    on (`citations`: chunk, document, version, page, quote), or `abstained: true` with "No
+    evidence for this in your documents." when no retrieved chunk is relevant enough. Written
+    by the configured LLM provider (`source: anthropic`) or quoted from the best passages
+    (`source: extractive`, also when the provider fails: `fallback` says why)."""
+    search.check_enabled()
+    wanted = service.validate(data.question, k=data.k, mode="hybrid", group="chunk",
+                              filters=service.Filters(), allowed_types=search.settings.allowed_types)
+    return await answer.ask(ctx.pool, search, tenant_id=auth.current(request).tenant_id,
+                            request=wanted)
+
+
+ROUTES = [search_chunks, ask]

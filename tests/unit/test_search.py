@@ -1,0 +1,94 @@
+"""Search's pure parts: reciprocal-rank fusion, request bounds, snippets, citation parsing,
+and the query model's one lazy load under concurrent first requests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from gateway.search import provider, service
+from gateway.search.embedding import QueryEmbedder
+
+C = [uuid.UUID(int=i) for i in range(10)]
+D = [uuid.UUID(int=100 + i) for i in range(10)]
+
+
+def test_fusion_adds_reciprocal_ranks_and_reports_both():
+    text = [(C[1], D[1]), (C[2], D[2])]
+    vector = [(C[2], D[2]), (C[3], D[3])]
+    fused = service.fuse(text, vector, k=10)
+    assert [f.chunk_id for f in fused] == [C[2], C[1], C[3]]
+    top = fused[0]
+    assert (top.text_rank, top.vector_rank) == (2, 1)
+    assert top.score == pytest.approx(1 / 62 + 1 / 61)
+    assert (fused[2].text_rank, fused[2].vector_rank) == (None, 2)
+
+
+def test_fusion_group_document_keeps_the_best_chunk_of_each_document():
+    text = [(C[1], D[1]), (C[2], D[1]), (C[3], D[2])]
+    fused = service.fuse(text, [], k=10, group="document")
+    assert [(f.chunk_id, f.doc_id) for f in fused] == [(C[1], D[1]), (C[3], D[2])]
+    assert len(service.fuse(text, [], k=2)) == 2
+
+
+@pytest.mark.parametrize(("kwargs", "code"), [
+    ({"q": "  "}, "query_empty"), ({"q": "x" * 501}, "query_too_long"),
+    ({"k": 0}, "invalid_k"), ({"k": 51}, "invalid_k"), ({"mode": "fuzzy"}, "invalid_mode"),
+    ({"group": "page"}, "invalid_group"),
+    ({"filters": service.Filters(doc_ids=tuple(C) * 3)}, "invalid_filter"),
+    ({"filters": service.Filters(file_type="exe")}, "invalid_filter"),
+])
+def test_bounds_have_codes(kwargs, code):
+    args = {"q": "dragonflies", "k": 10, "mode": "hybrid", "group": "chunk",
+            "filters": service.Filters(), **kwargs}
+    with pytest.raises(service.InvalidSearch) as err:
+        service.validate(args.pop("q"), allowed_types=("md", "pdf"), **args)
+    assert err.value.code == code
+
+
+def test_snippet_is_escaped_html_with_marks():
+    raw = "a <script>x</script> \ue000glacier\ue001 & co"
+    assert service.highlight(raw) == "a &lt;script&gt;x&lt;/script&gt; <mark>glacier</mark> &amp; co"
+
+
+def test_provider_citations_name_only_passages_sent():
+    reply = provider.parse("Yes [2], see [9] and [2] and [1].", passage_count=3)
+    assert reply.cited == [2, 1] and not reply.no_evidence
+    assert provider.parse(" NO_EVIDENCE ", 3).no_evidence
+
+
+def test_the_model_loads_once_off_the_loop_under_concurrent_first_queries():
+    loads: list[str] = []
+
+    class Encoder:
+        model_name, dim = "m", 2
+
+        def encode(self, texts):
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    def load(model: str) -> Encoder:
+        loads.append(threading.current_thread().name)
+        time.sleep(0.3)  # a slow load: every concurrent first query arrives during it
+        return Encoder()
+
+    async def scenario():
+        embedder = QueryEmbedder("m", loader=load)
+        ticks = 0
+
+        async def ticker():  # the event loop keeps running while the model loads
+            nonlocal ticks
+            while not embedder.loaded:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        results = await asyncio.gather(ticker(), *(embedder.embed(f"q{i}") for i in range(8)))
+        return results[1:], ticks
+
+    vectors, ticks = asyncio.run(scenario())
+    assert len(loads) == 1 and loads[0] != threading.main_thread().name
+    assert ticks > 5 and all(v == [1.0, 1.0] for v in vectors)
