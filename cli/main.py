@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     from cli import sources  # `ingest sources grant|revoke|grants` (docs/decisions/0065)
 
     sources.add_commands(sub)
+    from cli import verify  # `ingest verify`: the import golden path (docs/decisions/0131)
+
+    verify.add_command(sub)
     return parser
 
 

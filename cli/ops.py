@@ -247,6 +247,9 @@ def _cleanup(args: argparse.Namespace) -> int:
     print(f"\n{verb} {summary['orphans']} orphaned upload(s), {summary['finished_uploads']} "
           f"upload(s) of finished runs and {summary['artifacts']} artifact(s); "
           f"kept {summary['kept']}, {summary['errors']} error(s)")
+    # Records imports (gateway/operations/cleanup.py): counts only, the rows have no URI.
+    print(f"{verb} {summary['staged_rows']} staged import row(s) of finished batches and "
+          f"{summary['row_errors']} import row error(s)")
     return 1 if report.errors else 0
 
 

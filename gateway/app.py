@@ -20,6 +20,9 @@ from gateway.auth import user_routes as users
 from gateway.context import Context, provide
 from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
+from gateway.imports import batches as import_batches
+from gateway.imports import intake as import_intake
+from gateway.imports import ops as import_ops
 from gateway.imports import routes as imports
 from gateway.operations import crash_guard, housekeeping, metrics, metrics_routes
 from gateway.operations import dead_letter_routes as dead_letters
@@ -27,6 +30,7 @@ from gateway.operations import dlq_routes as admin_dlq
 from gateway.operations import health_routes as health
 from gateway.operations import retry_routes as retry
 from gateway.outbox import OutboxRelay
+from gateway.records import routes as records
 from gateway.runs import routes as runs
 from gateway.search import routes as search_routes
 from gateway.search import service as search
@@ -62,6 +66,11 @@ def create_app(settings: GatewaySettings) -> Litestar:
             metrics_routes.tenant_dashboard,
             *imports.ROUTES,  # records imports: contracts (docs/decisions/0080)
             *search_routes.ROUTES,  # search and cited answers (docs/decisions/0105-0109)
+            # Records imports (DESIGN.md "Records imports", docs/decisions/0090).
+            import_intake.create_import, import_batches.get_batch, import_batches.get_batch_errors,
+            import_batches.list_imports, import_batches.export_errors,
+            *import_ops.ROUTES,  # imports ops views (docs/decisions/0129)
+            *records.ROUTES,  # records read-back and duplicate candidates (docs/decisions/0121)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],

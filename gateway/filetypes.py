@@ -17,8 +17,11 @@ CONTENT_TYPES = {
     "html": "text/html",
     "txt": "text/plain",
     "md": "text/markdown",
+    # Records files (gateway/imports/): only routes that allow them accept them.
+    "csv": "text/csv",
+    "jsonl": "application/x-ndjson",
 }
-ALIASES = {"htm": "html", "markdown": "md"}
+ALIASES = {"htm": "html", "markdown": "md", "ndjson": "jsonl"}
 # How much of the file the content check looks at.
 SNIFF_BYTES = 8192
 

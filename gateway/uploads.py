@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
 
 from streaming_form_data import StreamingFormDataParser
 from streaming_form_data.parser import ParseFailedException, UnexpectedPartException
@@ -55,6 +55,8 @@ class ReceivedFile:
     content_hash: str  # "sha256:<hex>"
     title: str | None
     doc_id: uuid.UUID | None  # the document this upload is a new version of, if named
+    # Every text field the route accepts (``text_fields``), stripped, None when not sent.
+    fields: Mapping[str, str | None] = field(default_factory=dict)
 
 
 def too_large(max_bytes: int) -> errors.FileTooLarge:
@@ -184,12 +186,14 @@ async def receive(
     key_prefix: str,
     max_bytes: int,
     allowed: tuple[str, ...],
+    text_fields: Mapping[str, int] = TEXT_FIELDS,
 ) -> ReceivedFile:
-    """Stream the ``file`` field of a multipart body into the store; read ``title``/``doc_id``."""
+    """Stream the ``file`` field of a multipart body into the store; read the text fields
+    (``text_fields``: name → limit in bytes; a document upload's ``title``/``doc_id``)."""
     if not content_type.lower().startswith("multipart/form-data"):
         raise errors.InvalidRequest("Send the file as multipart/form-data in a field named 'file'.")
     target = _FileTarget(max_bytes, allowed)
-    texts = {name: _TextTarget(name, limit) for name, limit in TEXT_FIELDS.items()}
+    texts = {name: _TextTarget(name, limit) for name, limit in text_fields.items()}
     try:
         # strict: a field that is not registered is refused at its headers, never buffered.
         parser = StreamingFormDataParser(headers={"Content-Type": content_type}, strict=True)
@@ -209,12 +213,12 @@ async def receive(
         received = 0
         async for chunk in body:
             received += len(chunk)
-            _feed(parser, chunk)
+            _feed(parser, chunk, texts)
             # Checked per chunk, so a part's headers (buffered by the parser) stay bounded.
             if received - target.size > NON_FILE_LIMIT:
                 raise errors.FieldTooLarge(
                     f"The form's fields and headers besides the file exceed {NON_FILE_LIMIT} "
-                    "bytes; send only file, title and doc_id.")
+                    f"bytes; send only file and {_names(texts, 'and')}.")
             if target.pending_bytes >= FLUSH_BYTES:
                 await sink.write(target.take())
         return await _finish(target, texts, sink)
@@ -225,14 +229,20 @@ async def receive(
         raise
 
 
-def _feed(parser: StreamingFormDataParser, chunk: bytes) -> None:
+def _names(texts: Mapping[str, object], joiner: str) -> str:
+    """The accepted text fields for a message: 'title' or 'doc_id'."""
+    quoted = [repr(name) for name in texts]
+    return ", ".join(quoted[:-1]) + f" {joiner} " + quoted[-1] if len(quoted) > 1 else "".join(quoted)
+
+
+def _feed(parser: StreamingFormDataParser, chunk: bytes, texts: Mapping[str, object]) -> None:
     try:
         parser.data_received(chunk)
     except UnexpectedPartException as exc:
         name = (exc.part_name or "")[:40]
         raise errors.UnknownField(
             f"The form field {name!r} is not accepted; send the file in 'file' "
-            "and nothing else but 'title' or 'doc_id'.") from exc
+            f"and nothing else but {_names(texts, 'or')}.") from exc
     except ParseFailedException as exc:
         raise errors.InvalidRequest(_MALFORMED) from exc
 
@@ -246,7 +256,7 @@ async def _finish(target: _FileTarget, texts: dict[str, _TextTarget], sink: _Sin
         raise errors.EmptyFile()
     if not target.checked:
         target.check(complete=True)
-    doc_id = _doc_id(texts["doc_id"].text())
+    doc_id = _doc_id(texts["doc_id"].text()) if "doc_id" in texts else None
     uri = await sink.commit(target.take())
     return ReceivedFile(
         upload_uri=uri,
@@ -257,8 +267,9 @@ async def _finish(target: _FileTarget, texts: dict[str, _TextTarget], sink: _Sin
         content_type=filetypes.CONTENT_TYPES[target.source_type],
         size_bytes=target.size,
         content_hash=f"sha256:{sink.sha.hexdigest()}",
-        title=texts["title"].text(),
+        title=texts["title"].text() if "title" in texts else None,
         doc_id=doc_id,
+        fields={name: text.text() for name, text in texts.items()},
     )
 
 

@@ -75,6 +75,19 @@ def backlog(count: int, threshold: int) -> Alert:
                             "see docs/operations.md#backlog")
 
 
+# Records imports (docs/decisions/0130): batch ids and counts, never a file name.
+def imports_failed(count: int, threshold: int) -> Alert:
+    return Alert("imports_failed", f"[INGEST FAILURE] {count} import batches failed in the last "
+                                   f"hour (threshold {threshold}); see "
+                                   "docs/operations.md#failed-imports", "error")
+
+
+def stale_imports(count: int, oldest_batch_id: object, hours: float) -> Alert:
+    return Alert("stale_imports", f"[STALE IMPORTS] {count} import batch(es) unfinished and silent "
+                                  f"for over 1h, the oldest {oldest_batch_id} for {hours:.1f}h; "
+                                  "see docs/operations.md#stale-imports")
+
+
 # ── delivery ────────────────────────────────────────────────────────────────────────────────
 class Alerter:
     def __init__(self, urls: list[str], *, window_s: float, timeout_s: float = 3.0,

@@ -64,6 +64,10 @@ class CommonSettings(BaseSettings):
     upload_failed_ttl_days: float = Field(default=7.0, gt=0)
     # Artifacts of deactivated versions are removed this long after deactivation; < 0 keeps them.
     artifact_retention_days: float = 30.0
+    # Records imports (docs/decisions/0130): staged rows of finished batches and row errors are
+    # removed this many days after the batch finished / the error was written.
+    import_staged_retention_days: float = Field(default=7.0, gt=0)
+    import_errors_retention_days: float = Field(default=90.0, gt=0)
 
     @property
     def alert_urls(self) -> list[str]:
@@ -86,6 +90,11 @@ class GatewaySettings(CommonSettings):
 
     upload_max_size_mb: float = 50
     allowed_types: tuple[str, ...] = ("pdf", "docx", "html", "txt", "md")
+
+    # Records imports (gateway/imports/, docs/decisions/0090): the size cap of one records file
+    # and the types POST /v1/imports accepts.
+    import_max_size_mb: float = Field(default=200, gt=0)
+    import_types: tuple[str, ...] = ("csv", "jsonl")
 
     outbox_poll_s: float = 2.0
     outbox_max_backoff_s: float = 60.0
@@ -116,6 +125,8 @@ class GatewaySettings(CommonSettings):
     housekeeping_interval_s: float = Field(default=30.0, gt=0)
     alert_dlq_depth: int = 5
     alert_backlog: int = 100
+    # More import batches than this failed within the last hour raise one alert (0130).
+    alert_imports_failed_1h: int = Field(default=3, ge=0)
     # A running run without a heartbeat for this long counts as stale in the metrics.
     metrics_stale_after_s: float = 300.0
     # Cleanup pass every this many seconds, one replica at a time; 0 = only `ingest cleanup`.
@@ -201,9 +212,14 @@ class WorkerSettings(CommonSettings):
     extract_timeout_s: float = Field(default=120.0, gt=0)
     extract_memory_mb: int = Field(default=1024, ge=64)
     # Test-only pause point: with both set, a job entering this stage waits while the file
-    # exists, so fault tests hold a job in flight deterministically. Empty = off.
+    # exists, so fault tests hold a job in flight deterministically. Empty = off. Records
+    # stages: parse (after a chunk), promote (inside its transaction), fail (before it is written).
     worker_pause_at_stage: str = ""
     worker_pause_file: str = ""
+    # Records imports (docs/decisions/0097): at most this many imports of one tenant parse or
+    # promote at once across all workers; another waits in the outbox (not the queue) this long.
+    records_tenant_slots: int = Field(default=3, ge=1, le=100)
+    records_slot_wait_s: int = Field(default=30, ge=1)
 
     chunk_target_tokens: int = 200
     chunk_max_tokens: int = 254

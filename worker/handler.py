@@ -22,6 +22,8 @@ from worker import metrics as worker_metrics
 from worker import runs
 from worker.pipeline import index
 from worker.pipeline.runner import Pipeline
+from worker.records.parse import BatchRejected
+from worker.records.pipeline import RecordsPipeline
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,12 @@ log = logging.getLogger(__name__)
 
 class IngestHandler:
     def __init__(self, settings: WorkerSettings, pipeline: Pipeline,
-                 alerter: alerts.Alerter | None = None) -> None:
+                 alerter: alerts.Alerter | None = None,
+                 records: RecordsPipeline | None = None) -> None:
         self.settings = settings
         self.pipeline = pipeline
+        # Records jobs (DESIGN.md "Records imports"): same lease, heartbeat and ACK rule.
+        self.records = records
         # Terminal failures and stale takeovers raise alerts (import-runs-state-machine.md §5.2);
         # sending is queued, so a webhook never slows a job down.
         self.alerts = alerter or alerts.Alerter([], window_s=600)
@@ -66,14 +71,18 @@ class IngestHandler:
 
     def __call__(self, body: str, *, abort: Any = None) -> Outcome:
         try:
-            job = jobs.decode(body)
+            job = jobs.parse(body)
+            if isinstance(job, jobs.RecordsJob) and self.records is None:
+                raise jobs.InvalidJob("this worker runs no records pipeline.")
         except jobs.InvalidJob as exc:
             log.error("invalid job message", extra={"reason": exc.detail})
             return DeadLetter(exc.detail)
-        with applog.context(run_id=job.run_id, tenant_id=job.tenant_id, doc_id=job.doc_id):
+        subject = ({"batch_id": job.batch_id} if isinstance(job, jobs.RecordsJob)
+                   else {"doc_id": job.doc_id})
+        with applog.context(run_id=job.run_id, tenant_id=job.tenant_id, **subject):
             return self._handle(job, abort)
 
-    def _handle(self, job: jobs.IngestJob, abort: Any) -> Outcome:
+    def _handle(self, job: jobs.IngestJob | jobs.RecordsJob, abort: Any) -> Outcome:
         try:
             lease = runs.RunLease(self.settings.database_url, job,
                                   stale_after_s=self.settings.running_stale_after_s,
@@ -91,7 +100,47 @@ class IngestHandler:
                 self._leases.discard(lease)
             lease.close()
 
-    def _with_lease(self, lease: runs.RunLease, job: jobs.IngestJob, abort: Any) -> Outcome:
+    def _with_lease(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
+                    abort: Any) -> Outcome:
+        if not isinstance(job, jobs.RecordsJob) or self.records is None:
+            return self._claim(lease, job, abort)
+        try:
+            slot = self.records.take_slot(lease, job.tenant_id)
+        except psycopg.Error as exc:
+            log.error("could not take a tenant slot; leaving the message",
+                      extra={"error": str(exc)})
+            return Leave("database error while taking a slot")
+        if slot is None:
+            return self._wait_for_slot(lease, job)
+        try:
+            return self._claim(lease, job, abort)
+        finally:
+            self.records.release_slot(lease, job.tenant_id, slot)
+
+    def _wait_for_slot(self, lease: runs.RunLease, job: jobs.RecordsJob) -> Outcome:
+        """The tenant has its imports running: wait, never fail (docs/decisions/0097). The job
+        goes back to the outbox and this message is deleted, so a wait is never a receive that
+        counts toward the DLQ; the relay publishes a fresh message when the wait is over."""
+        assert self.records is not None
+        try:
+            status = self.records.hand_back(lease, job)
+        except psycopg.Error as exc:
+            log.error("could not hand the job back to the outbox; leaving the message",
+                      extra={"error": str(exc)})
+            return Leave("database error while handing back", self.settings.records_slot_wait_s)
+        if status is None:
+            return DeadLetter(f"run {job.run_id} does not exist in tenant {job.tenant_id}.")
+        if status not in ("queued", "running"):
+            log.info("duplicate delivery of a finished run; deleting it",
+                     extra={"status": status, "reason": "duplicate_completed"})
+            return Ack(f"run already {status}")
+        log.info("tenant at its concurrent import limit; the job waits in the outbox",
+                 extra={"batch_id": str(job.batch_id),
+                        "wait_s": self.settings.records_slot_wait_s})
+        return Ack("handed back to the outbox to wait for a slot")
+
+    def _claim(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
+               abort: Any) -> Outcome:
         try:
             claim = lease.claim()
         except psycopg.Error as exc:
@@ -109,18 +158,23 @@ class IngestHandler:
             return Leave("run held by another worker", claim.retry_after_s)
         return self._run(lease, job, claim, abort)
 
-    def _run(self, lease: runs.RunLease, job: jobs.IngestJob, claim: runs.ClaimResult,
-             abort: Any) -> Outcome:
+    def _run(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
+             claim: runs.ClaimResult, abort: Any) -> Outcome:
         started = time.monotonic()
+        result: Any
         lease.start_heartbeat()
-        log.info("job started", extra={"claim": claim.claim.value})
+        log.info("job started", extra={"claim": claim.claim.value, **self._subject(job)})
         if claim.claim is runs.Claim.TAKEN_OVER:
             worker_metrics.TAKEOVERS.inc()
             self.alerts.send(alerts.stale_takeover(job.run_id, job.tenant_id, claim.stale_s,
                                                    claim.takeover_count))
         try:
             with worker_metrics.IN_FLIGHT.track_inprogress():
-                result = self.pipeline.run(job, lease, abort=abort)
+                if isinstance(job, jobs.RecordsJob):
+                    assert self.records is not None  # checked on receipt
+                    result = self.records.run(job, lease, abort=abort)
+                else:
+                    result = self.pipeline.run(job, lease, abort=abort)
         except (runs.LeaseLost, runs.Aborted) as exc:
             # Someone else may own the run now (or we are shutting down): touch nothing.
             log.warning("job stopped before finishing; the run will be taken over",
@@ -133,7 +187,7 @@ class IngestHandler:
             return Ack("run no longer running")
         except errors.BadDocument as exc:
             return self._fail(lease, job, exc.detail, exc.stage, started, claim,
-                              code=exc.code)
+                              code=exc.code, exc=exc)
         except Exception as exc:
             if _is_infrastructure(exc):
                 log.error("infrastructure failure; leaving the message for redelivery",
@@ -149,11 +203,26 @@ class IngestHandler:
         _log_complete(job, "succeeded", result.stats, claim)
         return Ack("succeeded")
 
-    def _fail(self, lease: runs.RunLease, job: jobs.IngestJob, reason: str, stage: str,
-              started: float, claim: runs.ClaimResult, *, code: str) -> Outcome:
+    def _subject(self, job: jobs.IngestJob | jobs.RecordsJob) -> dict[str, Any]:
+        """What import-runs-state-machine.md §5.1 wants on a records job's first line."""
+        if not isinstance(job, jobs.RecordsJob) or self.records is None:
+            return {}
+        return {"batch_id": str(job.batch_id), "file_hash": job.file_hash,
+                "worker_id": self.records.worker_id}
+
+    def _fail(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob, reason: str,
+              stage: str, started: float, claim: runs.ClaimResult, *, code: str,
+              exc: BaseException | None = None) -> Outcome:
         stats = {"stage": stage, "duration_ms": round((time.monotonic() - started) * 1000)}
+        if isinstance(exc, BatchRejected):
+            code = exc.batch_code  # BATCH_MISSING_COLUMN…: the file's fault, not retryable
         try:
-            lease.fail(reason, stats, code)
+            if isinstance(job, jobs.RecordsJob) and self.records is not None:
+                # Batch and run fail together, with the file-level issues beside them.
+                issues = exc.issues if isinstance(exc, BatchRejected) else []
+                self.records.fail(lease, job, reason, stage, stats, issues, code)
+            else:
+                lease.fail(reason, stats, code)
         except psycopg.Error as exc:
             # Not durable, so not deleted: SQS redelivers, and after maxReceiveCount the DLQ.
             log.error("could not persist the failure; leaving the message",
@@ -170,11 +239,13 @@ def _is_infrastructure(exc: BaseException) -> bool:
     return retry.is_transient(exc) or isinstance(exc, psycopg.OperationalError | MemoryError)
 
 
-def _log_complete(job: jobs.IngestJob, status: str, stats: dict[str, Any],
+def _log_complete(job: jobs.IngestJob | jobs.RecordsJob, status: str, stats: dict[str, Any],
                   claim: runs.ClaimResult) -> None:
+    subject = ({"batch_id": str(job.batch_id), "file_hash": job.file_hash}
+               if isinstance(job, jobs.RecordsJob) else {"doc_id": str(job.doc_id)})
     log.info("ingest_job_complete", extra={
         "status": status, "run_id": str(job.run_id), "tenant_id": str(job.tenant_id),
-        "doc_id": str(job.doc_id), "claim": claim.claim.value,
+        **subject, "claim": claim.claim.value,
         "queue_wait_ms": round(claim.queue_wait_s * 1000) if claim.queue_wait_s else None,
         **{k: v for k, v in stats.items() if k != "error"},
         **({"error": stats["error"]} if "error" in stats else {}),

@@ -4,44 +4,54 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pgvector.psycopg import register_vector
 
-from shared import alerts, aws, db, objectstore, queue
+from shared import alerts, aws, db, errors, objectstore, queue
 from shared.settings import WorkerSettings
 from worker import metrics as worker_metrics
 from worker.consumer import Consumer
 from worker.handler import IngestHandler
 from worker.pipeline import embed
 from worker.pipeline.runner import Pipeline
+from worker.records.pipeline import RecordsPipeline
 
 log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("queries.sql"))
 
 
 def run(settings: WorkerSettings, *, once: bool = False) -> int:
-    # Reads the model's facts only; the weights load on the first document job (ADR 0112).
+    # Reads the model's facts only (no torch, no weights): a configuration that can never work
+    # stops the worker here; the weights load on the first document job (ADR 0112).
     try:
         embedder = embed.load_embedder(
             settings.embedding_model, batch_size=settings.embed_batch_size,
             variant=settings.embedding_variant, device=settings.embedding_device,
             cache_dir=settings.embedding_cache_dir, threads=settings.torch_threads)
-    except ValueError as exc:  # a configuration that can never work: say so and stop
+    except ValueError as exc:
         raise SystemExit(str(exc)) from exc
     pool = db.sync_pool(settings.database_url, min_size=1,
                         max_size=settings.worker_max_concurrent_jobs + 1, name="worker",
                         configure=register_vector)
     pool.open(wait=True, timeout=30)
-    _check_vector_column(pool, embedder.dim)
     s3 = aws.client("s3", endpoint_url=settings.aws_endpoint_url, region=settings.aws_region)
     # The read timeout must outlast a 20 s long poll.
     jobs_queue = queue.from_settings(settings, read_timeout=settings.sqs_wait_time_s + 10)
-    pipeline = Pipeline(settings, pool, s3, embedder,
+
+    def documents() -> Pipeline:
+        _check_vector_column(pool, embedder.dim)
+        return Pipeline(settings, pool, s3, embedder,
                         objectstore.open_store(settings.artifact_store_uri, s3))
+
+    pipeline = LazyPipeline(documents)
     alerter = alerts.Alerter.from_settings(settings, "worker")
     worker_metrics.serve(settings.worker_metrics_port, settings.worker_metrics_addr, alerter)
-    handler = IngestHandler(settings, pipeline, alerter)
+    handler = IngestHandler(settings, pipeline, alerter,  # type: ignore[arg-type]
+                            records=RecordsPipeline(settings, s3))
     consumer = Consumer(
         jobs_queue, handler,
         slots=settings.worker_max_concurrent_jobs, wait_s=settings.sqs_wait_time_s,
@@ -58,13 +68,30 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
         pool.close()
 
 
+class LazyPipeline:
+    """The document pipeline, built (embedding model loaded) on the first document job: a
+    worker that only imports records never loads the model."""
+
+    def __init__(self, build: Callable[[], Pipeline]) -> None:
+        self._build = build
+        self._pipeline: Pipeline | None = None
+        self._lock = threading.Lock()
+
+    def run(self, job: Any, lease: Any, abort: Any = None) -> Any:
+        with self._lock:
+            if self._pipeline is None:
+                self._pipeline = self._build()
+        return self._pipeline.run(job, lease, abort=abort)
+
+
 def _check_vector_column(pool, dim: int) -> None:  # type: ignore[no-untyped-def]
-    """Refuse to start rather than fail every job: the model must fit the vector column."""
+    """Fail every document job rather than write bad vectors: the model must fit the column."""
     with pool.connection() as conn:
         row = conn.execute(Q["embedding_column_dim"]).fetchone()
     if row is None or row["dim"] != dim:
-        raise SystemExit(f"the embedding model makes {dim}-dim vectors but chunk_embeddings holds "
-                         f"{row and row['dim']}; add a migration for the new model first")
+        raise errors.BadDocument(f"the embedding model makes {dim}-dim vectors but chunk_embeddings holds "
+                         f"{row and row['dim']}; add a migration for the new model first.",
+                                 stage="embed")
 
 
 def _report_backlog(pool, jobs_queue: queue.Queue) -> None:  # type: ignore[no-untyped-def]

@@ -77,8 +77,8 @@ def lock_key(run_id: UUID) -> int:
 
 
 class RunLease:
-    def __init__(self, database_url: str, job: jobs.IngestJob, *, stale_after_s: float,
-                 heartbeat_s: float, worker: str | None = None) -> None:
+    def __init__(self, database_url: str, job: jobs.IngestJob | jobs.RecordsJob, *,
+                 stale_after_s: float, heartbeat_s: float, worker: str | None = None) -> None:
         self.job = job
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
         # Our attempt's number once the claim opened it, and its stage times (ms) so far:

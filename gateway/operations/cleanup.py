@@ -39,12 +39,17 @@ class Policy:
     upload_ttl_s: float           # nothing younger is ever touched
     failed_ttl_s: float           # a failed run's upload is kept this long after it failed
     artifact_retention_s: float   # < 0: artifacts of deactivated versions are kept
+    # Records imports (docs/decisions/0130): staged rows after their batch finished, row errors.
+    staged_retention_s: float = 7 * 86400
+    row_errors_retention_s: float = 90 * 86400
 
     @classmethod
     def from_settings(cls, settings: Any) -> Policy:
         days = settings.artifact_retention_days
         return cls(settings.upload_cleanup_ttl_hours * 3600,
-                   settings.upload_failed_ttl_days * 86400, days * 86400 if days >= 0 else -1)
+                   settings.upload_failed_ttl_days * 86400, days * 86400 if days >= 0 else -1,
+                   settings.import_staged_retention_days * 86400,
+                   settings.import_errors_retention_days * 86400)
 
 
 @dataclass
@@ -56,11 +61,15 @@ class Report:
     removed_artifacts: list[str] = field(default_factory=list)
     kept: int = 0
     errors: int = 0
+    # Rows of records imports removed (or, in a dry run, that would be).
+    staged_rows: int = 0
+    row_errors: int = 0
 
     def summary(self) -> dict[str, int | bool]:
         return {"ran": self.ran, "scanned": self.scanned, "orphans": len(self.removed_orphans),
                 "finished_uploads": len(self.removed_finished),
-                "artifacts": len(self.removed_artifacts), "kept": self.kept, "errors": self.errors}
+                "artifacts": len(self.removed_artifacts), "kept": self.kept, "errors": self.errors,
+                "staged_rows": self.staged_rows, "row_errors": self.row_errors}
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,7 @@ def run(database_url: str, s3: Any, *, upload_store_uri: str, artifact_store_uri
                      report)
             if policy.artifact_retention_s >= 0:
                 _artifacts(conn, s3, policy, dry_run, report)
+            _import_rows(conn, policy, dry_run, report)
         finally:
             conn.execute(Q["cleanup_unlock"], {"key": _LOCK_KEY})
     log.info("cleanup pass finished", extra={**report.summary(), "dry_run": dry_run})
@@ -193,3 +203,24 @@ def _artifacts(conn: db.Conn, s3: Any, policy: Policy, dry_run: bool,
 
 def _supported(uri: str) -> bool:
     return urlparse(uri).scheme in ("file", "s3")
+
+
+# ── records imports ─────────────────────────────────────────────────────────────────────────
+IMPORT_ROWS_CHUNK = 10_000
+
+
+def _import_rows(conn: db.Conn, policy: Policy, dry_run: bool, report: Report) -> None:
+    """Staged rows of finished batches and old row errors, in chunks (each its own commit, so
+    a big purge never holds long locks); a dry run counts what would go."""
+    for query, retention, counter in (("expired_staged_rows", policy.staged_retention_s,
+                                       "staged_rows"),
+                                      ("expired_row_errors", policy.row_errors_retention_s,
+                                       "row_errors")):
+        limit = 2**31 - 1 if dry_run else IMPORT_ROWS_CHUNK
+        while True:
+            row = conn.execute(Q[query], {"retention_s": retention, "limit": limit,
+                                          "dry_run": dry_run}).fetchone()
+            matched = int(row["matched"]) if row else 0
+            setattr(report, counter, getattr(report, counter) + matched)
+            if dry_run or matched < limit:
+                break

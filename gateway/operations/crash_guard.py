@@ -36,6 +36,8 @@ class GuardResult:
     failed_syncs: int = 0
     # Runs whose job was re-published instead of failing them (this pass).
     republished: int = 0
+    # Import batches failed with their records runs (docs/decisions/0128).
+    failed_batches: int = 0
     # The runs it failed, for the alert (shared/alerts.py); not part of equality.
     run_ids: tuple = field(default=(), compare=False)
 
@@ -55,12 +57,26 @@ async def sweep(pool: db.AsyncPool, *, queued_ttl_s: float, running_stale_s: flo
         running = await (await conn.execute(Q["fail_abandoned_running"], windows)).fetchall()
         queued = await (await conn.execute(Q["fail_abandoned_queued"], windows)).fetchall()
         republished = await (await conn.execute(Q["republish_abandoned"], windows)).fetchall()
+        batches = await _fail_batches(conn, [*running, *queued])
         # S3 syncs of a gateway that died: their heartbeat stops (gateway/sources/syncs.py).
         syncs_failed = await syncs.fail_stale(conn, stale_s=sync_stale_s)
     _log(queued, running, republished, syncs_failed)
     return GuardResult(ran=True, failed_queued=len(queued), failed_running=len(running),
                        failed_syncs=len(syncs_failed), republished=len(republished),
-                       run_ids=tuple(row["run_id"] for row in [*queued, *running]))
+                       run_ids=tuple(row["run_id"] for row in [*queued, *running]),
+                       failed_batches=len(batches))
+
+
+async def _fail_batches(conn: db.AsyncConn, failed_runs: list) -> list:
+    """The batches of the records runs just failed, failed with them (docs/decisions/0128)."""
+    run_ids = [row["run_id"] for row in failed_runs if row["batch_id"] is not None]
+    if not run_ids:
+        return []
+    rows = await (await conn.execute(Q["fail_batches_of_runs"], {"run_ids": run_ids})).fetchall()
+    for row in rows:
+        log.warning("crash guard failed import batch", extra={
+            "batch_id": str(row["batch_id"]), "tenant_id": str(row["tenant_id"])})
+    return rows
 
 
 def _log(queued: list, running: list, republished: list, syncs_failed: list) -> None:

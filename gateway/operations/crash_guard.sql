@@ -45,7 +45,7 @@ WHERE status = 'running'
   AND COALESCE(republished_at, '-infinity') < now() - make_interval(secs => %(republish_after_s)s)
   AND (updated_at < now() - make_interval(secs => %(running_stale_s)s)
        OR NOT run_has_live_owner(run_id))
-RETURNING run_id, tenant_id;
+RETURNING run_id, tenant_id, batch_id;
 
 -- name: fail_abandoned_queued
 -- Also parks the run's unpublished job, so a queue that comes back does not revive it.
@@ -59,9 +59,20 @@ WITH failed AS (
       AND (republish_count >= %(max_republishes)s
            OR NOT EXISTS (SELECT 1 FROM job_outbox o WHERE o.run_id = ingestion_runs.run_id))
       AND COALESCE(republished_at, '-infinity') < now() - make_interval(secs => %(republish_after_s)s)
-    RETURNING run_id, tenant_id
+    RETURNING run_id, tenant_id, batch_id
 ), parked AS (
     UPDATE job_outbox SET next_attempt_at = 'infinity', last_error = 'run failed before it was published'
     WHERE run_id IN (SELECT run_id FROM failed) AND published_at IS NULL
 )
-SELECT run_id, tenant_id FROM failed;
+SELECT run_id, tenant_id, batch_id FROM failed;
+
+-- name: fail_batches_of_runs
+-- A records run failed above takes its batch with it, in the same transaction (docs/decisions/
+-- 0128): the run's reason is the batch's one-sentence rejection reason. A batch already final
+-- (the worker finished it and died before the run) is left as it is.
+UPDATE import_batches b
+SET status = 'failed', rejection_reason = r.error, completed_at = now(), updated_at = now()
+FROM ingestion_runs r
+WHERE r.run_id = ANY(%(run_ids)s) AND r.batch_id = b.batch_id AND r.tenant_id = b.tenant_id
+  AND b.status IN ('pending', 'processing', 'staging_complete', 'promoting')
+RETURNING b.batch_id, b.tenant_id, b.file_name;

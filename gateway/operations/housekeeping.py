@@ -82,6 +82,7 @@ async def check_thresholds(settings: GatewaySettings, pool: db.AsyncPool,
         row = await (await conn.execute(Q["backlog"])).fetchone()
         archived = await (await conn.execute(Q["open_dead_letters"],
                                              {"tenant_id": None})).fetchone()
+        imports = await (await conn.execute(Q["imports_alert_figures"])).fetchone()
     fired = []
     backlog = int(row["backlog"]) if row else 0
     if backlog > settings.alert_backlog:
@@ -90,7 +91,21 @@ async def check_thresholds(settings: GatewaySettings, pool: db.AsyncPool,
     dead = None if depths.dlq_depth is None else depths.dlq_depth + int(archived["open"] if archived else 0)
     if dead is not None and dead > settings.alert_dlq_depth:
         fired.append(alerts.dlq_depth(dead, settings.alert_dlq_depth))
+    fired += _import_alerts(settings, imports)
     for alert in fired:
         log.warning("alert threshold exceeded", extra={"alert": alert.key})
         alerter.send(alert)
+    return fired
+
+
+def _import_alerts(settings: GatewaySettings, row: dict | None) -> list[alerts.Alert]:
+    """Records imports (docs/decisions/0130): a burst of failed batches, stale batches."""
+    if row is None:
+        return []
+    fired = []
+    if row["failed_1h"] > settings.alert_imports_failed_1h:
+        fired.append(alerts.imports_failed(int(row["failed_1h"]), settings.alert_imports_failed_1h))
+    if row["stale_count"]:
+        fired.append(alerts.stale_imports(int(row["stale_count"]), row["oldest_stale_batch_id"],
+                                          float(row["oldest_stale_hours"])))
     return fired

@@ -66,6 +66,8 @@ class Snapshot:
     outbox: dict[str, Any]
     dead_letters_open: int = 0   # archived, neither redriven nor purged
     depths: DepthCache = field(default_factory=DepthCache)
+    # Records imports: unfinished, failed in 24 h, stale batches (docs/decisions/0129).
+    imports: dict[str, int] = field(default_factory=dict)
 
     @property
     def dlq_depth(self) -> int | None:
@@ -90,9 +92,11 @@ async def snapshot(pool: db.AsyncPool, depths: DepthCache, *, stale_s: float,
         actions = {r["action"]: int(r["actions"]) for r in await rows("actions_by_kind")}
         [outbox] = await rows("outbox_lag")
         [dead] = await rows("open_dead_letters")
+        [imports] = await rows("imports_dashboard")
     return Snapshot({s: runs.get(s, 0) for s in STATUSES}, dashboard,
                     last_failed[0] if last_failed else None, int(takeovers["takeovers"]),
-                    {a: actions.get(a, 0) for a in ACTIONS}, outbox, int(dead["open"]), depths)
+                    {a: actions.get(a, 0) for a in ACTIONS}, outbox, int(dead["open"]), depths,
+                    {k: int(v) for k, v in imports.items()})
 
 
 def dashboard_json(snap: Snapshot) -> dict[str, Any]:
@@ -108,17 +112,22 @@ def dashboard_json(snap: Snapshot) -> dict[str, Any]:
         "queue_depth": snap.depths.main,
         "queue_depth_age_s": round(age, 1) if age is not None else None,
         "outbox_lag_s": round(float(snap.outbox["oldest_s"]), 3),
+        "imports": snap.imports,
     }}
 
 
 def tenant_json(snap: Snapshot) -> dict[str, Any]:
     """One tenant's figures for its admins (/v1/metrics, the overview page): its runs, its
-    failures with the last one's run id, its open dead letters; no shared-queue figure."""
+    failures with the last one's file name and run id, its open dead letters and imports; no
+    shared-queue figure. ``last_failed_batch`` is the file name, as the spec's §6 example."""
+    last = snap.last_failed
     return {"ingest": {
         **_run_figures(snap),
-        "last_failed_batch": str(snap.last_failed["run_id"]) if snap.last_failed else None,
-        "last_failed_at": _iso(snap.last_failed["finished_at"]) if snap.last_failed else None,
+        "last_failed_batch": last["file_name"] if last else None,
+        "last_failed_run_id": str(last["run_id"]) if last else None,
+        "last_failed_at": _iso(last["finished_at"]) if last else None,
         "dead_letters_open": snap.dead_letters_open,
+        "imports": snap.imports,
     }}
 
 
@@ -195,6 +204,13 @@ def _run_metrics(snap: Snapshot) -> Iterator[Metric]:
                  d["avg_processing_s"])
     last = snap.last_failed["finished_at"].timestamp() if snap.last_failed else None
     yield _gauge("ingest_last_failure_timestamp_seconds", "When the last run failed.", last)
+    imports = snap.imports
+    yield _gauge("ingest_import_backlog", "Import batches not finished yet.",
+                 imports.get("backlog_count"))
+    yield _gauge("ingest_imports_failed_24h", "Import batches failed in the last 24 h.",
+                 imports.get("failed_24h"))
+    yield _gauge("ingest_stale_imports", "Import batches silent for over an hour.",
+                 imports.get("stale_count"))
 
 
 def _queue_metrics(depths: DepthCache, outbox: dict[str, Any]) -> Iterator[Metric]:

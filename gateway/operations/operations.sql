@@ -13,7 +13,7 @@ FOR UPDATE OF d;
 
 -- name: lock_run
 -- FOR UPDATE: a retry and a redrive of one run at the same moment reopen it once.
-SELECT run_id, tenant_id, doc_id, status, error, initiated_by, config, stats
+SELECT run_id, tenant_id, doc_id, batch_id, status, error, initiated_by, config, stats
 FROM ingestion_runs
 WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 FOR UPDATE;
@@ -30,6 +30,28 @@ SET status = 'queued', queued_at = now(), updated_at = now(), error = NULL, erro
     stage = NULL,
     progress = 0, stats = '{}', started_at = NULL, finished_at = NULL
 WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND status = 'failed';
+
+-- name: allow_reopen_batch
+-- The batch trigger (migrations/0009) lets failed → pending through only for the batch this
+-- transaction names, like the run's reopen above.
+SELECT set_config('ingest.reopen_batch', %(batch_id)s, true);
+
+-- name: reopen_batch
+-- A records run's batch reopens with it (docs/decisions/0128): back to pending, and started
+-- over from row 1 — its staged rows, row errors and counts would otherwise be counted twice
+-- (the within-file duplicates are recorded again at staging_complete). The failure it had is
+-- kept in run_actions.details.
+WITH cleared_rows AS (
+    DELETE FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+), cleared_errors AS (
+    DELETE FROM import_row_errors WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+)
+UPDATE import_batches
+SET status = 'pending', rejection_reason = NULL, completed_at = NULL, started_at = NULL,
+    updated_at = now(), last_staged_row = 0, rows_total = 0, rows_valid = 0, rows_invalid = 0,
+    rows_duplicate = 0, rows_inserted = 0, rows_updated = 0, rows_unchanged = 0,
+    parse_duration_ms = NULL, db_duration_ms = NULL
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'failed';
 
 -- name: queue_attempt
 -- A retry or redrive is an attempt of its own, waiting from now (migrations/0011, ADR 0100):
@@ -164,10 +186,24 @@ SELECT count(*) FILTER (WHERE status IN ('queued', 'running')) AS backlog_count,
 FROM ingestion_runs WHERE (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s);
 
 -- name: last_failed
-SELECT run_id, finished_at FROM ingestion_runs
-WHERE status = 'failed' AND finished_at IS NOT NULL AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s)
-ORDER BY finished_at DESC
+-- The file name is the tenant's own (/v1/metrics): a records batch's, or an upload's as given.
+SELECT r.run_id, r.finished_at, COALESCE(b.file_name, r.config ->> 'original_filename') AS file_name
+FROM ingestion_runs r
+LEFT JOIN import_batches b ON b.batch_id = r.batch_id AND b.tenant_id = r.tenant_id
+WHERE r.status = 'failed' AND r.finished_at IS NOT NULL AND (%(tenant_id)s::uuid IS NULL OR r.tenant_id = %(tenant_id)s)
+ORDER BY r.finished_at DESC
 LIMIT 1;
+
+-- name: imports_dashboard
+-- Records imports (migrations/0016): unfinished batches, batches failed in the last 24 h, and
+-- stale ones (ops.v_stale_imports). Counts only.
+SELECT count(*) FILTER (WHERE status IN ('pending', 'processing', 'staging_complete',
+                                         'promoting')) AS backlog_count,
+       count(*) FILTER (WHERE status = 'failed'
+                          AND completed_at > now() - interval '24 hours') AS failed_24h,
+       (SELECT count(*) FROM ops.v_stale_imports
+        WHERE %(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s) AS stale_count
+FROM import_batches WHERE (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s);
 
 -- name: takeovers_total
 SELECT COALESCE(sum(takeover_count), 0) AS takeovers FROM ingestion_runs
@@ -182,6 +218,47 @@ FROM job_outbox WHERE published_at IS NULL AND next_attempt_at < 'infinity' AND 
 
 -- name: backlog
 SELECT count(*) AS backlog FROM ingestion_runs WHERE status IN ('queued', 'running');
+
+-- name: imports_alert_figures
+-- Across tenants (the housekeeping alerts): batches failed in the last hour, stale batches.
+SELECT (SELECT count(*) FROM import_batches
+        WHERE status = 'failed' AND completed_at > now() - interval '1 hour') AS failed_1h,
+       (SELECT count(*) FROM ops.v_stale_imports) AS stale_count,
+       s.batch_id AS oldest_stale_batch_id, s.hours_stale AS oldest_stale_hours
+FROM (SELECT 1) one
+LEFT JOIN LATERAL (SELECT batch_id, hours_stale FROM ops.v_stale_imports
+                   ORDER BY hours_stale DESC LIMIT 1) s ON true;
+
+-- name: expired_staged_rows
+-- Staged rows of batches finished more than the retention ago (a retry restarts from row 1,
+-- docs/decisions/0128, so nothing needs them); a chunk at a time.
+WITH doomed AS (
+    SELECT s.batch_id, s.row_number FROM import_staged_rows s
+    JOIN import_batches b ON b.batch_id = s.batch_id AND b.tenant_id = s.tenant_id
+    WHERE b.status IN ('completed', 'partial', 'failed')
+      AND b.completed_at < now() - make_interval(secs => %(retention_s)s)
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM import_staged_rows s USING doomed d
+    WHERE NOT %(dry_run)s AND s.batch_id = d.batch_id AND s.row_number = d.row_number
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM doomed) AS matched, (SELECT count(*) FROM gone) AS removed;
+
+-- name: expired_row_errors
+-- Row errors written more than the retention ago, of finished batches only.
+WITH doomed AS (
+    SELECT e.id FROM import_row_errors e
+    JOIN import_batches b ON b.batch_id = e.batch_id AND b.tenant_id = e.tenant_id
+    WHERE e.created_at < now() - make_interval(secs => %(retention_s)s)
+      AND b.status IN ('completed', 'partial', 'failed')
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM import_row_errors e USING doomed d
+    WHERE NOT %(dry_run)s AND e.id = d.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM doomed) AS matched, (SELECT count(*) FROM gone) AS removed;
 
 -- ── cleanup (across tenants: an operator task over the whole store) ─────────────────────────
 -- name: upload_owners

@@ -59,7 +59,7 @@ def for_redrive(conn: db.Conn, *, run_id: UUID, tenant_id: UUID, actor: Actor,
         if dry_run:
             return RedriveClaim(run_id, tenant_id, run["status"], reopen)
         if reopen:
-            _reopen(conn, keys)
+            _reopen(conn, keys, run["batch_id"])
             conn.execute(Q["queue_attempt"], {**keys, "kind": "redrive", "actor": actor.name})
         conn.execute(Q["record_action"], _action(
             keys, "redrive", actor, reason, run,
@@ -80,9 +80,13 @@ def record_purge(conn: db.Conn, *, run_id: UUID, tenant_id: UUID, actor: Actor,
     return True
 
 
-def _reopen(conn: db.Conn, keys: dict[str, Any]) -> None:
+def _reopen(conn: db.Conn, keys: dict[str, Any], batch_id: UUID | None) -> None:
     conn.execute(Q["allow_reopen"], {"run_id": str(keys["run_id"])})
     conn.execute(Q["reopen_run"], keys)
+    if batch_id is not None:
+        # A records run's batch goes back to pending with it (docs/decisions/0128).
+        conn.execute(Q["allow_reopen_batch"], {"batch_id": str(batch_id)})
+        conn.execute(Q["reopen_batch"], {**keys, "batch_id": batch_id})
 
 
 def _action(keys: dict[str, Any], action: str, actor: Actor, reason: str, run: dict[str, Any],
@@ -117,6 +121,10 @@ async def retry(pool: db.AsyncPool, *, run_id: UUID, tenant_id: UUID, actor: Act
                                            "document again.")
             await conn.execute(Q["allow_reopen"], {"run_id": str(run_id)})
             await conn.execute(Q["reopen_run"], keys)
+            if run["batch_id"] is not None:
+                # The batch reopens in the same transaction (docs/decisions/0128).
+                await conn.execute(Q["allow_reopen_batch"], {"batch_id": str(run["batch_id"])})
+                await conn.execute(Q["reopen_batch"], {**keys, "batch_id": run["batch_id"]})
             await conn.execute(Q["queue_attempt"], {**keys, "kind": "retry",
                                                     "actor": actor.name})
             await conn.execute(Q["requeue_job"], {**keys, "payload": Jsonb(payload["payload"])})

@@ -34,6 +34,18 @@ TABLE: dict[str, tuple[bool, str]] = {
                                     "file again."),
     "queue_rejected": (False, "The queue refused this job; upload the file again, and report "
                               "it if it keeps happening."),
+    # a records import's file as a whole (shared/contracts/codes.py): fix the file
+    "BATCH_MISSING_COLUMN": (False, "A required column is missing from the file's header; add "
+                                    "it (see GET /v1/contracts/{name}), then upload it again."),
+    "BATCH_DUPLICATE_COLUMN": (False, "Two columns of the file name the same field; remove one, "
+                                      "then upload it again."),
+    "BATCH_EMPTY_FILE": (False, "The file has no data rows; upload the file with its rows."),
+    "BATCH_MALFORMED_CSV": (False, "The file is not well-formed CSV at the line named above; "
+                                   "fix or re-export it, then upload it again."),
+    "BATCH_ERROR_BUDGET_EXCEEDED": (False, "Too many rows are invalid for the batch's error "
+                                           "budget: fix the rows listed in the batch's errors "
+                                           "and upload the file again (or raise "
+                                           "error_threshold_percent, or use force_partial)."),
     # passing: retrying helps once it is over
     "database_unavailable": (True, OUTAGE),
     "service_unavailable": (True, OUTAGE),

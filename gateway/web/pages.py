@@ -21,11 +21,13 @@ from gateway import auth, filetypes, paging
 from gateway.auth import login_throttle, users
 from gateway.context import Context
 from gateway.documents import listing as doc_listing
+from gateway.imports import intake as import_intake
 from gateway.operations import metrics
+from gateway.records import service as records
 from gateway.search import routes as search_routes
 from gateway.search import service as search_service
 from gateway.web import assets, errorpages, reads, session
-from shared import errors
+from shared import contracts, errors
 
 # No inline script or style anywhere, so the policy can forbid both.
 SECURITY_HEADERS = {
@@ -245,6 +247,31 @@ async def search_page(request: Request, ctx: Context, search: search_service.Run
                   modes=search_service.MODES, hits=hits, error=error)
 
 
+# ── records imports (docs/decisions/0125-0127) ──────────────────────────────────────────────
+@get("/imports")
+async def imports(request: Request, ctx: Context) -> Template:
+    """Upload a records file under a contract; the user's latest batches, kept live by
+    imports_upload.js through /intake/batches/{id}."""
+    principal = auth.current(request)
+    recent = await reads.my_imports(ctx.pool, tenant_id=principal.tenant_id,
+                                    user_id=principal.user_id)
+    return render(request, "imports/index.html", recent=recent,
+                  contracts=list(contracts.CONTRACTS.values()), sources=import_intake.SOURCES,
+                  threshold=import_intake.DEFAULT_THRESHOLD,
+                  max_bytes=int(ctx.settings.import_max_size_mb * 1024 * 1024),
+                  accepted=list(ctx.settings.import_types))
+
+
+@get("/imports/{batch_id:str}")
+async def import_batch(batch_id: str, request: Request, ctx: Context, page: int = paging.PAGE,
+                       code: str | None = None) -> Template:
+    principal = auth.current(request)
+    code = (code or "").strip()[:100] or None
+    item = await reads.batch(ctx.pool, principal=principal, batch_id=_uuid(batch_id, "import"),
+                             code=code, page=page)
+    return render(request, "imports/batch.html", batch=item)
+
+
 # ── admin pages ─────────────────────────────────────────────────────────────────────────────
 @get("/")
 async def overview(request: Request, ctx: Context) -> Template:
@@ -314,6 +341,44 @@ async def user_list(request: Request, ctx: Context) -> Template:
     return render(request, "admin/users.html", users=listing)
 
 
+# ── records read-back (gateway/records/service.py, docs/decisions/0124) ────────────────────
+@get("/records", sync_to_thread=False)
+def records_home() -> Redirect:
+    return Redirect("/records/judgments")
+
+
+@get("/records/judgments")
+async def record_judgments(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+    filters = records.judgment_form(request.query_params)
+    listing = await records.judgments(
+        ctx.pool, tenant_id=auth.current(request).tenant_id, filters=filters,
+        window=paging.Window(page, reads.PAGE_SIZE), secret=ctx.settings.jwt_secret)
+    return render(request, "records/judgments.html", listing=listing, form=_form_values(request))
+
+
+@get("/records/plaintiffs")
+async def record_plaintiffs(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+    principal = auth.current(request)
+    listing = await records.plaintiffs(
+        ctx.pool, tenant_id=principal.tenant_id, filters=records.plaintiff_form(request.query_params),
+        window=paging.Window(page, reads.PAGE_SIZE), secret=ctx.settings.jwt_secret,
+        with_contacts=principal.is_admin)
+    return render(request, "records/plaintiffs.html", listing=listing, form=_form_values(request),
+                  statuses=records.STATUSES)
+
+
+@get("/records/duplicates")
+async def record_duplicates(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+    listing = await records.duplicates(ctx.pool, tenant_id=auth.current(request).tenant_id,
+                                       window=paging.Window(page, reads.PAGE_SIZE))
+    return render(request, "records/duplicates.html", listing=listing)
+
+
+def _form_values(request: Request) -> dict[str, str]:
+    # What the filter form shows again; paging links carry the same fields.
+    return {k: v.strip() for k, v in request.query_params.items() if k != "page" and v.strip()}
+
+
 def router(files: assets.Assets) -> Router:
     admin = Router("/admin", guards=[auth.admin_only], route_handlers=[
         overview, sources, source, dead_letters, dead_letter,
@@ -321,4 +386,6 @@ def router(files: assets.Assets) -> Router:
     return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
                   before_request=_who,
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,
-                                  documents, document, search_page, admin, files.route()])
+                                  documents, document, search_page, imports, import_batch, admin,
+                                  files.route(), records_home, record_judgments, record_plaintiffs,
+                                  record_duplicates])

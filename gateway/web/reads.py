@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from gateway import paging, views
+from gateway import auth, paging, views
 from gateway.documents import listing as documents
+from gateway.imports import batches
 from gateway.runs import routes as runs_routes
 from shared import db, errors
 
@@ -94,3 +95,53 @@ async def signed_in_email(pool: db.AsyncPool, *, tenant_id: UUID, user_id: UUID)
         row = await (await conn.execute(Q["signed_in_email"], {
             "tenant_id": tenant_id, "user_id": user_id})).fetchone()
     return row["email"] if row else None
+
+
+# ── records imports (docs/decisions/0125) ───────────────────────────────────────────────────
+BATCH_ACTIVE = ("pending", "processing", "staging_complete", "promoting")
+ERRORS_PER_PAGE = 50
+
+
+def batch_view(row: dict[str, Any]) -> dict[str, Any]:
+    """The API's BatchStatusResult plus what the pages also show: the contract, the split of
+    accepted rows and whether the batch is still moving."""
+    return batches.batch_status(row) | {
+        "contract": row["contract"], "rowsValid": row["rows_valid"],
+        "rowsNew": row["rows_inserted"], "rowsUpdated": row["rows_updated"],
+        "rowsUnchanged": row["rows_unchanged"], "forcePartial": row["force_partial"],
+        "active": row["status"] in BATCH_ACTIVE}
+
+
+async def my_imports(pool: db.AsyncPool, *, tenant_id: UUID, user_id: UUID,
+                     limit: int = 10) -> list[dict[str, Any]]:
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(Q["my_batches"], {
+            "tenant_id": tenant_id, "user_id": user_id, "limit": limit})).fetchall()
+    return [batch_view(r) for r in rows]
+
+
+async def batch(pool: db.AsyncPool, *, principal: auth.Principal, batch_id: UUID,
+                code: str | None, page: int) -> dict[str, Any]:
+    """A batch with its error codes and one page of its errors, through the API's own queries;
+    raw rows only where the API shows them (docs/decisions/0092)."""
+    keys: dict[str, Any] = {"tenant_id": principal.tenant_id, "batch_id": batch_id}
+    window = paging.Window(page, ERRORS_PER_PAGE)
+    suffix = "_by_code" if code else ""
+    async with pool.connection() as conn:
+        row = await (await conn.execute(batches.Q["get_batch"], keys)).fetchone()
+        if row is None:
+            raise errors.NotFound(batches.NOT_FOUND + " Pick one from your imports.")
+        codes = await (await conn.execute(Q["batch_error_codes"], keys)).fetchall()
+        if code:
+            keys["code"] = code
+        total = await (await conn.execute(batches.Q["count_errors" + suffix], keys)).fetchone()
+        found = await (await conn.execute(batches.Q["page_errors" + suffix], {
+            **keys, "limit": window.limit, "offset": (window.page - 1) * window.limit,
+        })).fetchall()
+    with_raw = batches.sees_raw(principal, row)
+    items = [{**e, "raw": e["raw"] if with_raw else None} for e in found]
+    return batch_view(row) | {
+        "runId": str(row["run_id"]) if row["run_id"] else None, "codes": codes,
+        "withRaw": with_raw, "errors": {"items": items, "page": window.page,
+                                        "limit": window.limit, "total": total["n"] if total else 0,
+                                        "code": code or ""}}

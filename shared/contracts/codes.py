@@ -29,6 +29,10 @@ BATCH_MALFORMED_CSV = MALFORMED_CSV.code
 BATCH_DUPLICATE_COLUMN = DUPLICATE_COLUMN.code
 BATCH_ENCODING_WARNING = ENCODING_WARNING.code
 BATCH_EXTRA_COLUMN = EXTRA_COLUMN.code
+# More rows invalid than the batch's error budget allows: the batch fails before promotion.
+BATCH_ERROR_BUDGET_EXCEEDED = "BATCH_ERROR_BUDGET_EXCEEDED"
 # A natural key repeated within one file: a warning, and the row counts as duplicate.
 JUDGMENT_DUPLICATE = "JUDGMENT_DUPLICATE"
 PLAINTIFF_DUPLICATE = "PLAINTIFF_DUPLICATE"
+# Found at promotion (shared/contracts/plaintiffs.py CASE_NUMBER_NOT_FOUND holds its message).
+PLAINTIFF_CASE_NUMBER_NOT_FOUND = "PLAINTIFF_CASE_NUMBER_NOT_FOUND"

@@ -110,6 +110,9 @@ class Contract:
     # A natural key seen again within one file: counted as duplicate, kept as a warning.
     duplicate: Rule
     row_rules: tuple[RowRule, ...] = ()
+    # Rules only promotion can check, against the tenant's stored records (e.g. a plaintiff's
+    # case number that names no judgment): (field, rule), published with the row rules.
+    promotion_rules: tuple[tuple[str | None, Rule], ...] = ()
     # Among contracts: lower promotes first (plaintiffs link to judgments already promoted).
     promotion_order: int = 0
     # Example rows (field → text as a file would carry it); the first is the example row.
@@ -133,10 +136,12 @@ class Contract:
         raise KeyError(name)
 
     def rules(self) -> tuple[tuple[str | None, Rule], ...]:
-        """Every row rule as (field, rule), field None for a rule over the whole row."""
+        """Every row rule as (field, rule), field None for a rule over the whole row; the
+        promotion rules last."""
         out: list[tuple[str | None, Rule]] = [(c.name, r) for c in self.columns for r in c.rules()]
         out += [(None, r.rule) for r in self.row_rules]
         out.append((None, self.duplicate))
+        out += self.promotion_rules
         return tuple(out)
 
 

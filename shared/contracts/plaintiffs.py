@@ -55,6 +55,12 @@ COLUMNS = (
                         "Status is not one of " + ", ".join(n.PLAINTIFF_STATUSES) + ".")),
 )
 
+# Checked at promotion, against the tenant's judgments (docs/decisions/0096): the worker writes
+# it for a staged row whose normalised case number matches none.
+CASE_NUMBER_NOT_FOUND = Rule(
+    "PLAINTIFF_CASE_NUMBER_NOT_FOUND", WARNING,
+    "No judgment of this tenant has the case number; the plaintiff was kept without a link.")
+
 PLAINTIFFS = Contract(
     name="plaintiffs", version="1.0.0", entity="PLAINTIFF",
     description="Plaintiffs from a vendor export, each linked to a judgment by case number.",
@@ -67,6 +73,7 @@ PLAINTIFFS = Contract(
              Target("plaintiff_judgments", ("plaintiff_id", "judgment_id"))),
     duplicate=Rule("PLAINTIFF_DUPLICATE", WARNING, "The same plaintiff (name, address, ZIP) "
                    "already appeared earlier in this file; the row is counted as a duplicate."),
+    promotion_rules=(("case_number", CASE_NUMBER_NOT_FOUND),),
     promotion_order=2,
     examples=(
         {"case_number": "2024-CV-12345", "name": "Acme Collections LLC",

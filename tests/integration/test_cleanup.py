@@ -17,7 +17,8 @@ from psycopg.types.json import Jsonb
 
 from gateway.operations import cleanup
 from shared import db, objectstore
-from tests.support import ops, stack
+from tests.integration import test_imports_ops as imports_ops
+from tests.support import ops, records, stack
 
 DAY = 86400.0
 POLICY = cleanup.Policy(upload_ttl_s=DAY, failed_ttl_s=7 * DAY, artifact_retention_s=30 * DAY)
@@ -187,9 +188,16 @@ def test_cleanup_works_on_an_s3_upload_store(database_url, conn, tenants, s3, ro
 
 
 def test_cli_cleanup(conn, tenants, stack_env, out_dir):
-    # Given an old orphan in the configured upload store
+    # Given an old orphan in the configured upload store, and an import batch finished 8 days
+    # ago with 3 staged rows and a 91-day-old row error
     root = objectstore.file_path(stack_env["UPLOAD_STORE_URI"])
     orphan = _orphan(root, "lost.pdf", days=2)
+    tenant_id = tenants.user().tenant_id
+    batch_id, _ = imports_ops.failed_batch(conn, tenant_id, "old.csv", ago=timedelta(days=8))
+    imports_ops.stage(conn, batch_id, tenant_id, 3)
+    records.add_errors(conn, batch_id, [imports_ops.error("JUDGMENT_AMOUNT_INVALID", 4)])
+    conn.execute("UPDATE import_row_errors SET created_at = now() - interval '91 days' "
+                 "WHERE batch_id = %s", (batch_id,))
     env = stack.clean_env(stack_env)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
@@ -207,3 +215,6 @@ def test_cli_cleanup(conn, tenants, stack_env, out_dir):
     assert orjson.loads(preview.stdout)["removed"] == [orphan.as_uri()]
     assert done.returncode == 0, done.stderr
     assert not orphan.exists() and "removed 1 orphaned upload(s)" in done.stdout
+    # and the plain summary counts the import rows it removed
+    assert "removed 3 staged import row(s) of finished batches and 1 import row error(s)" \
+        in done.stdout, done.stdout

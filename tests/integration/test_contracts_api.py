@@ -55,6 +55,11 @@ def test_plaintiffs_are_described_too(gateway, tenants):
         described = client.get("/v1/contracts/plaintiffs").json()
     assert described["natural_key"]["fields"] == ["name", "address_line1", "zip"]
     assert "PLAINTIFF_EMAIL_INVALID" in {r["code"] for r in described["rules"]}
+    # the warning only promotion can find is published with the rest
+    assert {"code": "PLAINTIFF_CASE_NUMBER_NOT_FOUND", "severity": "warning",
+            "field": "case_number",
+            "message": "No judgment of this tenant has the case number; the plaintiff was kept "
+                       "without a link."} in described["rules"]
 
 
 def test_an_unknown_contract_is_404_unknown_contract(gateway, tenants):

@@ -157,7 +157,7 @@ def test_a_tenant_admin_gets_its_own_figures_at_v1_metrics(ops_gateway, conn, qu
     f = own.json()["ingest"]
     assert f["runs_by_status"] == {"queued": 1, "running": 0, "succeeded": 1, "failed": 1}
     assert f["failed_24h"] == 1 and f["backlog_count"] == 1
-    assert f["last_failed_batch"] == str(a_runs[0].run_id)
+    assert f["last_failed_run_id"] == str(a_runs[0].run_id)
     assert f["dead_letters_open"] == 1
     assert "queue_depth" not in f and "dlq_depth" not in f
     assert str(b_failed.run_id) not in own.text and str(b.tenant_id) not in own.text

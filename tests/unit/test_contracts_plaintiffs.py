@@ -168,6 +168,18 @@ def test_the_case_number_links_to_the_judgments_key():
     assert [t.table for t in P.targets] == ["plaintiffs", "plaintiff_judgments"]
 
 
+def test_an_unmatched_case_number_is_a_published_promotion_warning():
+    # Only promotion can tell (it needs the tenant's judgments); the contract still owns the code
+    from worker.records import promote
+
+    rule = dict((r.code, (f, r)) for f, r in P.rules())[codes.PLAINTIFF_CASE_NUMBER_NOT_FOUND]
+    assert rule == ("case_number", promote.PLAINTIFF_JUDGMENT_NOT_FOUND)
+    assert rule[1].severity is contracts.Severity.WARNING
+    described = {r["code"]: r for r in contracts.describe(P)["rules"]}
+    assert described[codes.PLAINTIFF_CASE_NUMBER_NOT_FOUND]["field"] == "case_number"
+    assert codes.PLAINTIFF_CASE_NUMBER_NOT_FOUND not in {r.code for _, r in contracts.JUDGMENTS.rules()}
+
+
 def test_a_repeated_plaintiff_is_a_duplicate_warning():
     issue = contracts.duplicate_issue(P, 4)
     assert (issue.code, issue.severity) == (codes.PLAINTIFF_DUPLICATE, contracts.Severity.WARNING)

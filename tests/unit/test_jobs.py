@@ -114,3 +114,55 @@ def test_non_positive_embedding_dim_is_refused():
 def test_the_count_of_problems_is_reported():
     reason = refusal(orjson.dumps(payload(run_id=..., doc_id=...)))
     assert "2 problem" in reason
+
+
+# ── records jobs: the same queue, told apart by job_type ────────────────────────────────────
+def records_payload(**changes) -> dict:
+    base = {
+        "schema_version": 1, "job_type": "records_import", "run_id": str(uuid.uuid4()),
+        "batch_id": str(uuid.uuid4()), "tenant_id": str(uuid.uuid4()),
+        "contract": "judgments", "contract_version": "1",
+        "upload_uri": "file:///data/uploads/t/r/export.csv", "original_filename": "export.csv",
+        "file_format": "csv", "file_hash": "cd" * 32, "error_threshold_percent": 12.5,
+        "force_partial": False, "submitted_at": "2026-02-15T00:00:00Z",
+    }
+    base.update(changes)
+    return {k: v for k, v in base.items() if v is not ...}
+
+
+def test_parse_tells_records_and_document_jobs_apart():
+    records = jobs.parse(orjson.dumps(records_payload()))
+    document = jobs.parse(orjson.dumps(payload()))
+    assert isinstance(records, jobs.RecordsJob) and records.contract == "judgments"
+    assert isinstance(document, jobs.IngestJob) and document.source_type == "pdf"
+    assert jobs.parse(jobs.encode(records)) == records
+
+
+def test_a_document_job_without_job_type_still_decodes():
+    # Messages from before job_type was required: IngestJob defaulted it.
+    old = payload(job_type=...)
+    assert isinstance(jobs.parse(orjson.dumps(old)), jobs.IngestJob)
+    assert jobs.decode(orjson.dumps(old)).job_type == "upload_ingest"
+
+
+def test_decode_stays_the_document_pipelines_entry():
+    reason = refusal(orjson.dumps(records_payload()))
+    assert "records_import" in reason and "not a document job" in reason
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"batch_id": ...}, "batch_id"),
+    ({"file_hash": "sha256:" + "cd" * 32}, "file_hash"),
+    ({"error_threshold_percent": 101}, "error_threshold_percent"),
+    ({"file_format": "xlsx"}, "file_format"),
+    ({"contract": ""}, "contract"),
+])
+def test_a_bad_records_job_is_refused_naming_its_field(changes, field):
+    with pytest.raises(jobs.InvalidJob) as info:
+        jobs.parse(orjson.dumps(records_payload(**changes)))
+    assert f"'{field}'" in info.value.detail
+
+
+def test_an_unknown_job_type_is_refused():
+    with pytest.raises(jobs.InvalidJob):
+        jobs.parse(orjson.dumps(payload(job_type="ledger_apply")))

@@ -1,0 +1,201 @@
+"""The batch API: a batch's status, its row errors (JSON and a CSV export), the tenant's batches.
+
+`GET /intake/batches/{id}` and `…/errors` answer the data contract's `BatchStatusResult` and
+`BatchErrorsResult` exactly (records-data-contract.md "API Response Contract"). Everything is
+tenant-scoped: another tenant's batch is a 404, like one that does not exist. Raw rows are
+personal data: only the tenant's admins and the uploader see them (docs/decisions/0092).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+from uuid import UUID
+
+import orjson
+from litestar import Request, get
+from litestar.params import Parameter
+from litestar.response import Stream
+
+from gateway import auth, openapi, paging
+from gateway.context import Context
+from gateway.imports import intake
+from shared import db, errors
+
+Q = db.load_queries(Path(__file__).with_name("batches.sql"))
+STATUSES = ("pending", "processing", "staging_complete", "promoting", "completed", "partial",
+            "failed")
+EXPORT_CHUNK = 5000
+# A cell a spreadsheet would read as a formula (or a DDE payload) starts with one of these.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+NOT_FOUND = "No import batch with that id exists in your tenant."
+ErrorCode = Annotated[str | None, Parameter(query="errorCode", min_length=1, max_length=100,
+                                            required=False,
+                                            description="Only errors with this code.")]
+
+
+# ── views ───────────────────────────────────────────────────────────────────────────────────
+def batch_status(row: dict[str, Any]) -> dict[str, Any]:
+    """The spec's BatchStatusResult, every field and no other (docs/decisions/0090)."""
+    total, invalid = row["rows_total"], row["rows_invalid"]
+    parse_ms, db_ms = row["parse_duration_ms"], row["db_duration_ms"]
+    spent_ms = (parse_ms or 0) + (db_ms or 0)
+    return {
+        "id": str(row["batch_id"]),
+        "filename": row["file_name"],
+        "fileHash": row["file_hash"],
+        "status": row["status"],
+        "rowCountTotal": total,
+        # Every valid row promotion accepted: new, amended or already so (docs/decisions/0090).
+        "rowCountInserted": row["rows_inserted"] + row["rows_updated"] + row["rows_unchanged"],
+        "rowCountInvalid": invalid,
+        "rowCountDuplicate": row["rows_duplicate"],
+        "errorThresholdPercent": float(row["error_threshold_percent"]),
+        "errorRate": invalid / total * 100 if total else 0.0,
+        "rejectionReason": row["rejection_reason"],
+        "parseDurationMs": parse_ms,
+        "dbDurationMs": db_ms,
+        "throughputRowsPerSec": total / (spent_ms / 1000) if spent_ms else 0.0,
+        "createdAt": _iso(row["created_at"]),
+        "completedAt": _iso(row["completed_at"]),
+        "source": row["source"],
+        "sourceReference": row["source_reference"],
+    }
+
+
+def _listed(row: dict[str, Any]) -> dict[str, Any]:
+    # The listing names what the status result leaves to the batch's own context.
+    return {**batch_status(row), "contract": row["contract"],
+            "runId": str(row["run_id"]) if row["run_id"] else None}
+
+
+def _error(row: dict[str, Any], with_raw: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"rowNumber": row["row_number"], "errorCode": row["code"],
+                           "errorMessage": row["message"]}
+    if with_raw:
+        out["rawData"] = row["raw"]
+    return out
+
+
+def _iso(at: datetime | None) -> str | None:
+    # The spec's form: 2025-01-04T15:30:00Z.
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z") if at else None
+
+
+def sees_raw(principal: auth.Principal, batch: dict[str, Any]) -> bool:
+    """Raw rows hold personal data: the tenant's admins and the batch's uploader only."""
+    return principal.is_admin or batch["created_by"] == principal.user_id
+
+
+# ── routes ──────────────────────────────────────────────────────────────────────────────────
+async def _batch(ctx: Context, tenant_id: UUID, batch_id: UUID) -> dict[str, Any]:
+    async with ctx.pool.connection() as conn:
+        row = await (await conn.execute(
+            Q["get_batch"], {"tenant_id": tenant_id, "batch_id": batch_id})).fetchone()
+    if row is None:
+        raise errors.NotFound(NOT_FOUND)
+    return row
+
+
+@get("/intake/batches/{batch_id:uuid}", tags=["imports"], responses=openapi.errors(404))
+async def get_batch(batch_id: UUID, request: Request, ctx: Context) -> dict[str, Any]:
+    """A batch's BatchStatusResult (records-data-contract.md)."""
+    principal = auth.current(request)
+    return batch_status(await _batch(ctx, principal.tenant_id, batch_id))
+
+
+@get("/intake/batches/{batch_id:uuid}/errors", tags=["imports"], dependencies=paging.PAGES,
+     responses=openapi.errors(404))
+async def get_batch_errors(batch_id: UUID, request: Request, ctx: Context, window: paging.Window,
+                           error_code: ErrorCode = None) -> dict[str, Any]:
+    """A batch's row errors and warnings in row order (BatchErrorsResult), `page`/`limit` at a
+    time; `totalErrors` counts all that match `errorCode`. `rawData` only for the tenant's
+    admins and the uploader."""
+    principal = auth.current(request)
+    batch = await _batch(ctx, principal.tenant_id, batch_id)
+    keys: dict[str, Any] = {"tenant_id": principal.tenant_id, "batch_id": batch_id}
+    suffix = "_by_code" if error_code else ""
+    if error_code:
+        keys["code"] = error_code
+    async with ctx.pool.connection() as conn:
+        total = await (await conn.execute(Q["count_errors" + suffix], keys)).fetchone()
+        rows = await (await conn.execute(Q["page_errors" + suffix], {
+            **keys, "limit": window.limit, "offset": (window.page - 1) * window.limit})).fetchall()
+    with_raw = sees_raw(principal, batch)
+    return {"batchId": str(batch_id), "totalErrors": total["n"] if total else 0,
+            "errors": [_error(r, with_raw) for r in rows]}
+
+
+@get("/v1/imports", tags=["imports"], dependencies=paging.CURSORS)
+async def list_imports(request: Request, ctx: Context, window: paging.Window,
+                       status: str | None = None, contract: str | None = None) -> dict[str, Any]:
+    """The tenant's import batches, newest first, by `status` and `contract`; follow
+    `next_cursor` to read them all."""
+    principal = auth.current(request)
+    if status is not None and status not in STATUSES:
+        raise errors.InvalidRequest(f"status must be one of {', '.join(STATUSES)}.")
+    if contract is not None and contract not in intake.CONTRACTS:
+        raise intake.UnknownContract()
+    scope = ("imports", principal.tenant_id, status, contract)
+    secret = ctx.settings.jwt_secret
+    async with ctx.pool.connection() as conn:
+        rows = await (await conn.execute(Q["list_batches"], {
+            "tenant_id": principal.tenant_id, "status": status, "contract": contract,
+            **window.params(secret, scope)})).fetchall()
+    return window.result(rows, _listed, secret=secret, scope=scope, key=("created_at", "batch_id"))
+
+
+@get("/v1/imports/{batch_id:uuid}/errors.csv", tags=["imports"], responses=openapi.errors(404))
+async def export_errors(batch_id: UUID, request: Request, ctx: Context) -> Stream:
+    """A batch's row errors as CSV, streamed; cells a spreadsheet would run as a formula are
+    escaped. The `raw` column only for the tenant's admins and the uploader."""
+    principal = auth.current(request)
+    batch = await _batch(ctx, principal.tenant_id, batch_id)
+    with_raw = sees_raw(principal, batch)
+    rows = _export_rows(ctx, principal.tenant_id, batch_id, with_raw)
+    return Stream(rows, media_type="text/csv; charset=utf-8", headers={
+        "Content-Disposition": f'attachment; filename="batch-{batch_id}-errors.csv"'})
+
+
+async def _export_rows(ctx: Context, tenant_id: UUID, batch_id: UUID,
+                       with_raw: bool) -> AsyncIterator[bytes]:
+    header: list[object] = ["row_number", "field", "code", "severity", "message"]
+    header += ["raw"] if with_raw else []
+    yield _csv([header])
+    after: tuple[int, int] = (-1, 0)
+    while True:
+        async with ctx.pool.connection() as conn:
+            chunk = await (await conn.execute(Q["export_errors"], {
+                "tenant_id": tenant_id, "batch_id": batch_id, "after_row": after[0],
+                "after_id": after[1], "limit": EXPORT_CHUNK})).fetchall()
+        if not chunk:
+            return
+        yield _csv([_export_cells(r, with_raw) for r in chunk])
+        after = (chunk[-1]["row_number"], chunk[-1]["id"])
+
+
+def _export_cells(row: dict[str, Any], with_raw: bool) -> list[object]:
+    cells: list[object] = [row["row_number"], row["field"], row["code"], row["severity"],
+                           row["message"]]
+    if with_raw:
+        cells.append(orjson.dumps(row["raw"]).decode() if row["raw"] is not None else "")
+    return cells
+
+
+def safe_cell(value: object) -> object:
+    """A text cell that starts like a formula gets a leading quote (OWASP CSV injection);
+    numbers we wrote stay numbers. Only for CSV we write, never for stored values."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def _csv(rows: list[list[object]]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerows([[safe_cell(c) for c in row] for row in rows])
+    return buffer.getvalue().encode()

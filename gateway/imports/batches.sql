@@ -1,0 +1,78 @@
+-- Reads of import batches and their row errors (gateway/imports/batches.py).
+-- Every query filters by tenant_id; the row-error queries through their batch's row, so the
+-- errors themselves are read by (batch_id, …) indexes alone.
+
+-- name: get_batch
+SELECT b.batch_id, b.contract, b.contract_version, b.file_name, b.file_hash, b.byte_size,
+       b.source, b.source_reference, b.error_threshold_percent, b.force_partial, b.created_by,
+       b.status, b.rows_total, b.rows_valid, b.rows_invalid, b.rows_duplicate, b.rows_inserted,
+       b.rows_updated, b.rows_unchanged, b.rejection_reason, b.parse_duration_ms,
+       b.db_duration_ms, b.created_at, b.started_at, b.completed_at, r.run_id
+FROM import_batches b
+LEFT JOIN ingestion_runs r ON r.batch_id = b.batch_id AND r.tenant_id = b.tenant_id
+WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s;
+
+-- name: list_batches
+-- Newest first, by page (OFFSET) or after a cursor's row (gateway/paging.py); total counts the
+-- whole filtered listing.
+SELECT b.batch_id, b.contract, b.contract_version, b.file_name, b.file_hash, b.byte_size,
+       b.source, b.source_reference, b.error_threshold_percent, b.force_partial, b.created_by,
+       b.status, b.rows_total, b.rows_valid, b.rows_invalid, b.rows_duplicate, b.rows_inserted,
+       b.rows_updated, b.rows_unchanged, b.rejection_reason, b.parse_duration_ms,
+       b.db_duration_ms, b.created_at, b.started_at, b.completed_at, r.run_id,
+       (SELECT count(*) FROM import_batches c WHERE c.tenant_id = %(tenant_id)s
+          AND (%(status)s::text IS NULL OR c.status = %(status)s)
+          AND (%(contract)s::text IS NULL OR c.contract = %(contract)s)) AS total
+FROM import_batches b
+LEFT JOIN ingestion_runs r ON r.batch_id = b.batch_id AND r.tenant_id = b.tenant_id
+WHERE b.tenant_id = %(tenant_id)s
+  AND (%(status)s::text IS NULL OR b.status = %(status)s)
+  AND (%(contract)s::text IS NULL OR b.contract = %(contract)s)
+  AND (%(after_at)s::timestamptz IS NULL
+       OR (b.created_at, b.batch_id) < (%(after_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY b.created_at DESC, b.batch_id DESC
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- Two queries per read, with and without the code filter, rather than one with
+-- "(code IS NULL OR code = …)": a generic plan of that form cannot pick the code index.
+
+-- name: count_errors
+SELECT count(*) AS n FROM import_row_errors e
+JOIN import_batches b ON b.batch_id = e.batch_id
+WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s AND e.batch_id = %(batch_id)s;
+
+-- name: count_errors_by_code
+SELECT count(*) AS n FROM import_row_errors e
+JOIN import_batches b ON b.batch_id = e.batch_id
+WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s AND e.batch_id = %(batch_id)s
+  AND e.code = %(code)s;
+
+-- name: page_errors
+-- Index idx_import_row_errors_page walks (row_number, id) in order; no sort.
+SELECT e.id, e.row_number, e.field, e.code, e.severity, e.message, e.raw
+FROM import_row_errors e
+JOIN import_batches b ON b.batch_id = e.batch_id
+WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s AND e.batch_id = %(batch_id)s
+ORDER BY e.row_number, e.id
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: page_errors_by_code
+-- Index idx_import_row_errors_code: (batch_id, code) then (row_number, id) in order.
+SELECT e.id, e.row_number, e.field, e.code, e.severity, e.message, e.raw
+FROM import_row_errors e
+JOIN import_batches b ON b.batch_id = e.batch_id
+WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s AND e.batch_id = %(batch_id)s
+  AND e.code = %(code)s
+ORDER BY e.row_number, e.id
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: export_errors
+-- The CSV export reads the errors in keyset chunks after (row_number, id), so a slow client
+-- never holds a connection, and deep chunks cost what the first does.
+SELECT e.id, e.row_number, e.field, e.code, e.severity, e.message, e.raw
+FROM import_row_errors e
+JOIN import_batches b ON b.batch_id = e.batch_id
+WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s AND e.batch_id = %(batch_id)s
+  AND (e.row_number, e.id) > (%(after_row)s, %(after_id)s)
+ORDER BY e.row_number, e.id
+LIMIT %(limit)s;

@@ -1,0 +1,252 @@
+"""POST /v1/imports: take a records file into a batch, its run and its job, or find its batch.
+
+The file streams and hashes exactly like a document upload (gateway/uploads.py, with this
+form's fields). Then one transaction writes the batch, its `records_import` run and the job
+to the outbox (DESIGN.md "Intake without lost work"); the relay publishes it after commit.
+The same tenant, contract and file content is the same batch (docs/decisions/0091): the
+unique key decides, so concurrent identical uploads make exactly one batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from litestar import Request, Response, post
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
+from psycopg.types.json import Jsonb
+
+from gateway import auth, openapi, uploads
+from gateway.context import Context
+from shared import contracts, db, errors, jobs, objectstore
+
+log = logging.getLogger(__name__)
+Q = db.load_queries(Path(__file__).with_name("intake.sql"))
+
+# The contracts a batch may name, with the version a new batch records: the registry's.
+CONTRACTS = {name: c.version for name, c in contracts.CONTRACTS.items()}
+SOURCES = ("simplicity", "jbi", "manual")
+DEFAULT_THRESHOLD = Decimal(10)
+MAX_SOURCE_REFERENCE = 200  # bytes; import_batches checks the same bound in characters
+# The form's text fields besides `file`, with their limits in bytes (gateway/uploads.py).
+FORM_FIELDS = {"contract": 64, "error_threshold_percent": 16, "source": 16,
+               "source_reference": MAX_SOURCE_REFERENCE, "force_partial": 8}
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+class UnknownContract(errors.InvalidRequest):
+    """The contract is not one this service knows; send judgments or plaintiffs."""
+
+    code = "unknown_contract"
+
+
+class InvalidThreshold(errors.InvalidRequest):
+    """error_threshold_percent must be a number from 0 to 100; leave it out for the default 10."""
+
+    code = "invalid_error_threshold"
+
+
+class InvalidSource(errors.InvalidRequest):
+    """source must be simplicity, jbi or manual."""
+
+    code = "invalid_source"
+
+
+class InvalidForcePartial(errors.InvalidRequest):
+    """force_partial must be true or false."""
+
+    code = "invalid_force_partial"
+
+
+@dataclass(frozen=True)
+class Form:
+    """The form's fields, checked."""
+
+    contract: str
+    error_threshold_percent: Decimal
+    source: str
+    source_reference: str | None
+    force_partial: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    batch_id: uuid.UUID
+    status: str
+    duplicate: bool
+    run_id: uuid.UUID | None = None
+
+
+def read_form(fields: dict[str, str | None]) -> Form:
+    contract = fields.get("contract")
+    if not contract:
+        raise UnknownContract("The form has no contract; send contract=judgments or plaintiffs.")
+    if contract not in CONTRACTS:
+        raise UnknownContract(f"There is no contract named {contract[:64]!r}; send one of: "
+                              f"{', '.join(CONTRACTS)}.")
+    source = fields.get("source") or "manual"
+    if source not in SOURCES:
+        raise InvalidSource()
+    return Form(contract, _threshold(fields.get("error_threshold_percent")), source,
+                fields.get("source_reference"), _flag(fields.get("force_partial")))
+
+
+def _threshold(value: str | None) -> Decimal:
+    if value is None:
+        return DEFAULT_THRESHOLD
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        raise InvalidThreshold() from None
+    if not number.is_finite() or not 0 <= number <= 100:
+        raise InvalidThreshold()
+    # import_batches keeps two decimals; say so rather than round behind the user's back.
+    if number != number.quantize(Decimal("0.01")):
+        raise InvalidThreshold("error_threshold_percent takes at most two decimals, e.g. 12.5.")
+    return number
+
+
+def _flag(value: str | None) -> bool:
+    if value is None:
+        return False
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise InvalidForcePartial()
+
+
+async def submit(pool: db.AsyncPool, *, tenant_id: uuid.UUID, user_id: uuid.UUID | None,
+                 run_id: uuid.UUID, form: Form, received: uploads.ReceivedFile) -> Outcome:
+    """Write batch, run and job in one transaction, or find the batch of the same file."""
+    file_hash = received.content_hash.removeprefix("sha256:")
+    keys = {"tenant_id": tenant_id}
+    with db.translate():
+        async with pool.connection() as conn, conn.transaction():
+            row = await (await conn.execute(Q["insert_batch"], {
+                **keys, "contract": form.contract, "contract_version": CONTRACTS[form.contract],
+                "file_name": received.original_filename or received.stored_filename,
+                "file_hash": file_hash, "byte_size": received.size_bytes,
+                "upload_uri": received.upload_uri, "source": form.source,
+                "source_reference": form.source_reference,
+                "error_threshold_percent": form.error_threshold_percent,
+                "force_partial": form.force_partial, "created_by": user_id})).fetchone()
+            if row is None:
+                existing = await (await conn.execute(Q["existing_batch"], {
+                    **keys, "contract": form.contract, "file_hash": file_hash})).fetchone()
+                assert existing is not None  # the conflict that stopped us is committed
+                return Outcome(existing["batch_id"], existing["status"], duplicate=True)
+            batch_id = row["batch_id"]
+            job = _job(tenant_id, run_id, batch_id, form, received, file_hash)
+            await conn.execute(Q["insert_run"], {
+                **keys, "run_id": run_id, "batch_id": batch_id, "initiated_by": user_id,
+                "config": Jsonb(_config(form, received, user_id))})
+            await conn.execute(Q["insert_outbox"], {
+                **keys, "run_id": run_id, "payload": Jsonb(job.model_dump(mode="json"))})
+    return Outcome(batch_id, "pending", duplicate=False, run_id=run_id)
+
+
+def _config(form: Form, received: uploads.ReceivedFile, user_id: uuid.UUID | None) -> dict[str, object]:
+    # The keys a document run's config has where they mean the same (cleanup finds the run
+    # that owns an upload by upload_uri), plus the contract.
+    return {"source_type": "upload", "upload_uri": received.upload_uri,
+            "original_filename": received.original_filename,
+            "content_type": received.content_type, "file_size_bytes": received.size_bytes,
+            "content_hash": received.content_hash, "contract": form.contract,
+            "created_by_user_id": str(user_id) if user_id else None}
+
+
+def _job(tenant_id: uuid.UUID, run_id: uuid.UUID, batch_id: uuid.UUID, form: Form,
+         received: uploads.ReceivedFile, file_hash: str) -> jobs.RecordsJob:
+    return jobs.RecordsJob(
+        job_type="records_import", run_id=run_id, batch_id=batch_id, tenant_id=tenant_id,
+        contract=form.contract, contract_version=CONTRACTS[form.contract],
+        upload_uri=received.upload_uri, original_filename=received.original_filename,
+        file_format=received.source_type,  # type: ignore[arg-type]
+        file_hash=file_hash, error_threshold_percent=float(form.error_threshold_percent),
+        force_partial=form.force_partial, submitted_at=datetime.now(UTC))
+
+
+# ── the route ───────────────────────────────────────────────────────────────────────────────
+# /schema: the form this route streams by hand, and its answers (docs/decisions/0051).
+IMPORT_FORM = openapi.form_body(
+    ("file", "contract"),
+    file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY,
+                description="The records file: CSV (.csv) or JSON lines (.jsonl, .ndjson)."),
+    contract=Schema(type=OpenAPIType.STRING, enum=list(CONTRACTS),
+                    description="The data contract the file follows."),
+    error_threshold_percent=Schema(type=OpenAPIType.NUMBER, minimum=0, maximum=100, default=10,
+                                   description="The error budget: a larger share of invalid "
+                                               "rows fails the batch."),
+    source=Schema(type=OpenAPIType.STRING, enum=list(SOURCES), default="manual"),
+    source_reference=Schema(type=OpenAPIType.STRING, max_length=MAX_SOURCE_REFERENCE,
+                            description="The vendor's batch id."),
+    force_partial=Schema(type=OpenAPIType.BOOLEAN, default=False,
+                         description="Promote the valid rows even over the error budget."))
+
+
+@dataclass
+class Accepted:
+    batch_id: uuid.UUID
+    run_id: uuid.UUID
+    status: str  # "pending"
+
+
+@dataclass
+class Duplicate:
+    batch_id: uuid.UUID
+    status: str  # the existing batch's status
+    duplicate: bool  # true
+
+
+@post("/v1/imports", request_max_body_size=None, tags=["imports"], status_code=202,
+      operation_class=IMPORT_FORM, responses={
+          202: ResponseSpec(Accepted, description="Accepted: a batch is pending."),
+          200: ResponseSpec(Duplicate, description="The same file was already imported under "
+                            "this contract: its batch, no new work."),
+          **openapi.errors(400, 413, 415)})
+async def create_import(request: Request, ctx: Context) -> Response:
+    """Import a records file (multipart `file`, `contract`, optional `error_threshold_percent`,
+    `source`, `source_reference`, `force_partial`); 202 with a new batch or 200 with the batch
+    of the same file."""
+    principal = auth.current(request)
+    settings = ctx.settings
+    run_id = uuid.uuid4()
+    length = request.headers.get("content-length")
+    received = await uploads.receive(
+        content_type=request.headers.get("content-type", ""),
+        content_length=int(length) if length and length.isdigit() else None,
+        body=request.stream(), store=ctx.upload_store,
+        key_prefix=f"{principal.tenant_id}/{run_id}",
+        max_bytes=int(settings.import_max_size_mb * 1024 * 1024),
+        allowed=settings.import_types, text_fields=FORM_FIELDS)
+    try:
+        form = read_form(dict(received.fields))
+        outcome = await submit(ctx.pool, tenant_id=principal.tenant_id,
+                               user_id=principal.user_id, run_id=run_id, form=form,
+                               received=received)
+    except BaseException:
+        # No batch points at the file, so nothing would ever clean it up later.
+        await asyncio.to_thread(objectstore.delete, received.upload_uri, ctx.s3)
+        raise
+    if outcome.duplicate:
+        await asyncio.to_thread(objectstore.delete, received.upload_uri, ctx.s3)
+    else:
+        ctx.relay.wake()
+    log.info("records_import_submitted", extra={
+        "tenant_id": str(principal.tenant_id), "user_id": str(principal.user_id),
+        "batch_id": str(outcome.batch_id),
+        "run_id": str(outcome.run_id) if outcome.run_id else None, "contract": form.contract,
+        "file_hash": received.content_hash, "size_bytes": received.size_bytes,
+        "duplicate": outcome.duplicate})
+    if outcome.duplicate:
+        return Response({"batch_id": outcome.batch_id, "status": outcome.status,
+                         "duplicate": True}, status_code=200)
+    return Response({"batch_id": outcome.batch_id, "run_id": outcome.run_id,
+                     "status": "pending"}, status_code=202)

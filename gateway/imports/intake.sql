@@ -1,0 +1,28 @@
+-- Intake of records files: the batch, its run and its job, in one transaction (gateway/imports/intake.py).
+-- Every query on tenant data filters by tenant_id.
+
+-- name: insert_batch
+-- DO NOTHING on the (tenant, contract, file hash) key: of concurrent identical uploads exactly
+-- one gets a row back; the others wait for its commit here, then get none (a duplicate).
+INSERT INTO import_batches (tenant_id, contract, contract_version, file_name, file_hash,
+                            byte_size, upload_uri, source, source_reference,
+                            error_threshold_percent, force_partial, created_by)
+VALUES (%(tenant_id)s, %(contract)s, %(contract_version)s, %(file_name)s, %(file_hash)s,
+        %(byte_size)s, %(upload_uri)s, %(source)s, %(source_reference)s,
+        %(error_threshold_percent)s, %(force_partial)s, %(created_by)s)
+ON CONFLICT (tenant_id, contract, file_hash) DO NOTHING
+RETURNING batch_id;
+
+-- name: existing_batch
+SELECT batch_id, status FROM import_batches
+WHERE tenant_id = %(tenant_id)s AND contract = %(contract)s AND file_hash = %(file_hash)s;
+
+-- name: insert_run
+-- The batch's run (docs/decisions/0090): the lease, heartbeat and crash guard work on it.
+INSERT INTO ingestion_runs (run_id, tenant_id, batch_id, status, run_type, initiated_by, config)
+VALUES (%(run_id)s, %(tenant_id)s, %(batch_id)s, 'queued', 'records_import', %(initiated_by)s,
+        %(config)s);
+
+-- name: insert_outbox
+-- The same outbox row a document upload writes (gateway/queries.sql): the relay publishes it.
+INSERT INTO job_outbox (run_id, tenant_id, payload) VALUES (%(run_id)s, %(tenant_id)s, %(payload)s);

@@ -1,0 +1,148 @@
+"""At most three imports of one tenant parse or promote at once, across worker processes, and
+a fourth waits without ever dead-lettering (docs/decisions/0097): real gateway (intake, outbox
+relay), moto SQS with a receive limit of 2, two real `ingest worker` processes, real Postgres.
+Three imports are held after their first chunk at the worker's test-only pause point."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from shared import aws, queue
+from tests.support import records, stack
+from tests.support.stack import wait_until
+
+ACTIVE = ("processing", "staging_complete", "promoting")
+# Past one staging chunk (10,000 rows), so a job reaches the parse pause point.
+ROWS = 10_050
+RECEIVE_LIMIT = 2
+
+
+def judgments(prefix: str, rows: int) -> bytes:
+    lines = [f"2024-{prefix}-{i:06d},Acme Collections LLC,John Q. Public,100,01/15/2024,,\n"
+             for i in range(rows)]
+    return (records.CSV_HEADER + "".join(lines)).encode()
+
+
+def submit(gateway, user, data: bytes) -> str:
+    with gateway.client(user.token) as client:
+        response = records.upload(client, "export.csv", data)
+    assert response.status_code == 202, response.text
+    return response.json()["batch_id"]
+
+
+def statuses(conn, tenant_id) -> dict[str, str]:
+    return {str(r["batch_id"]): r["status"] for r in conn.execute(
+        "SELECT batch_id, status FROM import_batches WHERE tenant_id = %s", (tenant_id,))}
+
+
+def outbox(conn, batch_id: str) -> dict:
+    return conn.execute("SELECT o.* FROM job_outbox o JOIN ingestion_runs r USING (run_id) "
+                        "WHERE r.batch_id = %s", (batch_id,)).fetchone()
+
+
+@pytest.fixture
+def strict_queues(moto) -> Iterator[queue.Queue]:
+    """This test's queue pair, dead-lettering a message on its third receive."""
+    sqs = aws.client("sqs", endpoint_url=moto.url, region="us-east-1")
+    url, dlq_url = queue.ensure_queues(sqs, f"q-{uuid.uuid4().hex[:10]}",
+                                       max_receive_count=RECEIVE_LIMIT, visibility_timeout_s=30)
+    yield queue.Queue(sqs, url, dlq_url)
+    for u in (url, dlq_url):
+        sqs.delete_queue(QueueUrl=u)
+
+
+class Sampler:
+    """Counts, every few milliseconds until stopped, the tenant's batches parsing or promoting."""
+
+    def __init__(self, database_url: str, tenant_id) -> None:
+        self.database_url, self.tenant_id = database_url, tenant_id
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        from shared import db
+
+        with db.connect(self.database_url, autocommit=True) as conn:
+            while not self._stop.wait(0.02):
+                self.samples.append(conn.execute(
+                    "SELECT count(*) AS n FROM import_batches WHERE tenant_id = %s "
+                    "AND status = ANY(%s)", (self.tenant_id, list(ACTIVE))).fetchone()["n"])
+
+
+def test_a_fourth_import_waits_in_the_outbox_never_in_the_dlq(
+        tenants, conn, stack_env, database_url, strict_queues, out_dir, tmp_path):
+    # Given two workers of three job slots each on a queue that dead-letters on the 3rd receive,
+    # holding every records job after its first staged chunk
+    flag = tmp_path / "hold"
+    flag.touch()
+    env = {**stack_env, "SQS_QUEUE_URL": strict_queues.url, "SQS_DLQ_URL": strict_queues.dlq_url,
+           "SQS_MAX_RECEIVE_COUNT": str(RECEIVE_LIMIT), "WORKER_MAX_CONCURRENT_JOBS": "3",
+           "RECORDS_TENANT_SLOTS": "3", "RECORDS_SLOT_WAIT_S": "1",
+           "WORKER_PAUSE_AT_STAGE": "parse", "WORKER_PAUSE_FILE": str(flag)}
+    gateway = stack.start_gateway(env, out_dir)
+    workers = [stack.start_worker(env, out_dir, name=f"worker-{i}") for i in (1, 2)]
+    user, other = tenants.user("acme"), tenants.user("globex")
+    try:
+        for worker in workers:
+            stack.wait_for_log(worker, '"event":"worker started"', timeout=120)
+        with Sampler(database_url, user.tenant_id) as sampler:
+            # When one tenant imports four files
+            batches = [submit(gateway, user, judgments(f"T{i}", ROWS)) for i in range(4)]
+
+            # Then three parse (and are held), and the fourth waits pending in the outbox,
+            # published again and again, more often than the queue's receive limit
+            wait_until(lambda: sum(1 for b in batches if conn.execute(
+                "SELECT last_staged_row FROM import_batches WHERE batch_id = %s",
+                (b,)).fetchone()["last_staged_row"] == 10_000) == 3, timeout=240,
+                       message="three imports held after their first chunk")
+            waiting = next(b for b, s in statuses(conn, user.tenant_id).items() if s == "pending")
+            wait_until(lambda: outbox(conn, waiting)["attempts"] > RECEIVE_LIMIT + 1,
+                       timeout=120, message="the waiting job republished past the receive limit")
+            assert statuses(conn, user.tenant_id)[waiting] == "pending"
+            run = conn.execute("SELECT status FROM ingestion_runs WHERE batch_id = %s",
+                               (waiting,)).fetchone()
+            assert run["status"] == "queued"
+            assert depth(strict_queues, strict_queues.dlq_url) == 0
+
+            # and another tenant's import is not held back by the first tenant's three
+            small = submit(gateway, other, judgments("G", 5))
+            wait_until(lambda: statuses(conn, other.tenant_id)[small] == "completed",
+                       timeout=120, message="the other tenant's import completed")
+            assert sum(s in ACTIVE for s in statuses(conn, user.tenant_id).values()) == 3
+
+            # When the three are let go
+            flag.unlink()
+
+            # Then all four complete, the fourth once a slot was free
+            wait_until(lambda: all(s == "completed" for s in statuses(conn, user.tenant_id)
+                                   .values()), timeout=300, message="all four imports completed")
+
+        # and never more than three of the tenant's imports were active at once
+        assert sampler.samples and max(sampler.samples) == 3, sampler.samples[-50:]
+        # and nothing went to the DLQ; the queue is empty
+        wait_until(lambda: depth(strict_queues) == 0, timeout=60, message="queue drained")
+        assert depth(strict_queues, strict_queues.dlq_url) == 0
+        logs = "".join(w.logs() for w in workers)
+        assert "tenant at its concurrent import limit; the job waits in the outbox" in logs
+    finally:
+        for worker in workers:
+            worker.stop()
+        gateway.stop()
+
+
+def depth(q: queue.Queue, url: str | None = None) -> int:
+    d = q.depth(url=url)
+    return d["visible"] + d["in_flight"]

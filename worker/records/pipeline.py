@@ -1,0 +1,246 @@
+"""Run one records job under its run's lease: claim a tenant slot, then resume the batch from
+wherever its status says — pending or processing: stage (after the last staged row);
+staging_complete: budget, then promote; promoting: promote again (idempotent).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from shared import contracts, db, jobs, objectstore
+from shared.settings import WorkerSettings
+from worker import runs
+from worker.pipeline import read
+from worker.records import parse, promote, rowlog, stage
+from worker.records.parse import BatchRejected
+
+log = logging.getLogger(__name__)
+Q = db.load_queries(Path(__file__).with_name("records.sql"))
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+# The outbox's note on a job handed back for want of a slot; also how wake_waiting finds it.
+WAITING = "waiting for a free import slot of the tenant"
+
+
+@dataclass(frozen=True)
+class RecordsResult:
+    stats: dict[str, Any]
+
+
+def tenant_key(tenant_id: UUID) -> int:
+    """The tenant's int4 advisory-lock key (the two-int form's first half)."""
+    return int.from_bytes(tenant_id.bytes[:4], "big", signed=True)
+
+
+class RecordsPipeline:
+    def __init__(self, settings: WorkerSettings, s3: Any) -> None:
+        self.settings = settings
+        self.s3 = s3
+        self.worker_id = settings.worker_id or WORKER_ID
+
+    # ── the tenant's slots (docs/decisions/0097) ─────────────────────────────────────────
+    def take_slot(self, lease: runs.RunLease, tenant_id: UUID) -> int | None:
+        """Hold one of the tenant's slots on the lease's session (released with it, or by
+        ``release_slot``); the slot's number, or None when all are taken."""
+        key = tenant_key(tenant_id)
+        for slot in range(self.settings.records_tenant_slots):
+            row = lease.conn.execute(Q["tenant_slot"], {"tenant_key": key, "slot": slot}).fetchone()
+            if row and row["locked"]:
+                return slot
+        return None
+
+    def release_slot(self, lease: runs.RunLease, tenant_id: UUID, slot: int) -> None:
+        """Give the slot back now and make the tenant's longest-waiting job due. Best effort:
+        if the database is away the slot goes with the lease's session anyway, and a waiting
+        job comes back at the end of its wait."""
+        try:
+            lease.conn.execute(Q["release_slot"], {"tenant_key": tenant_key(tenant_id),
+                                                   "slot": slot})
+            lease.conn.execute(Q["wake_waiting"], {"tenant_id": tenant_id, "why": WAITING})
+        except psycopg.Error as exc:
+            log.warning("could not release the tenant slot early; it goes with the session",
+                        extra={"error": type(exc).__name__})
+
+    def hand_back(self, lease: runs.RunLease, job: jobs.RecordsJob) -> str | None:
+        """No slot: put the job back in the outbox, due after RECORDS_SLOT_WAIT_S. Returns the
+        run's status (None: no such run); the job was handed back iff it is queued or running.
+        Raises psycopg.Error when that cannot be written (then the message stays)."""
+        row = lease.conn.execute(Q["hand_back_job"], {
+            "run_id": job.run_id, "tenant_id": job.tenant_id, "payload": jobs.encode(job),
+            "wait_s": self.settings.records_slot_wait_s, "why": WAITING}).fetchone()
+        return None if row is None else str(row["status"])
+
+    # ── the job ───────────────────────────────────────────────────────────────────────────
+    def run(self, job: jobs.RecordsJob, lease: runs.RunLease,
+            abort: threading.Event | None = None) -> RecordsResult:
+        contract = contracts.get(job.contract)
+        target = stage.Target(job.batch_id, job.tenant_id, job.run_id, lease.fence)
+        check = _Check(lease, abort, self._pause_point())
+        started = time.monotonic()
+        stats: dict[str, Any] = {"batch_id": str(job.batch_id), "file_hash": job.file_hash,
+                                 "worker_id": self.worker_id, "contract": contract.name}
+        with self._connect() as conn:
+            batch = conn.execute(Q["batch"], target.keys).fetchone()
+            if batch is None:
+                raise BatchRejected(f"batch {job.batch_id} does not exist in this tenant.",
+                                    stage="parse", code="batch_missing")
+            status, db_ms = batch["status"], 0
+            if status == "pending":
+                conn.execute(Q["start_batch"], target.keys)
+                status = "processing"
+            if status == "processing":
+                counts, parse_ms, db_ms = self._stage(conn, job, contract, target, batch, check)
+                stats["parse_ms"] = parse_ms
+                status = "staging_complete"
+            else:
+                counts = promote.Counts(batch["rows_total"], batch["rows_invalid"],
+                                        batch["rows_duplicate"])
+                stats["parse_ms"] = batch["parse_duration_ms"] or 0
+            stats.update(rows_total=counts.total, rows_invalid=counts.invalid,
+                         rows_duplicate=counts.duplicate)
+            if status == "staging_complete":
+                promote.check_budget(counts, batch["error_threshold_percent"],
+                                     batch["force_partial"])
+            elif status != "promoting":
+                raise BatchRejected(f"batch {job.batch_id} is already {status}.",
+                                    stage="promote", code="batch_finished")
+            check.progress("promote", 0.92)
+            promoted_at = time.monotonic()
+            result = promote.promote(
+                conn, target, contract, batch, counts, stats={**stats, "db_ms": db_ms},
+                db_ms_before=db_ms, hold=lambda: check.hold("promote"))
+        stats.update(result, db_ms=db_ms + round((time.monotonic() - promoted_at) * 1000),
+                     duration_ms=round((time.monotonic() - started) * 1000))
+        self._remove_upload(job)
+        return RecordsResult(stats)
+
+    def _stage(self, conn: db.Conn, job: jobs.RecordsJob,
+               contract: contracts.Contract, target: stage.Target, batch: dict[str, Any],
+               check: _Check) -> tuple[promote.Counts, int, int]:
+        started, db_s = time.monotonic(), 0.0
+        resume = stage.resume_point(conn, target, batch["last_staged_row"])
+        if resume:
+            log.info("records import resumes after the last staged row",
+                     extra={"batch_id": str(job.batch_id), "resume_after_row": resume,
+                            "worker_id": self.worker_id})
+        check.progress("parse", 0.02)
+        total = 0
+        issues_log = rowlog.RowIssueLog(job.batch_id)
+        with read.open_upload(self._upload(job), self.s3) as path, \
+                parse.Reader(path, contract, job.file_format) as reader:
+            chunk = stage.Chunk(previous=resume)
+            for number, cells, raw in reader.rows():
+                if number == 1 and resume == 0 and reader.parsed is not None:
+                    chunk.add_batch_issues(reader.parsed.warnings)
+                total = number
+                if number <= resume:
+                    continue
+                match = reader.parsed.match if reader.parsed is not None else None
+                result = contracts.validate_row(contract, cells, match, number)
+                key = contracts.natural_key(contract, result.values) if result.valid else None
+                chunk.add(result, key, raw)
+                if len(chunk) >= stage.CHUNK_ROWS:
+                    db_s += _timed(stage.write, conn, target, chunk)
+                    issues_log.chunk(chunk)
+                    chunk = stage.Chunk(previous=chunk.last)
+                    check.progress("parse", 0.05 + 0.85 * reader.position())
+                    check.hold("parse")
+            if len(chunk) or chunk.issues:
+                db_s += _timed(stage.write, conn, target, chunk)
+                issues_log.chunk(chunk)
+        staged_at = time.monotonic()
+        parse_ms = round((staged_at - started - db_s) * 1000)
+        counts = promote.finish_staging(conn, target, contract, total, parse_ms)
+        db_ms = round((db_s + time.monotonic() - staged_at) * 1000)
+        return counts, parse_ms, db_ms
+
+    def _connect(self) -> db.Conn:
+        """A connection of this job's own, in autocommit: each ``transaction()`` block is a
+        real commit (a chunk, a step), never a savepoint of one long transaction."""
+        return db.connect(self.settings.database_url, autocommit=True, connect_timeout=5)
+
+    def _upload(self, job: jobs.RecordsJob) -> str:
+        try:
+            return objectstore.confine_upload(job.upload_uri,
+                                              store_uri=self.settings.upload_store_uri,
+                                              tenant_id=job.tenant_id, run_id=job.run_id)
+        except objectstore.OutsideStore as exc:
+            raise BatchRejected(f"The job's upload_uri is {exc}, so it was not read.",
+                                stage="parse", code="upload_outside_store") from exc
+
+    def _remove_upload(self, job: jobs.RecordsJob) -> None:
+        try:
+            objectstore.delete(self._upload(job), self.s3)
+        except Exception as exc:  # noqa: BLE001 - the batch is final; cleanup catches it
+            log.warning("could not delete the raw upload", extra={"error": type(exc).__name__})
+
+    def _pause_point(self) -> tuple[str, Path] | None:
+        stage_name, flag = self.settings.worker_pause_at_stage, self.settings.worker_pause_file
+        return (stage_name, Path(flag)) if stage_name and flag else None
+
+    # ── failure (the handler's ACK-after-fail) ────────────────────────────────────────────
+    def fail(self, lease: runs.RunLease, job: jobs.RecordsJob, reason: str, stage_name: str,
+             stats: dict[str, Any], issues: list[contracts.Issue], code: str) -> None:
+        """Batch and run failed in one transaction, the run with ``code`` (gateway/runs/
+        failures.py judges it retryable or not); raises psycopg.Error when that cannot be
+        persisted (then the message is not deleted)."""
+        lease.stop_heartbeat()
+        target = stage.Target(job.batch_id, job.tenant_id, job.run_id, lease.fence)
+        _hold_before_fail(self._pause_point())
+        with self._connect() as conn:
+            if not promote.fail(conn, target, reason, stage_name, stats, issues, code):
+                log.warning("the run is no longer ours; its failure was not recorded",
+                            extra={"batch_id": str(job.batch_id)})
+
+
+class _Check:
+    """Progress on the lease, lease/abort checks, and the test-only pause point."""
+
+    def __init__(self, lease: runs.RunLease, abort: threading.Event | None,
+                 pause: tuple[str, Path] | None) -> None:
+        self.lease, self.abort, self.pause = lease, abort, pause
+
+    def __call__(self) -> None:
+        if self.abort is not None and self.abort.is_set():
+            raise runs.Aborted("the worker is shutting down")
+        self.lease.check()
+
+    def progress(self, stage_name: str, value: float) -> None:
+        self()
+        self.lease.report(stage_name, value)
+
+    def hold(self, stage_name: str) -> None:
+        """Test-only: wait here while the pause file exists, heartbeating and still stopping
+        on shutdown or a lost lease (WORKER_PAUSE_AT_STAGE = parse | promote)."""
+        if self.pause is None or self.pause[0] != stage_name:
+            return
+        while self.pause[1].exists():
+            self()
+            time.sleep(0.05)
+
+
+def _hold_before_fail(pause: tuple[str, Path] | None) -> None:
+    """Test-only (WORKER_PAUSE_AT_STAGE = fail): wait here, right before the failure is
+    written, while the pause file exists. No lease check: the failure is being written because
+    the job is over, and a fault test cuts the database exactly here."""
+    if pause is None or pause[0] != "fail" or not pause[1].exists():
+        return
+    log.info("held at the test pause point", extra={"stage": "fail"})
+    while pause[1].exists():
+        time.sleep(0.05)
+
+
+def _timed(fn: Any, *args: Any) -> float:
+    started = time.monotonic()
+    fn(*args)
+    return time.monotonic() - started
+

@@ -1,0 +1,114 @@
+"""Stage step: validated rows into import_staged_rows, problems into import_row_errors, with
+COPY, one transaction per chunk of rows.
+
+A chunk's rows, its errors and the batch's last_staged_row commit together, and the counter
+moves only from the row the chunk started after (docs/decisions/0095). So a takeover finds
+exactly the chunks that committed and resumes after them; nothing is staged twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import orjson
+
+from shared import contracts, db
+from worker import runs
+
+Q = db.load_queries(Path(__file__).with_name("records.sql"))
+CHUNK_ROWS = 10_000
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(type(value).__name__)
+
+
+def to_json(value: Any) -> str:
+    return orjson.dumps(value, default=_default).decode()
+
+
+@dataclass
+class Chunk:
+    """One transaction's worth: staged rows and issues, for rows after ``previous``."""
+
+    previous: int
+    last: int = 0
+    rows: list[tuple[int, str | None, str]] = field(default_factory=list)
+    issues: list[tuple[int, str | None, str, str, str, str | None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.last = max(self.last, self.previous)  # an empty chunk ends where it starts
+
+    def add(self, result: contracts.RowResult, key: str | None, raw: Mapping[str, Any]) -> None:
+        self.last = result.row
+        problems = result.errors + result.warnings
+        if problems:
+            raw_json = to_json(raw)
+            self.issues += [(i.row or 0, i.field, i.code, i.severity.value, i.message, raw_json)
+                            for i in problems]
+        if result.valid:
+            self.rows.append((result.row, key, to_json(result.values)))
+
+    def add_batch_issues(self, issues: Iterable[contracts.Issue]) -> None:
+        self.issues += [(0, i.field, i.code, i.severity.value, i.message, None) for i in issues]
+
+    def __len__(self) -> int:
+        return self.last - self.previous
+
+
+@dataclass(frozen=True)
+class Target:
+    """The batch and run a chunk belongs to, and our fence on the run."""
+
+    batch_id: UUID
+    tenant_id: UUID
+    run_id: UUID
+    fence: int
+
+    @property
+    def keys(self) -> dict[str, Any]:
+        return {"batch_id": self.batch_id, "tenant_id": self.tenant_id}
+
+
+def resume_point(conn: db.Conn, target: Target, last_staged_row: int) -> int:
+    """Where staging continues: after last_staged_row if the stage accounts for every row up
+    to it, else from the start. Anything past the point is removed first."""
+    if last_staged_row:
+        row = conn.execute(Q["staged_rows_consistent"],
+                           {**target.keys, "last": last_staged_row}).fetchone()
+        if row is None or row["accounted"] != last_staged_row:
+            last_staged_row = 0  # the UNLOGGED stage lost rows (a Postgres crash): restage
+    with conn.transaction():
+        conn.execute(Q["forget_after"], {**target.keys, "last": last_staged_row})
+        conn.execute(Q["forget_errors_after"], {**target.keys, "last": last_staged_row})
+        if last_staged_row == 0:
+            conn.execute(Q["reset_counter"], target.keys)
+    return last_staged_row
+
+
+def write(conn: db.Conn, target: Target, chunk: Chunk) -> None:
+    """COPY the chunk's rows and issues and move the counter, in one transaction; raise
+    LeaseLost (and so roll back) if the batch or the run is no longer ours to stage."""
+    with conn.transaction(), conn.cursor() as cur:
+        if chunk.rows:
+            with cur.copy("COPY import_staged_rows (batch_id, tenant_id, row_number, natural_key,"
+                          " data) FROM STDIN") as copy:
+                for number, key, data in chunk.rows:
+                    copy.write_row((target.batch_id, target.tenant_id, number, key, data))
+        if chunk.issues:
+            with cur.copy("COPY import_row_errors (tenant_id, batch_id, row_number, field, code,"
+                          " severity, message, raw) FROM STDIN") as copy:
+                for issue in chunk.issues:
+                    copy.write_row((target.tenant_id, target.batch_id, *issue))
+        moved = cur.execute(Q["advance_counter"], {
+            **target.keys, "run_id": target.run_id, "fence": target.fence,
+            "previous": chunk.previous, "last": chunk.last}).fetchone()
+        if moved is None:
+            raise runs.LeaseLost(f"batch {target.batch_id} is no longer ours to stage")
