@@ -2,6 +2,8 @@
 
     python bench/pipeline.py            # 50-page PDF, 1 MB Markdown, then a 20-document batch
     python bench/pipeline.py --quick    # a 200 KB Markdown instead of 1 MB, 10-document batch
+    python bench/pipeline.py --variants # the two documents under EMBEDDING_VARIANT=torch, then
+                                        # onnx-int8, back to back: chunks/s and the speed-up
 
 Prints, per document: the worker's own per-stage times (read, extract, chunk, embed, index),
 total, chunks/s and the share that is not embedding; then a bare SentenceTransformer.encode over
@@ -44,6 +46,8 @@ def main() -> None:
 def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--variants", action="store_true",
+                        help="compare EMBEDDING_VARIANT=torch and onnx-int8 (ADR 0110)")
     return parser.parse_args()
 
 
@@ -55,17 +59,67 @@ def _bench(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, moto: Mot
     jobs_queue = queue.Queue(sqs, q_url, dlq_url)
     env = {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto.url, "SQS_QUEUE_URL": q_url,
            "SQS_DLQ_URL": dlq_url, "ARTIFACT_STORE_URI": (root / "artifacts").as_uri(),
-           "SQS_WAIT_TIME_S": "1", "WORKER_MAX_CONCURRENT_JOBS": "3"}
+           "UPLOAD_STORE_URI": (root / "uploads").as_uri(),
+           "SQS_WAIT_TIME_S": "1", "WORKER_MAX_CONCURRENT_JOBS": "3",
+           # Workers get exactly this environment (tests/support/stack.py builds it from scratch).
+           **stack.MOTO_ENV, **stack.OFFLINE_ENV}
     store = root / "uploads"
     markdown = documents.make_large_markdown(200_000 if args.quick else 1_000_000)
     pdf = documents.make_pdf([documents.prose(400, seed=i) for i in range(50)])
     with db.connect(url, autocommit=True) as conn:
         user = common.BenchUser(conn)
+        if args.variants:
+            _compare_variants(conn, jobs_queue, store, user, env, root,
+                              {"report-50p.pdf": pdf, "handbook-1mb.md": markdown})
+            return
         for name, data in (("report-50p.pdf", pdf), ("handbook-1mb.md", markdown)):
             job = submit.submit(conn, jobs_queue, store, user, data, name=name)
             _drain(env, root)
             _report_document(conn, name, job.run_id)
         _report_batch(conn, jobs_queue, store, user, env, root, 10 if args.quick else 20)
+
+
+def _compare_variants(conn, jobs_queue, store: Path, user, env: dict[str, str],  # type: ignore[no-untyped-def]
+                      root: Path, files: dict[str, bytes], rounds: int = 2) -> None:
+    """Each document through a real worker per variant, torch and onnx-int8 interleaved per
+    document and repeated: on a shared machine the load changes by the minute, and a pair run
+    back to back sees about the same load."""
+    ratios: dict[str, list[tuple[float, float]]] = {name: [] for name in files}
+    for round_ in range(1, rounds + 1):
+        for name, data in files.items():
+            rate = {}
+            for variant in ("torch", "onnx-int8"):
+                rate[variant] = _variant_run(conn, jobs_queue, store, user, env, root, variant,
+                                             name, data, round_)
+            ratios[name].append((rate["onnx-int8"][0] / rate["torch"][0],
+                                 rate["onnx-int8"][1] / rate["torch"][1]))
+    for name, pairs in ratios.items():
+        print(f"speed-up onnx-int8 / torch, {name}, per pair: "
+              + ", ".join(f"embed {e:.2f}x / pipeline {t:.2f}x" for e, t in pairs)
+              + " (target >= 1.6x)")
+
+
+def _variant_run(conn, jobs_queue, store: Path, user, env: dict[str, str], root: Path,  # type: ignore[no-untyped-def]
+                 variant: str, name: str, data: bytes, round_: int) -> tuple[float, float]:
+    # The ONNX export happens once, on the first job, before the stage clocks start.
+    variant_env = {**env, "EMBEDDING_VARIANT": variant, "EMBEDDING_CACHE_DIR": str(root / "models")}
+    load_before = os.getloadavg()[0]
+    job = submit.submit(conn, jobs_queue, store, user, data + f"\n{variant} {round_}\n".encode()
+                        if name.endswith(".md") else data, name=f"{variant}-{round_}-{name}")
+    _drain(variant_env, root)
+    run = submit.run_row(conn, job.run_id)
+    if run["status"] != "succeeded":
+        raise SystemExit(f"{variant} {name}: run {run['status']}: {run['error']}")
+    stats, stages = run["stats"], run["stats"]["stages"]
+    chunks = stats["chunks_created"]
+    embed_rate = chunks / (stages["embed_ms"] / 1000)
+    total_rate = chunks / (sum(stages.values()) / 1000)
+    recorded = conn.execute("SELECT embedding_variant FROM document_versions WHERE run_id = %s",
+                            (job.run_id,)).fetchone()["embedding_variant"]
+    print(f"round {round_} {variant:<9} {name}: {chunks} chunks, embed {embed_rate:.1f} "
+          f"chunks/s, whole pipeline {total_rate:.1f} chunks/s (recorded variant {recorded}; "
+          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after)")
+    return embed_rate, total_rate
 
 
 def _drain(env: dict[str, str], root: Path) -> float:

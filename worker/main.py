@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
 from pgvector.psycopg import register_vector
 
 from shared import alerts, aws, db, errors, objectstore, queue
@@ -28,7 +26,15 @@ Q = db.load_queries(Path(__file__).with_name("queries.sql"))
 
 
 def run(settings: WorkerSettings, *, once: bool = False) -> int:
-    torch.set_num_threads(settings.torch_threads or os.cpu_count() or 1)
+    # Reads the model's facts only (no torch, no weights): a configuration that can never work
+    # stops the worker here; the weights load on the first document job (ADR 0112).
+    try:
+        embedder = embed.load_embedder(
+            settings.embedding_model, batch_size=settings.embed_batch_size,
+            variant=settings.embedding_variant, device=settings.embedding_device,
+            cache_dir=settings.embedding_cache_dir, threads=settings.torch_threads)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
     pool = db.sync_pool(settings.database_url, min_size=1,
                         max_size=settings.worker_max_concurrent_jobs + 1, name="worker",
                         configure=register_vector)
@@ -38,8 +44,6 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
     jobs_queue = queue.from_settings(settings, read_timeout=settings.sqs_wait_time_s + 10)
 
     def documents() -> Pipeline:
-        embedder = embed.load_embedder(settings.embedding_model,
-                                       batch_size=settings.embed_batch_size)
         _check_vector_column(pool, embedder.dim)
         return Pipeline(settings, pool, s3, embedder,
                         objectstore.open_store(settings.artifact_store_uri, s3))

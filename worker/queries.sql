@@ -119,10 +119,11 @@ WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s AND is_active;
 -- name: insert_version
 INSERT INTO document_versions (doc_version_id, tenant_id, doc_id, run_id, version_number,
     content_hash, is_active, embedding_model, embedding_dim, chunk_count, char_count, page_count,
-    artifact_uri)
+    artifact_uri, embedding_variant)
 SELECT %(doc_version_id)s, %(tenant_id)s, %(doc_id)s, %(run_id)s,
        COALESCE(max(version_number), 0) + 1, %(content_hash)s, true, %(embedding_model)s,
-       %(embedding_dim)s, %(chunk_count)s, %(char_count)s, %(page_count)s, %(artifact_uri)s
+       %(embedding_dim)s, %(chunk_count)s, %(char_count)s, %(page_count)s, %(artifact_uri)s,
+       %(embedding_variant)s
 FROM document_versions WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s
 RETURNING version_number;
 

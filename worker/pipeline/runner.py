@@ -59,6 +59,9 @@ class Pipeline:
     def run(self, job: jobs.IngestJob, lease: runs.RunLease,
             abort: threading.Event | None = None) -> PipelineResult:
         self._check_model(job)
+        # Lazily, on the first document job, and before any stage's clock starts: a process that
+        # never runs one never loads the model (ADR 0112).
+        self.embedder.load()
         timings = lease.timings  # the lease stores them with its attempt (ADR 0100)
         step = _Stepper(lease, abort, timings, self._pause_point())
         step.enter("read", 0.02)
@@ -80,13 +83,14 @@ class Pipeline:
             raise errors.NoTextFound("chunk: the document produced no text chunks; "
                                      "upload a version with a text layer.", stage="chunk")
         with step("embed", 0.3):
-            vectors = self._embed([c.text for c in chunks], step)
+            vectors = self._embed([c.token_ids for c in chunks], step)
         doc_version_id = uuid4()
         step.enter("index", 0.92)
         index_started = time.monotonic()
         artifact_uri = self._write_artifact(job, doc_version_id, doc, chunks)
         content = index.VersionContent(doc_version_id, chunks, vectors, len(doc.text),
-                                       doc.pages, artifact_uri, self.embedder.model_name)
+                                       doc.pages, artifact_uri, self.embedder.model_name,
+                                       self.embedder.variant)
         version, stats = self._write(job, lease, content, _stats(doc, chunks, timings),
                                      index_started, step)
         self._remove_upload(job)
@@ -104,13 +108,13 @@ class Pipeline:
                 f"this worker serves {self.embedder.model_name} ({self.embedder.dim} dims); "
                 "align EMBEDDING_MODEL on gateway and workers, then retry the run.", stage="embed")
 
-    def _embed(self, texts: list[str], step: _Stepper) -> np.ndarray:
+    def _embed(self, ids: list[tuple[int, ...]], step: _Stepper) -> np.ndarray:
         parts = []
-        for start in range(0, len(texts), EMBED_SLICE):
+        for start in range(0, len(ids), EMBED_SLICE):
             with self._embed_lock:
                 step.check()
-                parts.append(self.embedder.encode(texts[start:start + EMBED_SLICE]))
-            step.progress("embed", 0.3 + 0.6 * min(1.0, (start + EMBED_SLICE) / len(texts)))
+                parts.append(self.embedder.encode_ids(ids[start:start + EMBED_SLICE]))
+            step.progress("embed", 0.3 + 0.6 * min(1.0, (start + EMBED_SLICE) / len(ids)))
         return np.vstack(parts).astype(np.float32, copy=False)
 
     def _write(self, job: jobs.IngestJob, lease: runs.RunLease, content: index.VersionContent,
