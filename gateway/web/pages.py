@@ -310,10 +310,12 @@ async def source(source_id: str, request: Request) -> Template:
 
 
 # Operators see every tenant's dead letters; a tenant admin their own, with the same templates
-# over /v1/dead-letters and without purge (docs/decisions/0060).
-_ALL_DLQ: dict[str, Any] = {"api": "/v1/admin/dlq", "base": "/admin/dlq", "everyone": True}
+# over /v1/dead-letters and without purge (docs/decisions/0060). The list asks for the most
+# the API's paging allows: a bigger limit is a 400 and the page would list nothing.
+_ALL_DLQ: dict[str, Any] = {"api": "/v1/admin/dlq", "base": "/admin/dlq", "everyone": True,
+                            "limit": paging.MAX_LIMIT}
 _OWN_DLQ: dict[str, Any] = {"api": "/v1/dead-letters", "base": "/admin/dead-letters",
-                            "everyone": False}
+                            "everyone": False, "limit": paging.MAX_LIMIT}
 
 
 @get("/dlq", guards=[auth.operator_only])

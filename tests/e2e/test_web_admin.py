@@ -121,8 +121,13 @@ def test_an_admin_syncs_a_source_deactivates_a_document_and_redrives_a_dead_lett
         ops.to_dlq(queues, stuck.body)
         dead = dlq.DeadLetterQueue(queues.client, queues.dlq_url)
         dlq.archive(dead, conn)  # what the gateway's housekeeping does every 30 s
+        # If that housekeeping received the message first, its row lands a moment later
+        stack.wait_until(lambda: dlq.open_count(conn, admin.tenant_id) == 1, timeout=60,
+                         message="the dead letter archived")
         browser.nav(page, "Dead letters").click()
         rows = page.locator('[data-field="rows"] tr')
+        expect(page.locator('[data-field="loading"]')).to_be_hidden()
+        expect(page.locator('[data-field="error"]')).to_be_hidden()  # the list request was served
         expect(rows).to_have_count(1)
         expect(rows.first).to_contain_text(str(stuck.run_id)[:8])
         expect(rows.first).to_contain_text("Failed")

@@ -3,6 +3,7 @@ the admin's deactivation of a document. tests/e2e/test_web_*.py drive the same i
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -12,10 +13,11 @@ import httpx
 import jwt
 import pytest
 
+from gateway.operations import dlq
 from gateway.web import session
 from shared import objectstore
 from tests.conftest import TEST_PASSWORD
-from tests.support import stack
+from tests.support import ops, stack
 
 
 @contextmanager
@@ -180,6 +182,29 @@ def test_admin_pages_answer_403_to_users(gateway, tenants):
         missing = browser.get("/runs/not-a-run-id")
         assert missing.status_code == 404 and "text/html" in missing.headers["content-type"]
         assert "pick one from the list" in missing.text
+
+
+@pytest.mark.parametrize(("role", "path"), [("admin", "/admin/dead-letters"),
+                                          ("operator", "/admin/dlq")])
+def test_the_dead_letters_pages_ask_their_api_for_a_page_it_serves(
+        gateway, tenants, conn, queues, role, path):
+    # Given a dead letter naming the signed-in person's tenant, moved into the table
+    user = tenants.user(role=role)
+    body = json.dumps({"tenant_id": str(user.tenant_id), "run_id": str(uuid.uuid4())})
+    message_id = ops.to_dlq(queues, body)
+    # (the gateway's housekeeping may move it first: then wait for its row)
+    dlq.archive(dlq.DeadLetterQueue(queues.client, queues.dlq_url), conn)
+    stack.wait_until(lambda: dlq.open_count(conn, user.tenant_id) == 1, timeout=60,
+                     message="the dead letter archived")
+    with sign_in(gateway, user.email) as browser:
+        # When the page's script asks its API for the list, as dlq.js does
+        html = browser.get(path).text
+        api = re.search(r'data-dlq data-api="([^"]+)"', html).group(1)
+        limit = re.search(r'data-dlq [^>]*data-limit="([^"]+)"', html).group(1)
+        answer = browser.get(api, params={"limit": limit})
+    # Then the API serves it (a limit past the paging bound was a 400: an empty page)
+    assert answer.status_code == 200, answer.text
+    assert [i["message_id"] for i in answer.json()["items"]] == [message_id]
 
 
 def test_admin_overview_counts_only_the_admins_own_tenant(gateway, tenants, conn):

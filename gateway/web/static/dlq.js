@@ -51,7 +51,7 @@
     async function load() {
       DF.field(root, "loading").hidden = false;
       try {
-        const data = await DF.api("GET", api + "?limit=200");
+        const data = await DF.api("GET", api + "?limit=" + root.dataset.limit);
         rows.replaceChildren(...data.items.map(row));
         table.hidden = data.items.length === 0;
         all.disabled = data.items.length === 0;
