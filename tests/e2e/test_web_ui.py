@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from gateway.web import reads
 from tests.conftest import TEST_PASSWORD
 from tests.support import browser, documents, stack
 
@@ -143,7 +144,8 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         expect(rows.first.locator('[data-field="status"]')).to_have_text("Succeeded")
         browser.shot(page, out_dir, "06-runs")
 
-        # ── the same file again is skipped; too large and unsupported files are refused ──
+        # ── the same file again: offered as a new version (ADR 0102), kept apart it is ──
+        # ── skipped; too large and unsupported files are refused in the browser (issue 11) ──
         browser.nav(page, "Upload").click()
         posts = []
         page.on("request", lambda r: posts.append(r) if r.url.endswith("/v1/ingest") else None)
@@ -163,30 +165,52 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         page.dispatch_event("[data-dropzone]", "drop", {"dataTransfer": dropped})
         expect(page.locator(".upload", has_text="dropped.md")).to_have_attribute(
             "data-outcome", "queued")
-        skipped = page.locator(".upload", has_text="handbook.md")
-        expect(skipped).to_have_attribute("data-outcome", "skipped")
-        expect(skipped).to_contain_text("Skipped: already ingested")
         too_large = page.locator(".upload", has_text="huge.pdf")
-        expect(too_large).to_have_attribute("data-outcome", "error")
+        expect(too_large).to_have_attribute("data-outcome", "refused")
         expect(too_large).to_contain_text("Too large: huge.pdf is 60.0 MB, over the 50.0 MB limit")
+        expect(too_large.locator("progress")).to_be_hidden()
         unsupported = page.locator(".upload", has_text="table.csv")
-        expect(unsupported).to_have_attribute("data-outcome", "error")
-        expect(unsupported).to_contain_text("Unsupported type:")
-        assert len(posts) == 3  # the 60 MB file never left the browser
+        expect(unsupported).to_have_attribute("data-outcome", "refused")
+        expect(unsupported).to_contain_text("Unsupported type: .csv files are not accepted")
+        expect(unsupported.locator("progress")).to_be_hidden()
+        # handbook.md names an uploaded document: the page asks before sending anything
+        again = page.locator(".upload", has_text="handbook.md")
+        expect(again).to_have_attribute("data-outcome", "deciding")
+        expect(again).to_contain_text("Upload as a new version of handbook.md?")
+        summary = page.locator("[data-field=summary]")
+        expect(summary).to_have_text("1 waiting, 1 queued, 2 refused")
+        assert len(posts) == 1, [p.url for p in posts]  # dropped.md only, so far
+        browser.shot(page, out_dir, "07-upload-new-version-offer")
+        # Kept as a separate document, the same bytes are recognised and nothing is ingested
+        again.get_by_role("button", name="Keep it as a separate document").click()
+        expect(again).to_have_attribute("data-outcome", "skipped")
+        expect(again).to_contain_text("Skipped: already ingested")
+        expect(summary).to_have_text("1 queued, 1 skipped, 2 refused")
+        assert len(posts) == 2  # the 60 MB and the .csv file never left the browser
         browser.shot(page, out_dir, "07-upload-skipped-and-refused")
 
         # ── the document and its chunks ──────────────────────────────────────────────────
         browser.nav(page, "Documents").click()
-        page.get_by_label("Search titles").fill("handbook")
+        # Search reads inside documents and titles (issue 11); only handbook.md has the word
+        page.get_by_label("Search documents").fill("handbook")
         page.get_by_role("button", name="Search").click()
         expect(page.locator("table.data tbody tr")).to_have_count(1)
         browser.shot(page, out_dir, "08-documents")
         page.get_by_role("link", name="handbook.md").click()
         expect(page.get_by_role("heading", name="handbook.md")).to_be_visible()
+        # Every chunk is reachable, a page of them at a time (not only a five-chunk preview)
+        active = page.locator("tr.is-active")
+        expect(active).to_contain_text("Active")
+        total = int(active.locator('[data-label="Chunks"]').inner_text())
+        assert total > reads.CHUNKS_PER_PAGE, total  # 40 sections: the pager is exercised
+        expect(page.locator("[data-chunks] h2")).to_contain_text(f"({total} in all; page 1 of")
         chunks = page.locator("ol.chunks li")
-        expect(chunks).to_have_count(5)
+        expect(chunks).to_have_count(reads.CHUNKS_PER_PAGE)
         expect(chunks.first).to_contain_text("Generated handbook")
-        expect(page.locator("tr.is-active")).to_contain_text("Active")
+        page.get_by_role("link", name="Next chunks").click()
+        expect(chunks.first).to_have_attribute("value", str(reads.CHUNKS_PER_PAGE + 1))
+        page.get_by_role("link", name="Previous chunks").click()
+        expect(chunks.first).to_contain_text("Generated handbook")
         expect(page.get_by_role("button", name="Deactivate this document")).to_have_count(0)
         browser.shot(page, out_dir, "09-document")
 
@@ -200,8 +224,13 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         item.get_by_role("link", name="Open the run").click()
         expect(page.locator('[data-run] [data-field="status"]')).to_have_text("Failed")
         expect(page.locator('[data-field="error"]')).not_to_be_empty()
-        retry = page.get_by_role("button", name="Retry this run")
+        # A corrupt file is the file's fault (ADR 0101): the page says to fix it, and Retry is
+        # offered only as a secondary "anyway"
+        expect(page.locator('[data-field="advice"]')).to_contain_text("Fix or re-export it")
+        expect(page.get_by_role("button", name="Retry this run")).to_have_count(0)
+        retry = page.get_by_role("button", name="Retry anyway")
         expect(retry).to_be_visible()
+        expect(retry).to_have_class("secondary")
         browser.shot(page, out_dir, "10-run-failed")
         expect(page.locator('[data-field="delivery_count"]')).to_have_text("1")
         retry.click()
