@@ -1,6 +1,6 @@
 """Measure event intake (POST /v1/events) against a bare upsert loop on the same database.
 
-    python bench/events.py [--seconds 20] [--clients 16] [--batch 100]
+    python bench/events.py [--seconds 20] [--clients 16] [--batch 100] [--apply 20000]
 
 Starts Postgres and moto (cli.embedded), migrates, makes a tenant, an admin and an API key, and
 runs `ingest gateway` as a subprocess with its default event settings. Then, in the same run:
@@ -12,6 +12,12 @@ runs `ingest gateway` as a subprocess with its default event settings. Then, in 
     (gateway/events/events.sql upsert_events) on batches of --batch new events, each batch its
     own transaction, for --seconds: what the database does with no HTTP, JSON or queue.
     Target: (a) >= 50 % of (b).
+(c) apply_events_per_s: --apply pending `judgment.upserted` events (distinct case numbers, one
+    judgments row each by the contract's column names) written by the writer's own upsert in
+    another tenant, then one real `ingest worker --once` with its default settings drains them.
+    Counted from the worker's start to the last event processed (start-up included, the
+    consumer's idle wait before exit not) and, apply only, over the span from the first to the
+    last event's processed_at.
 
 Figures print as `name value (target ...)`, then PASS/MISS per target.
 """
@@ -43,6 +49,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--apply", type=int, default=20000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-events-") as tmp:
         root = Path(tmp)
@@ -77,6 +84,7 @@ def _bench(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, moto: Mot
     finally:
         gateway.stop()
     bare = asyncio.run(_bare(url, user.tenant_id, args))
+    applied = _apply(url, env, root, args.apply)
     ratio = rate / bare if bare else 0.0
     print(f"intake_events_per_s {rate:.0f} ({args.clients} clients x {args.batch}; "
           f"{refused} requests answered 429)")
@@ -84,6 +92,9 @@ def _bench(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, moto: Mot
     print(f"intake_p95_ms {p95:.1f} (target < 100)")
     print(f"bare_events_per_s {bare:.0f}")
     print(f"intake_vs_bare {ratio:.0%} (target >= 50%)")
+    print(f"apply_events_per_s {applied['wall']:.0f} ({args.apply} judgment.upserted by one "
+          f"`ingest worker --once` in {applied['seconds']:.1f} s, start-up included)")
+    print(f"apply_only_events_per_s {applied['span']:.0f} (first to last processed_at)")
     print("p95", "PASS" if p95 < 100 else "MISS", "| rate", "PASS" if ratio >= 0.5 else "MISS")
 
 
@@ -141,6 +152,57 @@ async def _bare(url: str, tenant_id: uuid.UUID, args: argparse.Namespace) -> flo
             spent += time.perf_counter() - started
             done += len(batch)
         return done / spent
+    finally:
+        await pool.close()
+
+
+def _judgment_events(n: int) -> list[dict]:
+    return [{"source_system": "bench-apply", "source_event_id": f"j-{i}", "source_sequence": i,
+             "type": "judgment.upserted",
+             "payload": {"File #": f"2024-CV-{i:07d}", "Plaintiff": "Acme Collections LLC",
+                         "Defendant": f"Defendant {i}", "Amount": f"{i % 90000 + 100}.00",
+                         "Entry Date": "2024-01-15"}} for i in range(n)]
+
+
+def _apply(url: str, env: dict[str, str], root: Path, n: int) -> dict[str, float]:
+    """Load n pending judgment events in a tenant of their own, time a worker draining them."""
+    with db.connect(url, autocommit=True) as conn:
+        tenant_id = conn.execute("INSERT INTO tenants (name) VALUES ('bench-apply') "
+                                 "RETURNING tenant_id").fetchone()["tenant_id"]
+    asyncio.run(_load(url, tenant_id, _judgment_events(n)))
+    started = time.monotonic()
+    worker = stack.spawn("worker", ["worker", "--once"], env, root / "logs")
+    # Clocked until the last event is processed, not until exit: after draining the ledger,
+    # --once also waits out the SQS consumer's idle checks, which is not apply work.
+    with db.connect(url, autocommit=True) as conn:
+        while worker.proc.poll() is None and conn.execute(
+                "SELECT count(*) AS n FROM event_ledger WHERE tenant_id = %s AND "
+                "process_state = 'pending'", (tenant_id,)).fetchone()["n"]:
+            time.sleep(0.2)
+    seconds = time.monotonic() - started
+    if worker.proc.wait(600) != 0:
+        raise SystemExit(f"worker failed:\n{worker.logs()[-4000:]}")
+    with db.connect(url, autocommit=True) as conn:
+        done = conn.execute(
+            "SELECT count(*) FILTER (WHERE process_state = 'processed') AS processed, "
+            "extract(epoch FROM max(processed_at) - min(processed_at)) AS span "
+            "FROM event_ledger WHERE tenant_id = %s", (tenant_id,)).fetchone()
+        rows = conn.execute("SELECT count(*) AS n FROM judgments WHERE tenant_id = %s",
+                            (tenant_id,)).fetchone()["n"]
+    if done["processed"] != n or rows != n:
+        raise SystemExit(f"apply incomplete: {done['processed']} processed, {rows} judgments "
+                         f"of {n}")
+    span = float(done["span"] or 0)
+    return {"seconds": seconds, "wall": n / seconds, "span": n / span if span else 0.0}
+
+
+async def _load(url: str, tenant_id: uuid.UUID, events: list[dict]) -> None:
+    pool = db.async_pool(url, min_size=1, max_size=2, name="bench-load")
+    await pool.open()
+    try:
+        for i in range(0, len(events), 500):
+            await writer.upsert(pool, [intake.check(e, tenant_id, 65536)
+                                       for e in events[i:i + 500]])
     finally:
         await pool.close()
 

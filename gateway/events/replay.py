@@ -4,7 +4,8 @@ Sync functions over one connection, shared by the API (gateway/events/replay_rou
 thread) and the CLI (cli/events.py). ``tenant_id=None`` means every tenant: operators and the
 CLI only; the routes pass the caller's tenant for everyone else. A replay resets the chosen
 dead letters to pending with a fresh attempt budget and records who did it in event_replays,
-one row per tenant touched, in the same transaction (docs/decisions/0142).
+one row per tenant touched, and the ids it reset in event_replay_items, in the same
+transaction (docs/decisions/0142, 0144).
 """
 
 from __future__ import annotations
@@ -110,11 +111,16 @@ def replay(conn: db.Conn, *, tenant_id: UUID | None, actor: str, actor_user_id: 
         for row in moved:
             by_tenant[row["tenant_id"]].append(row["ledger_id"])
         for tenant, ids in by_tenant.items():
-            conn.execute(Q["record_replay"], {
+            recorded = conn.execute(Q["record_replay"], {
                 "tenant_id": tenant, "actor": actor, "actor_user_id": actor_user_id,
                 "ledger_ids": sorted(ids) if ledger_ids else None,
                 "filter": None if ledger_ids else Jsonb(wanted.stored() if wanted else {}),
-                "count": len(ids)})
+                "count": len(ids)}).fetchone()
+            assert recorded is not None
+            # What a filter matched is known only now: record it, so an event's history
+            # lists the replays that touched it and no other.
+            conn.execute(Q["record_replay_items"], {"replay_id": recorded["replay_id"],
+                                                    "ledger_ids": sorted(ids)})
     replayed = sorted(r["ledger_id"] for r in moved)
     return {"replayed": len(replayed), "ledger_ids": replayed}
 

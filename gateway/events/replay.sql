@@ -31,9 +31,11 @@ SELECT * FROM event_ledger
 WHERE ledger_id = %(ledger_id)s AND (%(tenant_id)s::uuid IS NULL OR tenant_id = %(tenant_id)s);
 
 -- name: replays_of
-SELECT replay_id, actor, created_at FROM event_replays
-WHERE tenant_id = %(tenant_id)s AND (%(ledger_id)s = ANY (ledger_ids) OR ledger_ids IS NULL)
-ORDER BY created_at DESC LIMIT 20;
+-- The replays that reset this event, by id or by filter (event_replay_items, migration 0019).
+SELECT r.replay_id, r.actor, r.created_at
+FROM event_replay_items i JOIN event_replays r USING (replay_id)
+WHERE i.ledger_id = %(ledger_id)s AND r.tenant_id = %(tenant_id)s
+ORDER BY r.created_at DESC, r.replay_id DESC LIMIT 20;
 
 -- name: replay_ids
 -- Chosen dead letters back to pending, due now, with a fresh attempt budget. Only dead
@@ -58,3 +60,8 @@ RETURNING ledger_id, tenant_id;
 INSERT INTO event_replays (tenant_id, actor, actor_user_id, ledger_ids, filter, event_count)
 VALUES (%(tenant_id)s, %(actor)s, %(actor_user_id)s, %(ledger_ids)s, %(filter)s, %(count)s)
 RETURNING replay_id;
+
+-- name: record_replay_items
+-- The events this replay reset, one row each, in the replay's transaction.
+INSERT INTO event_replay_items (replay_id, ledger_id)
+SELECT %(replay_id)s, unnest(%(ledger_ids)s::bigint[]);

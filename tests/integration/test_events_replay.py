@@ -88,3 +88,35 @@ def test_cookie_replay_needs_the_csrf_header(gateway, tenants, conn):
         assert refused.status_code == 403
     assert conn.execute("SELECT process_state FROM event_ledger WHERE ledger_id = %s",
                         (ledger_id,)).fetchone()["process_state"] == "dead_letter"
+
+
+def test_an_events_history_lists_only_the_replays_that_reset_it(gateway, tenants, conn):
+    # Given three dead letters of one tenant with different errors
+    admin = tenants.user("acme")
+    a = put(conn, admin.tenant_id, "ha", judgment("CV-HA"))
+    b = put(conn, admin.tenant_id, "hb", judgment("CV-HB"))
+    c = put(conn, admin.tenant_id, "hc", judgment("CV-HC"))
+    for ledger_id, error in ((a, "timeout"), (b, "timeout"), (c, "JUDGMENT_AMOUNT_INVALID")):
+        dead(conn, ledger_id, error)
+    with gateway.client(admin.token) as client:
+        # When a filter replay resets a and b, and an id replay resets c
+        by_filter = client.post("/v1/events/replay", json={"error": "timeout"}).json()
+        assert by_filter == {"replayed": 2, "ledger_ids": [a, b]}
+        assert client.post("/v1/events/replay", json={"ledger_ids": [c]}).json()[
+            "replayed"] == 1
+        # And a later filter replay matches nothing of theirs (they are pending now)
+        dead(conn, c, "timeout again")
+        assert client.post("/v1/events/replay", json={"error": "again"}).json()[
+            "ledger_ids"] == [c]
+
+        # Then each event's history lists the replays that touched it, and no other
+        history = {i: [r["replay_id"] for r in client.get(f"/v1/events/{i}").json()["replays"]]
+                   for i in (a, b, c)}
+    replays = [r["replay_id"] for r in conn.execute(
+        "SELECT replay_id FROM event_replays ORDER BY replay_id").fetchall()]
+    assert len(replays) == 3
+    first, by_id, again = replays
+    assert history == {a: [first], b: [first], c: [again, by_id]}
+    # The filter stays on record beside the ids it reset
+    assert conn.execute("SELECT filter FROM event_replays WHERE replay_id = %s",
+                        (first,)).fetchone()["filter"] == {"error": "timeout"}
