@@ -29,11 +29,6 @@ def _queues_empty(queues) -> bool:
     return depth["visible"] + depth["in_flight"] + dead["visible"] + dead["in_flight"] == 0
 
 
-def _long_markdown(sections: int = 150) -> bytes:
-    """Long enough that embedding takes well over ten seconds on two idle cores (~200 chunks)."""
-    return documents.make_markdown(sections)
-
-
 # The windows a takeover may take, from the scaled settings the workers run with.
 _VISIBILITY_S = float(stack.WORKER_TEST_ENV["SQS_VISIBILITY_TIMEOUT_S"])
 _POLL_S = float(stack.WORKER_TEST_ENV["SQS_WAIT_TIME_S"])
@@ -277,19 +272,33 @@ def _dlq_empty(queues) -> bool:
 
 
 def test_job_three_times_longer_than_visibility_is_received_once(conn, queues, store_root,
-                                                                 tenants, stack_env, out_dir):
-    # Given a visibility timeout of 2 s and a job that takes well over 6 s
+                                                                 tenants, stack_env, out_dir,
+                                                                 tmp_path):
+    # Given a visibility timeout of 2 s and a job held at the embed stage (the pause point, not
+    # a slow model: embedding speed is not what this test is about)
     user = tenants.user()
-    job = submit.submit(conn, queues.queue, store_root, user, _long_markdown())
-    env = {**stack_env, "SQS_VISIBILITY_TIMEOUT_S": "2", "HEARTBEAT_INTERVAL_S": "0.5"}
-    worker = stack.start_worker(env, out_dir)
+    job = submit.submit(conn, queues.queue, store_root, user, documents.make_markdown(3))
+    held_env, flag = _held({**stack_env, "SQS_VISIBILITY_TIMEOUT_S": "2",
+                            "HEARTBEAT_INTERVAL_S": "0.5"}, tmp_path)
+    worker = _worker(held_env, out_dir, "worker-long")
+    _at_embed(conn, job.run_id)
 
-    wait_until(lambda: submit.status(conn, job.run_id) == "succeeded", timeout=240, message="done")
+    # When the job stays in flight for more than three visibility timeouts (the duration is
+    # the condition under test: the heartbeat must keep extending the message meanwhile)
+    started = submit.run_row(conn, job.run_id)["started_at"]
+    wait_until(lambda: conn.execute("SELECT now() - %s > interval '6.5 seconds' AS past",
+                                    (started,)).fetchone()["past"],
+               timeout=60, interval=0.25, message="three visibility timeouts passed")
+    # Then nobody could receive the message meanwhile
+    assert queues.client.receive_message(QueueUrl=queues.url, WaitTimeSeconds=0).get(
+        "Messages") is None
+    flag.unlink()  # and the job, released, finishes
+
+    wait_until(lambda: submit.status(conn, job.run_id) == "succeeded", timeout=120, message="done")
     worker.stop()
-
     run = submit.run_row(conn, job.run_id)
     elapsed = (run["finished_at"] - run["started_at"]).total_seconds()
-    assert elapsed > 6, f"the job took only {elapsed:.1f}s; make the document longer"
+    assert elapsed > 6, f"the job was in flight only {elapsed:.1f}s"
     assert run["delivery_count"] == 1 and run["takeover_count"] == 0
     assert len(submit.versions(conn, job.doc_id)) == 1
 
