@@ -96,8 +96,8 @@ def test_uploads_during_a_queue_outage_are_published_once_it_returns(proxied_gat
 def test_readiness_reports_the_queue_degraded_but_stays_ready_while_it_is_unreachable(
         proxied_gateway, sqs_proxy):
     # Given a healthy gateway
-    assert ready(proxied_gateway).json() == {"status": "ok",
-                                             "checks": {"database": "ok", "queue": "ok"}}
+    assert ready(proxied_gateway).json() == {"status": "ok", "checks": {
+        "database": "ok", "queue": "ok", "event_writer": "ok"}}
 
     # When its queue becomes unreachable
     sqs_proxy.stop()
@@ -115,7 +115,8 @@ def test_readiness_reports_the_queue_degraded_but_stays_ready_while_it_is_unreac
     try:
         response = wait_until(lambda: (r := ready(proxied_gateway)).json()["status"] == "ok" and r,
                               timeout=15, message="ok again")
-        assert response.json()["checks"] == {"database": "ok", "queue": "ok"}
+        assert response.json()["checks"] == {"database": "ok", "queue": "ok",
+                                             "event_writer": "ok"}
     finally:
         restored.stop()
 

@@ -325,7 +325,8 @@ def test_health_ready_checks_database_and_queue(gateway):
     with gateway.client() as client:
         response = client.get("/health/ready")
     assert response.status_code == 200, response.text
-    assert response.json() == {"status": "ok", "checks": {"database": "ok", "queue": "ok"}}
+    assert response.json() == {"status": "ok", "checks": {"database": "ok", "queue": "ok",
+                                                          "event_writer": "ok"}}
 
 
 def test_responses_carry_a_request_id(gateway):
