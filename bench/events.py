@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import threading
 import time
 import uuid
@@ -51,16 +50,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--apply", type=int, default=20000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-events-") as tmp:
-        root = Path(tmp)
-        pg, moto = EmbeddedPostgres(root / "pg", disposable=True), MotoServer()
-        pg.start()
-        moto.start()
-        try:
-            _bench(args, root, pg, moto)
-        finally:
-            moto.stop()
-            pg.stop("immediate")
+    with common.stack("bench-events-") as (root, pg, moto):
+        _bench(args, root, pg, moto)
 
 
 def _bench(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, moto: MotoServer) -> None:

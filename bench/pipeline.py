@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -31,16 +30,8 @@ from tests.support import documents, stack, submit  # noqa: E402
 
 def main() -> None:
     args = _args()
-    with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
-        root = Path(tmp)
-        pg, moto = EmbeddedPostgres(root / "pg", disposable=True), MotoServer()
-        pg.start()
-        moto.start()
-        try:
-            _bench(args, root, pg, moto)
-        finally:
-            moto.stop()
-            pg.stop("immediate")
+    with common.stack("bench-pipeline-") as (root, pg, moto):
+        _bench(args, root, pg, moto)
 
 
 def _args() -> argparse.Namespace:
