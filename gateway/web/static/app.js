@@ -232,9 +232,24 @@
 
   function link(href, text) { return h("a", { href: href }, text); }
 
+  /* One action button: disabled while `work` runs, its answer (or error) in `result`, then
+     `after` (e.g. reload the list) whatever happened. */
+  async function act(button, result, work, after) {
+    button.disabled = true;
+    message(result, "Working…");
+    try {
+      message(result, await work());
+    } catch (e) {
+      message(result, e.message, true);
+    } finally {
+      button.disabled = false;
+      if (after) await after();
+    }
+  }
+
   document.addEventListener("DOMContentLoaded", function () { localiseTimes(document); });
 
   window.DF = { api, ApiError, errorFrom, fallback, poll, liveStatus, statusLabel, runType,
     duration, size, seconds, localTime, localiseTimes, setTime, h, field, setText, pill,
-    setPill, setProgress, facts, message, link, csrf, toSignIn };
+    setPill, setProgress, facts, message, link, act, csrf, toSignIn };
 })();

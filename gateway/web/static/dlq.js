@@ -84,18 +84,7 @@
         DF.h("td", { "data-label": "Reason" }, letter.reason || "—"));
     }
 
-    async function act(button, work) {
-      button.disabled = true;
-      DF.message(result, "Working…");
-      try {
-        DF.message(result, await work());
-      } catch (e) {
-        DF.message(result, e.message, true);
-      } finally {
-        button.disabled = false;
-        await load();
-      }
-    }
+    const act = (button, work) => DF.act(button, result, work, load);
 
     selectAll.addEventListener("change", function () {
       boxes().forEach((b) => { b.checked = selectAll.checked; });
