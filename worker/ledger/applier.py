@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 Q = apply.Q
 PAUSE_STAGE = "ledger_apply"  # WORKER_PAUSE_AT_STAGE value that holds an apply (tests only)
 MAX_ERROR_CHARS = 2000
+DRAIN_LOOKS = 5  # claims that find nothing while a row is due before drain() stops
 
 
 def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
@@ -59,13 +60,22 @@ class Applier:
     def drain(self) -> None:
         """Apply until no pending event is left to this worker: waits for rows whose retry
         comes due, returns when the rest (if any) are held by other appliers."""
+        due_but_unclaimed = 0
         while not self.stopping.is_set():
             if self.step():
+                due_but_unclaimed = 0
                 continue
             due = self.conn().execute(Q["next_due"]).fetchone() or {}
-            if not due.get("pending") or due["due_in_s"] is None or due["due_in_s"] <= 0:
-                return  # nothing left, or what is left is claimed (locked) by someone else
-            self.stopping.wait(min(float(due["due_in_s"]), self.settings.ledger_apply_poll_s))
+            if not due.get("pending") or due["due_in_s"] is None:
+                return  # nothing left
+            if due["due_in_s"] <= 0:
+                # Either a retry came due between the claim and this look (try again), or the
+                # row is locked by another applier's claim: give up after a few looks.
+                due_but_unclaimed += 1
+                if due_but_unclaimed > DRAIN_LOOKS:
+                    return
+            self.stopping.wait(min(max(float(due["due_in_s"]), 0.01),
+                                   self.settings.ledger_apply_poll_s))
 
     def step(self) -> bool:
         """One claim and its events; True when it claimed any."""
