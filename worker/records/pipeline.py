@@ -21,7 +21,8 @@ from shared import contracts, db, jobs, objectstore
 from shared.settings import WorkerSettings
 from worker import runs
 from worker.pipeline import read
-from worker.records import parse, promote, rowlog, stage
+from shared.contracts import ad_metrics
+from worker.records import ad_promote, parse, promote, rowlog, stage
 from worker.records.parse import BatchRejected
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,16 @@ class RecordsResult:
 def tenant_key(tenant_id: UUID) -> int:
     """The tenant's int4 advisory-lock key (the two-int form's first half)."""
     return int.from_bytes(tenant_id.bytes[:4], "big", signed=True)
+
+
+def contract_for(name: str, platform: str | None) -> contracts.Contract:
+    """The batch's contract: an ad-metrics batch reads its platform's export headers."""
+    if name == "ad_metrics":
+        if platform is None:
+            raise BatchRejected("The ad-metrics batch names no platform.", stage="parse",
+                                code="batch_missing")
+        return ad_metrics.for_platform(platform)
+    return contracts.get(name)
 
 
 class RecordsPipeline:
@@ -82,17 +93,19 @@ class RecordsPipeline:
     # ── the job ───────────────────────────────────────────────────────────────────────────
     def run(self, job: jobs.RecordsJob, lease: runs.RunLease,
             abort: threading.Event | None = None) -> RecordsResult:
-        contract = contracts.get(job.contract)
-        target = stage.Target(job.batch_id, job.tenant_id, job.run_id, lease.fence)
         check = _Check(lease, abort, self._pause_point())
         started = time.monotonic()
         stats: dict[str, Any] = {"batch_id": str(job.batch_id), "file_hash": job.file_hash,
-                                 "worker_id": self.worker_id, "contract": contract.name}
+                                 "worker_id": self.worker_id, "contract": job.contract}
         with self._connect() as conn:
-            batch = conn.execute(Q["batch"], target.keys).fetchone()
+            batch = conn.execute(Q["batch"], {"batch_id": job.batch_id,
+                                              "tenant_id": job.tenant_id}).fetchone()
             if batch is None:
                 raise BatchRejected(f"batch {job.batch_id} does not exist in this tenant.",
                                     stage="parse", code="batch_missing")
+            contract = contract_for(job.contract, batch["platform"])
+            target = stage.Target(job.batch_id, job.tenant_id, job.run_id, lease.fence,
+                                  stage.entity_type(contract))
             status, db_ms = batch["status"], 0
             if status == "pending":
                 conn.execute(Q["start_batch"], target.keys)
@@ -115,7 +128,8 @@ class RecordsPipeline:
                                     stage="promote", code="batch_finished")
             check.progress("promote", 0.92)
             promoted_at = time.monotonic()
-            result = promote.promote(
+            promotion = ad_promote.promote if job.contract == "ad_metrics" else promote.promote
+            result = promotion(
                 conn, target, contract, batch, counts, stats={**stats, "db_ms": db_ms},
                 db_ms_before=db_ms, hold=lambda: check.hold("promote"))
         stats.update(result, db_ms=db_ms + round((time.monotonic() - promoted_at) * 1000),

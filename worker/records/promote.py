@@ -42,7 +42,8 @@ def finish_staging(conn: db.Conn, target: Target, contract: contracts.Contract,
                    total: int, parse_ms: int) -> Counts:
     """processing → staging_complete with the file's counts, and the within-file duplicates
     recorded as warnings, in one transaction (so a takeover never records them twice)."""
-    dup_query = "judgment_duplicates" if contract.name == "judgments" else "plaintiff_duplicates"
+    dup_query = {"judgments": "judgment_duplicates",
+                 "plaintiffs": "plaintiff_duplicates"}.get(contract.name, "staged_duplicates")
     with conn.transaction():
         invalid = _one(conn.execute(Q["count_invalid"], target.keys).fetchone())["invalid"]
         duplicate = conn.execute(Q[dup_query], {

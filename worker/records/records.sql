@@ -46,7 +46,8 @@ WHERE run_id = (SELECT run_id FROM job_outbox
 
 -- name: batch
 SELECT status, last_staged_row, error_threshold_percent, force_partial, rows_total,
-       rows_invalid, rows_duplicate, parse_duration_ms, file_hash, source, source_reference
+       rows_invalid, rows_duplicate, parse_duration_ms, file_hash, source, source_reference,
+       platform, client_id
 FROM import_batches WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
 
 -- name: start_batch
@@ -119,6 +120,22 @@ FROM (SELECT batch_id, row_number, data,
                  ORDER BY row_number) AS seen
       FROM import_staged_rows WHERE batch_id = %(batch_id)s) s
 WHERE seen > 1;
+
+-- name: staged_duplicates
+-- A natural key (the contract's, as staged) seen at an earlier row of the same file: the row is
+-- flagged, so promotion skips it, and warned. Ad metrics (docs/decisions/0149); the flag is
+-- what makes each promotion group's upserts see one row per key.
+WITH seen AS (
+    SELECT row_number, row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS n
+    FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+), flagged AS (
+    UPDATE import_staged_rows s SET is_duplicate = true
+    FROM seen WHERE s.batch_id = %(batch_id)s AND s.row_number = seen.row_number AND seen.n > 1
+    RETURNING s.batch_id, s.row_number, s.data
+)
+INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
+SELECT %(tenant_id)s, batch_id, row_number, NULL, %(code)s, 'warning', %(message)s, data
+FROM flagged;
 
 -- name: staging_complete
 UPDATE import_batches
