@@ -1,0 +1,231 @@
+"""The ad-metrics promotion SQL (worker/records/ad_metrics.sql) on a real Postgres: staged rows
+as the worker leaves them, promoted group by group into campaigns → ad sets → ads → daily
+metrics (migrations/0021, docs/decisions/0149)."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+import orjson
+import pytest
+
+from worker.records import ad_promote
+
+
+def new_batch(conn, tenant_id, *, client_id=None, platform: str = "meta") -> uuid.UUID:
+    digest = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+    return conn.execute(
+        "INSERT INTO import_batches (tenant_id, contract, contract_version, file_name, file_hash,"
+        " byte_size, upload_uri, source, platform, client_id) VALUES (%s, 'ad_metrics', '1', "
+        "'export.csv', %s, 10, 'file:///nowhere', 'manual', %s, %s) RETURNING batch_id",
+        (tenant_id, digest, platform, client_id)).fetchone()["batch_id"]
+
+
+def row(campaign: str = "c1", ad_set: str | None = "s1", ad: str | None = "a1", *,
+        day: str = "2026-01-05", spend: str = "10.50", named: bool = True, **extra: Any) -> dict:
+    values = {"campaign_external_id": campaign, "campaign_name": f"Campaign {campaign}",
+              "ad_set_external_id": ad_set, "ad_set_name": f"Set {ad_set}" if ad_set else None,
+              "ad_external_id": ad, "ad_name": f"Ad {ad}" if ad and named else None,
+              "metric_date": day, "spend": spend, "impressions": 1000, "clicks": 10,
+              "conversions": "1", "currency": "USD"}
+    return {**values, **extra}
+
+
+def stage(conn, tenant_id, batch_id, rows: list[dict]) -> None:
+    with conn.cursor().copy("COPY import_staged_rows (batch_id, tenant_id, row_number, "
+                            "natural_key, data, entity_type) FROM STDIN") as copy:
+        for number, data in enumerate(rows, start=1):
+            key = "|".join(str(data.get(k) or "") for k in (
+                "metric_date", "campaign_external_id", "ad_set_external_id", "ad_external_id"))
+            copy.write_row((batch_id, tenant_id, number, key, orjson.dumps(data).decode(),
+                            "daily_metric"))
+
+
+def promote(conn, tenant_id, batch_id, *, client_id=None, platform="meta",
+            group_rows=ad_promote.GROUP_ROWS) -> dict:
+    params = {"batch_id": batch_id, "tenant_id": tenant_id, "client_id": client_id,
+              "platform": platform}
+    with conn.transaction():
+        return ad_promote.write_groups(conn, params, group_rows)
+
+
+def count(conn, table: str, tenant_id) -> int:
+    return conn.execute(f"SELECT count(*) AS n FROM {table} WHERE tenant_id = %s",
+                        (tenant_id,)).fetchone()["n"]
+
+
+def warnings(conn, batch_id) -> list[tuple[int, str]]:
+    return [(r["row_number"], r["code"]) for r in conn.execute(
+        "SELECT row_number, code FROM import_row_errors WHERE batch_id = %s "
+        "ORDER BY row_number, code", (batch_id,))]
+
+
+def test_promotes_each_entity_once_and_facts_with_resolved_references(conn, tenants):
+    tenant = tenants.user().tenant_id
+    batch = new_batch(conn, tenant)
+    stage(conn, tenant, batch, [row("c1", "s1", "a1"), row("c1", "s1", "a2"),
+                                row("c1", "s2", "a3", day="2026-01-06")])
+
+    written = promote(conn, tenant, batch)
+
+    assert {k: written[k] for k in ("campaigns_upserted", "ad_sets_upserted", "ads_upserted",
+                                    "daily_metrics_upserted")} == {
+        "campaigns_upserted": 1, "ad_sets_upserted": 2, "ads_upserted": 3,
+        "daily_metrics_upserted": 3}
+    facts = conn.execute(
+        "SELECT a.external_id AS ad, s.external_id AS ad_set, c.external_id AS campaign, "
+        "m.metric_date, m.spend FROM daily_metrics m JOIN ads a ON a.id = m.ad_id "
+        "JOIN ad_sets s ON s.id = m.ad_set_id JOIN campaigns c ON c.id = m.campaign_id "
+        "WHERE m.tenant_id = %s ORDER BY a.external_id", (tenant,)).fetchall()
+    assert [(f["ad"], f["ad_set"], f["campaign"], f["metric_date"], f["spend"]) for f in facts] == [
+        ("a1", "s1", "c1", date(2026, 1, 5), Decimal("10.5000")),
+        ("a2", "s1", "c1", date(2026, 1, 5), Decimal("10.5000")),
+        ("a3", "s2", "c1", date(2026, 1, 6), Decimal("10.5000"))]
+    # and each ad points at its ad set and campaign
+    assert conn.execute("SELECT count(*) AS n FROM ads a JOIN ad_sets s ON s.id = a.ad_set_id "
+                        "WHERE a.tenant_id = %s", (tenant,)).fetchone()["n"] == 3
+
+
+def test_null_client_never_defeats_the_unique_keys(conn, tenants):
+    # Given two client-less uploads of the same campaign/ad set/ad and a fact with no ad at all
+    tenant = tenants.user().tenant_id
+    for _ in range(2):
+        batch = new_batch(conn, tenant)
+        stage(conn, tenant, batch, [row("c1", "s1", "a1"), row("c1", None, None)])
+        promote(conn, tenant, batch)
+
+    # Then each dimension exists once, and so does each fact, NULL references included
+    assert [count(conn, t, tenant) for t in ("campaigns", "ad_sets", "ads", "daily_metrics")] == [
+        1, 1, 1, 2]
+    with pytest.raises(Exception, match="daily_metrics_natural_key"), conn.transaction():
+        conn.execute("INSERT INTO daily_metrics (tenant_id, platform, metric_date, campaign_id) "
+                     "SELECT tenant_id, platform, metric_date, campaign_id FROM daily_metrics "
+                     "WHERE tenant_id = %s AND ad_id IS NULL", (tenant,))
+
+
+def test_a_client_and_the_tenant_itself_keep_apart_rows(conn, tenants):
+    tenant = tenants.user().tenant_id
+    client = conn.execute("INSERT INTO ad_clients (tenant_id, name) VALUES (%s, 'Brand') "
+                          "RETURNING client_id", (tenant,)).fetchone()["client_id"]
+    own, theirs = new_batch(conn, tenant), new_batch(conn, tenant, client_id=client)
+    stage(conn, tenant, own, [row()])
+    stage(conn, tenant, theirs, [row()])
+    promote(conn, tenant, own)
+    promote(conn, tenant, theirs, client_id=client)
+
+    assert conn.execute("SELECT count(*) AS n, count(client_id) AS with_client FROM campaigns "
+                        "WHERE tenant_id = %s", (tenant,)).fetchone() == {"n": 2, "with_client": 1}
+    assert count(conn, "daily_metrics", tenant) == 2
+
+
+def test_one_group_naming_an_entity_twice_is_deduplicated_last_row_wins(conn, tenants):
+    # Given one group whose rows name the same campaign, ad set and ad several times, renamed
+    tenant = tenants.user().tenant_id
+    batch = new_batch(conn, tenant)
+    stage(conn, tenant, batch, [
+        row(day="2026-01-05"), row(day="2026-01-06", campaign_name="Renamed",
+                                   ad_set_name="Set renamed", ad_name="Ad renamed"),
+        row(day="2026-01-07", campaign_name=None, ad_set_name="Set renamed",
+            ad_name="Ad renamed")])
+
+    # When promoted (ON CONFLICT DO UPDATE would fail on a key it met twice in one statement)
+    written = promote(conn, tenant, batch)
+
+    # Then one of each, with the last name given; a row without a name erases none
+    assert (written["campaigns_upserted"], written["ad_sets_upserted"], written["ads_upserted"]) == (1, 1, 1)
+    names = conn.execute("SELECT (SELECT name FROM campaigns WHERE tenant_id = %(t)s) AS c, "
+                         "(SELECT name FROM ad_sets WHERE tenant_id = %(t)s) AS s, "
+                         "(SELECT name FROM ads WHERE tenant_id = %(t)s) AS a",
+                         {"t": tenant}).fetchone()
+    assert names == {"c": "Renamed", "s": "Set renamed", "a": "Ad renamed"}
+    assert count(conn, "daily_metrics", tenant) == 3
+
+
+def test_groups_of_1000_resolve_parents_named_in_earlier_groups(conn, tenants):
+    # Given 2,500 rows: ad sets and ads named in the first group, referred to by id only later
+    tenant = tenants.user().tenant_id
+    batch = new_batch(conn, tenant)
+    rows = [row(f"c{i % 5}", f"s{i % 50}", f"a{i % 500}", day=f"2026-01-{1 + i // 500:02d}",
+                named=i < 1000) for i in range(2500)]
+    for r in rows[1000:]:
+        r["ad_set_name"] = None
+    stage(conn, tenant, batch, rows)
+
+    # When promoted in groups of 1,000
+    groups = [r["upto"] for r in conn.execute(
+        ad_promote.Q["groups"], {"batch_id": batch, "tenant_id": tenant, "group_rows": 1000})]
+    written = promote(conn, tenant, batch, group_rows=1000)
+
+    # Then the groups end at rows 1000, 2000 and 2500, every fact has all its references,
+    # each entity was written once and no row warned of a missing parent
+    assert groups == [1000, 2000, 2500]
+    assert (written["campaigns_upserted"], written["ad_sets_upserted"], written["ads_upserted"],
+            written["daily_metrics_upserted"]) == (5, 50, 500, 2500)
+    assert conn.execute("SELECT count(*) AS n FROM daily_metrics WHERE tenant_id = %s AND "
+                        "ad_id IS NOT NULL AND ad_set_id IS NOT NULL", (tenant,)).fetchone()["n"] == 2500
+    assert warnings(conn, batch) == []
+
+
+def test_missing_parent_sets_the_reference_null_with_a_warning(conn, tenants):
+    # Given a row naming an ad by id only (no ad name) that the tenant does not have, and one
+    # naming an ad set by id only likewise
+    tenant = tenants.user().tenant_id
+    batch = new_batch(conn, tenant)
+    stage(conn, tenant, batch, [row("c1", "s1", "a1"), row("c1", "s1", "a9", named=False),
+                                row("c1", "s7", None, ad_set_name=None)])
+
+    promote(conn, tenant, batch)
+
+    # Then both facts are kept with NULL references, and each row has its warning
+    facts = conn.execute("SELECT m.ad_set_id IS NULL AS no_set, m.ad_id IS NULL AS no_ad "
+                         "FROM daily_metrics m WHERE tenant_id = %s ORDER BY m.id",
+                         (tenant,)).fetchall()
+    assert [(f["no_set"], f["no_ad"]) for f in facts] == [(False, False), (False, True),
+                                                          (True, True)]
+    assert warnings(conn, batch) == [(2, "AD_METRIC_AD_NOT_FOUND"),
+                                     (3, "AD_METRIC_AD_SET_NOT_FOUND")]
+    assert count(conn, "ads", tenant) == 1
+
+
+def test_amended_export_updates_facts_and_adds_no_dimension(conn, tenants):
+    tenant = tenants.user().tenant_id
+    first = new_batch(conn, tenant)
+    stage(conn, tenant, first, [row("c1", "s1", "a1"), row("c1", "s1", "a2")])
+    promote(conn, tenant, first)
+
+    # When an amended export changes one ad's spend
+    amended = new_batch(conn, tenant)
+    stage(conn, tenant, amended, [row("c1", "s1", "a1", spend="99.00"), row("c1", "s1", "a2")])
+    written = promote(conn, tenant, amended)
+
+    # Then one fact changed, one is unchanged, no dimension was written again
+    assert written["facts"] == {"distinct_rows": 2, "inserted": 0, "updated": 1}
+    assert (written["campaigns_upserted"], written["ad_sets_upserted"], written["ads_upserted"]) == (0, 0, 0)
+    assert [count(conn, t, tenant) for t in ("campaigns", "ad_sets", "ads", "daily_metrics")] == [
+        1, 1, 2, 2]
+    assert conn.execute("SELECT m.spend FROM daily_metrics m JOIN ads a ON a.id = m.ad_id "
+                        "WHERE a.external_id = 'a1' AND m.tenant_id = %s",
+                        (tenant,)).fetchone()["spend"] == Decimal("99.0000")
+
+
+def test_another_tenants_dimensions_are_never_resolved(conn, tenants):
+    # Given tenant A has ad a1; tenant B's export names a1 by id only
+    a, b = tenants.user("acme").tenant_id, tenants.user("globex").tenant_id
+    batch_a = new_batch(conn, a)
+    stage(conn, a, batch_a, [row("c1", "s1", "a1")])
+    promote(conn, a, batch_a)
+    batch_b = new_batch(conn, b)
+    stage(conn, b, batch_b, [row("c1", "s1", "a1", named=False)])
+    promote(conn, b, batch_b)
+
+    # Then B's fact has no ad (and a warning), and no row of B references one of A's
+    assert warnings(conn, batch_b) == [(1, "AD_METRIC_AD_NOT_FOUND")]
+    assert conn.execute("SELECT ad_id FROM daily_metrics WHERE tenant_id = %s",
+                        (b,)).fetchone()["ad_id"] is None
+    assert conn.execute(
+        "SELECT count(*) AS n FROM daily_metrics m JOIN campaigns c ON c.id = m.campaign_id "
+        "WHERE m.tenant_id <> c.tenant_id").fetchone()["n"] == 0
