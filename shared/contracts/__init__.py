@@ -2,12 +2,14 @@
 
 ``from shared import contracts`` then ``contracts.get("judgments")``,
 ``contracts.match_header(...)``, ``contracts.validate_row(...)``, ``contracts.codes.*``.
+``ad_metrics`` reads one ad platform's export: ``contracts.ad_metrics.for_platform("meta")``.
 """
 
 from __future__ import annotations
 
 from shared import errors
-from shared.contracts import codes
+from shared.contracts import ad_metrics, codes
+from shared.contracts.ad_metrics import AD_METRICS
 from shared.contracts.judgments import JUDGMENTS
 from shared.contracts.model import (
     INVALID,
@@ -34,15 +36,15 @@ from shared.contracts.model import (
 from shared.contracts.plaintiffs import PLAINTIFFS
 
 __all__ = [
-    "CONTRACTS", "INVALID", "JUDGMENTS", "PLAINTIFFS", "Column", "Contract", "HeaderMatch",
+    "AD_METRICS", "CONTRACTS", "INVALID", "JUDGMENTS", "PLAINTIFFS", "Column", "Contract", "HeaderMatch",
     "Issue", "NaturalKey", "RowResult", "RowRule", "Rule", "Severity", "Target",
-    "UnknownContract", "codes", "describe", "duplicate_issue", "get", "header_issues",
+    "UnknownContract", "ad_metrics", "codes", "describe", "duplicate_issue", "get", "header_issues",
     "header_key", "match_header", "natural_key", "sample_csv", "validate_row", "with_headers",
 ]
 
 # Every published contract by name, in promotion order.
 CONTRACTS: dict[str, Contract] = {c.name: c for c in sorted(
-    (JUDGMENTS, PLAINTIFFS), key=lambda c: c.promotion_order)}
+    (JUDGMENTS, PLAINTIFFS, AD_METRICS), key=lambda c: c.promotion_order)}
 
 
 class UnknownContract(errors.NotFound):
