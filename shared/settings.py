@@ -68,6 +68,8 @@ class CommonSettings(BaseSettings):
     # removed this many days after the batch finished / the error was written.
     import_staged_retention_days: float = Field(default=7.0, gt=0)
     import_errors_retention_days: float = Field(default=90.0, gt=0)
+    # A partial batch's staged rows are kept longer, for review (issue 13, docs/decisions/0151).
+    import_partial_staged_retention_days: float = Field(default=30.0, gt=0)
 
     @property
     def alert_urls(self) -> list[str]:

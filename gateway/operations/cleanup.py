@@ -42,6 +42,8 @@ class Policy:
     # Records imports (docs/decisions/0130): staged rows after their batch finished, row errors.
     staged_retention_s: float = 7 * 86400
     row_errors_retention_s: float = 90 * 86400
+    # A partial batch's staged rows, kept for review (docs/decisions/0151).
+    partial_staged_retention_s: float = 30 * 86400
 
     @classmethod
     def from_settings(cls, settings: Any) -> Policy:
@@ -49,7 +51,8 @@ class Policy:
         return cls(settings.upload_cleanup_ttl_hours * 3600,
                    settings.upload_failed_ttl_days * 86400, days * 86400 if days >= 0 else -1,
                    settings.import_staged_retention_days * 86400,
-                   settings.import_errors_retention_days * 86400)
+                   settings.import_errors_retention_days * 86400,
+                   settings.import_partial_staged_retention_days * 86400)
 
 
 @dataclass
@@ -218,8 +221,9 @@ def _import_rows(conn: db.Conn, policy: Policy, dry_run: bool, report: Report) -
                                        "row_errors")):
         limit = 2**31 - 1 if dry_run else IMPORT_ROWS_CHUNK
         while True:
-            row = conn.execute(Q[query], {"retention_s": retention, "limit": limit,
-                                          "dry_run": dry_run}).fetchone()
+            row = conn.execute(Q[query], {
+                "retention_s": retention, "limit": limit, "dry_run": dry_run,
+                "partial_retention_s": policy.partial_staged_retention_s}).fetchone()
             matched = int(row["matched"]) if row else 0
             setattr(report, counter, getattr(report, counter) + matched)
             if dry_run or matched < limit:

@@ -231,12 +231,14 @@ LEFT JOIN LATERAL (SELECT batch_id, hours_stale FROM ops.v_stale_imports
 
 -- name: expired_staged_rows
 -- Staged rows of batches finished more than the retention ago (a retry restarts from row 1,
--- docs/decisions/0128, so nothing needs them); a chunk at a time.
+-- docs/decisions/0128, so nothing needs them); a partial batch's after the longer review
+-- retention (docs/decisions/0151); a chunk at a time.
 WITH doomed AS (
     SELECT s.batch_id, s.row_number FROM import_staged_rows s
     JOIN import_batches b ON b.batch_id = s.batch_id AND b.tenant_id = s.tenant_id
     WHERE b.status IN ('completed', 'partial', 'failed')
-      AND b.completed_at < now() - make_interval(secs => %(retention_s)s)
+      AND b.completed_at < now() - make_interval(secs => CASE b.status
+              WHEN 'partial' THEN %(partial_retention_s)s ELSE %(retention_s)s END)
     LIMIT %(limit)s
 ), gone AS (
     DELETE FROM import_staged_rows s USING doomed d
