@@ -64,7 +64,23 @@ def batch_status(row: dict[str, Any]) -> dict[str, Any]:
         "completedAt": _iso(row["completed_at"]),
         "source": row["source"],
         "sourceReference": row["source_reference"],
-    }
+    } | ad_metrics(row)
+
+
+def ad_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """An ad-metrics batch's platform, client, rows upserted per entity and the days it
+    carried (docs/decisions/0149); nothing for a records batch, whose result stays the spec's."""
+    if row.get("platform") is None:
+        return {}
+    return {"adMetrics": {
+        "platform": row["platform"],
+        "clientId": str(row["client_id"]) if row["client_id"] else None,
+        "campaignsUpserted": row["campaigns_upserted"],
+        "adSetsUpserted": row["ad_sets_upserted"],
+        "adsUpserted": row["ads_upserted"],
+        "dailyMetricsUpserted": row["daily_metrics_upserted"],
+        "affectedDates": [d.isoformat() for d in row["affected_dates"]],
+    }}
 
 
 def _listed(row: dict[str, Any]) -> dict[str, Any]:

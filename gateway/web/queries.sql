@@ -21,6 +21,9 @@ SELECT b.batch_id, b.contract, b.contract_version, b.file_name, b.file_hash, b.b
        b.source, b.source_reference, b.error_threshold_percent, b.force_partial, b.created_by,
        b.status, b.rows_total, b.rows_valid, b.rows_invalid, b.rows_duplicate, b.rows_inserted,
        b.rows_updated, b.rows_unchanged, b.rejection_reason, b.parse_duration_ms,
+       -- ad metrics (migrations/0021): the batch page's per-entity counts
+       b.platform, b.client_id, b.campaigns_upserted, b.ad_sets_upserted, b.ads_upserted,
+       b.daily_metrics_upserted, b.affected_dates,
        b.db_duration_ms, b.created_at, b.started_at, b.completed_at
 FROM import_batches b
 WHERE b.tenant_id = %(tenant_id)s AND b.created_by = %(user_id)s
