@@ -79,9 +79,7 @@ def google(facts: Iterable[Fact]) -> bytes:
     out.write("Ad group report\n\"January 1, 2026 - January 31, 2026\"\n")
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(GOOGLE_HEADER)
-    rows = 0
     for f in facts:
-        rows += 1
         writer.writerow([f"Campaign {f.campaign}", f.campaign, f"Ad set {f.ad_set}", f.ad_set,
                          f.day.isoformat(), "USD", _money(f.spend) if f.valid else "n/a!",
                          f"{f.impressions:,}", f"{f.clicks:,}", f.conversions])

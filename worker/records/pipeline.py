@@ -18,10 +18,10 @@ from uuid import UUID
 import psycopg
 
 from shared import contracts, db, jobs, objectstore
+from shared.contracts import ad_metrics
 from shared.settings import WorkerSettings
 from worker import runs
 from worker.pipeline import read
-from shared.contracts import ad_metrics
 from worker.records import ad_promote, parse, promote, rowlog, stage
 from worker.records.parse import BatchRejected
 
