@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from shared import aws, queue
-from tests.support import records, stack
+from tests.support import ad_exports, records, stack
 from tests.support.stack import wait_until
 
 ACTIVE = ("processing", "staging_complete", "promoting")
@@ -27,9 +27,14 @@ def judgments(prefix: str, rows: int) -> bytes:
     return (records.CSV_HEADER + "".join(lines)).encode()
 
 
-def submit(gateway, user, data: bytes) -> str:
+def ad_metrics(rows: int) -> bytes:
+    """A Meta daily export of ``rows`` rows (10 days of rows/10 ads)."""
+    return ad_exports.meta(ad_exports.grid(10, 50, rows // 10, 10))
+
+
+def submit(gateway, user, data: bytes, **fields: str) -> str:
     with gateway.client(user.token) as client:
-        response = records.upload(client, "export.csv", data)
+        response = records.upload(client, "export.csv", data, **fields)
     assert response.status_code == 202, response.text
     return response.json()["batch_id"]
 
@@ -99,8 +104,11 @@ def test_a_fourth_import_waits_in_the_outbox_never_in_the_dlq(
         for worker in workers:
             stack.wait_for_log(worker, '"event":"worker started"', timeout=120)
         with Sampler(database_url, user.tenant_id) as sampler:
-            # When one tenant imports four files
-            batches = [submit(gateway, user, judgments(f"T{i}", ROWS)) for i in range(4)]
+            # When one tenant imports four files, two of them ad-metrics exports (one slot
+            # pool for every contract)
+            batches = [submit(gateway, user, judgments(f"T{i}", ROWS)) for i in range(2)]
+            batches += [submit(gateway, user, ad_metrics(rows), contract="ad_metrics",
+                               platform="meta") for rows in (ROWS, ROWS + 10)]
 
             # Then three parse (and are held), and the fourth waits pending in the outbox,
             # published again and again, more often than the queue's receive limit
