@@ -39,7 +39,7 @@ __all__ = [
     "AD_METRICS", "CONTRACTS", "INVALID", "JUDGMENTS", "PLAINTIFFS", "Column", "Contract", "HeaderMatch",
     "Issue", "NaturalKey", "RowResult", "RowRule", "Rule", "Severity", "Target",
     "UnknownContract", "ad_metrics", "codes", "describe", "duplicate_issue", "get", "header_issues",
-    "header_key", "match_header", "natural_key", "sample_csv", "validate_row", "with_headers",
+    "header_key", "match_header", "natural_key", "publish", "sample_csv", "validate_row", "with_headers",
 ]
 
 # Every published contract by name, in promotion order.
@@ -51,6 +51,19 @@ class UnknownContract(errors.NotFound):
     """No contract has that name; GET /v1/contracts lists them."""
 
     code = "unknown_contract"
+
+
+# Contracts read from several exports (ad platforms): name → variant → its contract.
+VARIANTS: dict[str, dict[str, Contract]] = {"ad_metrics": ad_metrics.VARIANTS}
+
+
+def publish(contract: Contract) -> dict[str, object]:
+    """``describe`` of the contract, with each variant's own description under ``variants``
+    (every platform's header mapping, rules, codes and example)."""
+    view: dict[str, object] = describe(contract)
+    if contract.name in VARIANTS:
+        view["variants"] = {name: describe(v) for name, v in VARIANTS[contract.name].items()}
+    return view
 
 
 def get(name: str) -> Contract:

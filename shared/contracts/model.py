@@ -402,12 +402,20 @@ def describe(contract: Contract) -> dict[str, Any]:
 
     header = [c.headers[0] if c.headers else c.name for c in contract.columns]
     example = contract.examples[0] if contract.examples else {}
+    variant = {} if contract.variant is None else {
+        "variant": contract.variant,
+        # How the export is laid out around its rows (worker/records/parse.py).
+        "layout": {"title_lines_before_header": contract.preamble_lines,
+                   "total_rows_start_with": list(contract.summary_prefixes),
+                   "empty_cell_markers": sorted(contract.empty_markers)}}
     return {
         "name": contract.name,
+        **variant,
         "version": contract.version,
         "description": contract.description,
         "columns": [{"name": c.name, "headers": list(c.headers or (c.name,)),
-                     "required": c.required, "description": c.description}
+                     "required": c.required, "description": c.description,
+                     **({"header_unit_sets": c.unit_field} if c.unit_field else {})}
                     for c in contract.columns],
         "rules": [_rule_view(rule, name) for name, rule in contract.rules()],
         "batch_rules": [_rule_view(rule, None) for rule in codes.BATCH_RULES],
