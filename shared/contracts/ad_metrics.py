@@ -167,6 +167,18 @@ ROW_RULES = (
 )
 
 
+# Checked at promotion against the tenant's stored dimensions (worker/records/ad_promote.py,
+# docs/decisions/0149): spec §6.1 "FK not found" keeps the fact with a NULL reference.
+AD_SET_NOT_FOUND = Rule("AD_METRIC_AD_SET_NOT_FOUND", WARNING,
+                        "The row names an ad set by id only (no name), and no ad set with that "
+                        "id exists for this client and platform; the metrics are kept without "
+                        "it.")
+AD_NOT_FOUND = Rule("AD_METRIC_AD_NOT_FOUND", WARNING,
+                    "The row names an ad by id only (no name), and no ad with that id exists "
+                    "for this client and platform; the metrics are kept without it.")
+PROMOTION_RULES = (("ad_set_external_id", AD_SET_NOT_FOUND), ("ad_external_id", AD_NOT_FOUND))
+
+
 def _key_part(value: Any) -> str:
     if value is None:
         return ""
@@ -192,6 +204,7 @@ AD_METRICS = Contract(
                    "already appeared earlier in this file; the row is counted as a duplicate "
                    "and not promoted."),
     row_rules=ROW_RULES,
+    promotion_rules=PROMOTION_RULES,
     promotion_order=2,
     examples=(
         {"campaign_external_id": "120210000000000001", "campaign_name": "Spring sale",

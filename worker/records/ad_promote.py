@@ -17,7 +17,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from shared import contracts, db
-from shared.contracts import Rule, Severity
+from shared.contracts import ad_metrics
 from worker import runs
 from worker.records import completion
 from worker.records.promote import Counts
@@ -29,13 +29,10 @@ RQ = db.load_queries(Path(__file__).with_name("records.sql"))
 # The spec's "batch size for promotion" (§5.3): bounds each statement's working set.
 GROUP_ROWS = 1000
 
-# Spec §6.1 "FK not found": the fact is kept with a NULL reference and the row warned.
-AD_SET_NOT_FOUND = Rule("AD_METRIC_AD_SET_NOT_FOUND", Severity.WARNING,
-                        "The row names an ad set by id only, and no ad set with that id exists "
-                        "for this client and platform; the metrics are kept without it.")
-AD_NOT_FOUND = Rule("AD_METRIC_AD_NOT_FOUND", Severity.WARNING,
-                    "The row names an ad by id only, and no ad with that id exists for this "
-                    "client and platform; the metrics are kept without it.")
+# Spec §6.1 "FK not found": the fact is kept with a NULL reference and the row warned; rules
+# of the published contract, so GET /v1/contracts/ad_metrics lists them.
+AD_SET_NOT_FOUND = ad_metrics.AD_SET_NOT_FOUND
+AD_NOT_FOUND = ad_metrics.AD_NOT_FOUND
 
 
 def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
