@@ -14,7 +14,7 @@ from decimal import Decimal
 import pytest
 
 from tests.e2e.test_records_worker import _held_worker, batch, drain, errors, published
-from tests.support import ad_exports, records, stack
+from tests.support import ad_exports, browser, records, stack
 from tests.support.ad_exports import Fact
 from tests.support.stack import wait_until
 
@@ -256,3 +256,30 @@ def test_sigkill_mid_promotion_reruns_without_duplicates_and_one_event(
     assert counts(conn, user.tenant_id) == {"campaigns": 3, "ad_sets": 6, "ads": 30,
                                             "daily_metrics": 120}
     assert len(events(conn, batch_id)) == 1
+
+
+# ── the batch page ──────────────────────────────────────────────────────────────────────────
+@pytest.mark.slow
+def test_batch_page_shows_per_entity_counts_and_affected_dates(gateway, tenants, conn,
+                                                               stack_env, out_dir, context):
+    from playwright.sync_api import expect
+
+    # Given a Meta export imported by a worker
+    user = tenants.user(role="user")
+    batch_id = submit(gateway, user, ad_exports.meta(ad_exports.grid(2, 3, 6, 2)))
+    drain(conn, stack_env, out_dir, batch_id)
+
+    # When its uploader opens the batch page
+    page = context.new_page()
+    browser.sign_in(page, gateway.url, user.email)
+    page.goto(f"{gateway.url}/imports/{batch_id}")
+
+    # Then the ad-metrics card shows what each step upserted and the days it covered
+    card = page.locator("[data-field=ad_metrics]")
+    expect(card.locator("[data-field=campaigns_upserted]")).to_have_text("2")
+    expect(card.locator("[data-field=ad_sets_upserted]")).to_have_text("3")
+    expect(card.locator("[data-field=ads_upserted]")).to_have_text("6")
+    expect(card.locator("[data-field=daily_metrics_upserted]")).to_have_text("12")
+    expect(card.locator("[data-field=affected_dates]")).to_have_text("2026-01-01, 2026-01-02")
+    expect(card.locator("[data-field=platform]")).to_have_text("meta")
+    page.screenshot(path=str(out_dir / "ad-metrics-batch.png"), full_page=True)
