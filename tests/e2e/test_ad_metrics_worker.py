@@ -141,6 +141,12 @@ def test_89_percent_valid_fails_and_with_force_partial_ends_partial(gateway, ten
     assert events(conn, failed) == []
     assert {e["code"] for e in errors(conn, failed) if e["severity"] == "critical"} == {
         "AD_METRIC_SPEND_INVALID"}
+    # (the spec's staging view shows the 11 as invalid, with their errors)
+    view = conn.execute("SELECT validation_status AS s, count(*) AS n, min(row_index) AS first, "
+                        "min(validation_errors->0->>'code') AS code FROM staging_rows "
+                        "WHERE upload_id = %s GROUP BY 1 ORDER BY 1", (failed,)).fetchall()
+    assert [(v["s"], v["n"]) for v in view] == [("invalid", 11), ("valid", 89)]
+    assert (view[0]["first"], view[0]["code"]) == (0, "AD_METRIC_SPEND_INVALID")
     # and with it the 89 valid rows were promoted and the batch ended partial, with its event
     row = batch(conn, forced)
     assert (row["status"], row["rows_invalid"], row["daily_metrics_upserted"]) == ("partial", 11, 89)
@@ -148,6 +154,32 @@ def test_89_percent_valid_fails_and_with_force_partial_ends_partial(gateway, ten
     [event] = events(conn, forced)
     assert (event["status"], event["metrics"]["failed_rows"], event["metrics"]["promoted_rows"]) == (
         "partial", 11, 89)
+
+
+def test_repeated_day_and_ad_in_one_export_is_a_duplicate_the_first_row_wins(
+        gateway, tenants, conn, stack_env, out_dir):
+    user = tenants.user()
+    facts = [Fact("90001", "80001", "70001", date(2026, 1, 1), spend="10.00"),
+             Fact("90001", "80001", "70002", date(2026, 1, 1)),
+             Fact("90001", "80001", "70001", date(2026, 1, 1), spend="99.00")]
+    batch_id = submit(gateway, user, ad_exports.meta(facts))
+    drain(conn, stack_env, out_dir, batch_id)
+
+    row = batch(conn, batch_id)
+    assert (row["status"], row["rows_duplicate"], row["daily_metrics_upserted"]) == (
+        "completed", 1, 2)
+    assert [(e["row_number"], e["code"]) for e in errors(conn, batch_id)] == [
+        (3, "AD_METRIC_DUPLICATE")]
+    assert conn.execute("SELECT sum(spend) AS s FROM daily_metrics WHERE tenant_id = %s",
+                        (user.tenant_id,)).fetchone()["s"] == Decimal("22.34")
+    # the spec's staging view: three valid rows, 0-based, each with its key's SHA-256
+    staged = conn.execute("SELECT row_index, entity_type, validation_status, natural_key_hash "
+                          "FROM staging_rows WHERE upload_id = %s ORDER BY row_index",
+                          (batch_id,)).fetchall()
+    assert [(r["row_index"], r["entity_type"], r["validation_status"]) for r in staged] == [
+        (0, "daily_metric", "valid"), (1, "daily_metric", "valid"), (2, "daily_metric", "valid")]
+    assert staged[0]["natural_key_hash"] == staged[2]["natural_key_hash"] != staged[1][
+        "natural_key_hash"]
 
 
 # ── missing parents ─────────────────────────────────────────────────────────────────────────
