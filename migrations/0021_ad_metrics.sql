@@ -55,8 +55,11 @@ ALTER TABLE import_batches
 
 -- ── production: dimensions ─────────────────────────────────────────────────────────────────
 -- Keyed (tenant, client, platform, external id). client_id is optional: NULLS NOT DISTINCT
--- keeps the tenant's own (client-less) rows unique too. The (tenant_id, client_id) reference
--- is MATCH SIMPLE: a NULL client is not checked, any other must be the tenant's.
+-- keeps the tenant's own (client-less) rows unique too. lookup_key is the same key as one text
+-- (the tenant's id first, so it never matches across tenants), with an index of its own:
+-- promotion resolves references by it, one probe per row, whatever the planner's statistics
+-- say about the tenant (docs/decisions/0149). The (tenant_id, client_id) reference is MATCH
+-- SIMPLE: a NULL client is not checked, any other must be the tenant's.
 CREATE TABLE campaigns (
     id          UUID PRIMARY KEY DEFAULT gen_random_uuid(),
     tenant_id   UUID NOT NULL REFERENCES tenants(tenant_id),
@@ -67,15 +70,16 @@ CREATE TABLE campaigns (
     batch_id    UUID,  -- the batch that last inserted or changed the row
     created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
     updated_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    lookup_key  TEXT NOT NULL GENERATED ALWAYS AS (
+        tenant_id::text || '|' || platform || '|' || COALESCE(client_id::text, '') || '|' ||
+        external_id) STORED,
     CONSTRAINT campaigns_natural_key
         UNIQUE NULLS NOT DISTINCT (tenant_id, client_id, platform, external_id),
+    CONSTRAINT campaigns_lookup_key UNIQUE (lookup_key),
     UNIQUE (tenant_id, id),
     FOREIGN KEY (tenant_id, client_id) REFERENCES ad_clients (tenant_id, client_id),
     FOREIGN KEY (tenant_id, batch_id) REFERENCES import_batches (tenant_id, batch_id)
 );
--- Promotion resolves references by external id (the client matched as NOT DISTINCT, which an
--- index cannot take as a condition; the tenant/platform/id prefix narrows to one or two rows).
-CREATE INDEX idx_campaigns_external ON campaigns (tenant_id, platform, external_id);
 
 CREATE TABLE ad_sets (
     id          UUID PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -88,15 +92,17 @@ CREATE TABLE ad_sets (
     batch_id    UUID,
     created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
     updated_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    lookup_key  TEXT NOT NULL GENERATED ALWAYS AS (
+        tenant_id::text || '|' || platform || '|' || COALESCE(client_id::text, '') || '|' ||
+        external_id) STORED,
     CONSTRAINT ad_sets_natural_key
         UNIQUE NULLS NOT DISTINCT (tenant_id, client_id, platform, external_id),
+    CONSTRAINT ad_sets_lookup_key UNIQUE (lookup_key),
     UNIQUE (tenant_id, id),
     FOREIGN KEY (tenant_id, client_id) REFERENCES ad_clients (tenant_id, client_id),
     FOREIGN KEY (tenant_id, campaign_id) REFERENCES campaigns (tenant_id, id),
     FOREIGN KEY (tenant_id, batch_id) REFERENCES import_batches (tenant_id, batch_id)
 );
-CREATE INDEX idx_ad_sets_external ON ad_sets (tenant_id, platform, external_id);
-CREATE INDEX idx_ad_sets_campaign ON ad_sets (tenant_id, campaign_id);
 
 CREATE TABLE ads (
     id          UUID PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -110,16 +116,18 @@ CREATE TABLE ads (
     batch_id    UUID,
     created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
     updated_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    lookup_key  TEXT NOT NULL GENERATED ALWAYS AS (
+        tenant_id::text || '|' || platform || '|' || COALESCE(client_id::text, '') || '|' ||
+        external_id) STORED,
     CONSTRAINT ads_natural_key
         UNIQUE NULLS NOT DISTINCT (tenant_id, client_id, platform, external_id),
+    CONSTRAINT ads_lookup_key UNIQUE (lookup_key),
     UNIQUE (tenant_id, id),
     FOREIGN KEY (tenant_id, client_id) REFERENCES ad_clients (tenant_id, client_id),
     FOREIGN KEY (tenant_id, campaign_id) REFERENCES campaigns (tenant_id, id),
     FOREIGN KEY (tenant_id, ad_set_id) REFERENCES ad_sets (tenant_id, id),
     FOREIGN KEY (tenant_id, batch_id) REFERENCES import_batches (tenant_id, batch_id)
 );
-CREATE INDEX idx_ads_external ON ads (tenant_id, platform, external_id);
-CREATE INDEX idx_ads_ad_set ON ads (tenant_id, ad_set_id);
 
 -- ── production: facts ──────────────────────────────────────────────────────────────────────
 -- One row per (tenant, client, platform, day, campaign, ad set, ad); a reference whose parent

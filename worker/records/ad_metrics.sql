@@ -3,7 +3,12 @@
 -- group of staged rows at a time, every group inside the batch's one promotion transaction.
 -- A group is the batch's non-duplicate staged rows with row_number in (after, upto]. Every
 -- query names the tenant; references resolve through (tenant, client, platform, external id),
--- the client compared NOT DISTINCT so a client-less upload finds the tenant's client-less rows.
+-- a client-less upload finding the tenant's client-less rows.
+-- References resolve through the dimensions' lookup_key (migrations/0021): "<tenant>|<platform>|
+-- <client or empty>|" (the key_prefix the caller builds) followed by the external id, an
+-- equality on a unique index of its own. Joined on (tenant_id, platform, external_id, client NOT
+-- DISTINCT) instead, the planner — whose statistics describe other tenants, or none — took any
+-- index starting with tenant_id and scanned the tenant's rows once per looked-up row.
 
 -- name: groups
 -- The last row number of each group of %(group_rows)s staged rows, in order.
@@ -59,9 +64,7 @@ WITH grp AS (
     SELECT %(tenant_id)s::uuid, %(client_id)s::uuid, %(platform)s::text, src.external_id,
            src.name, c.id, %(batch_id)s::uuid
     FROM src
-    LEFT JOIN campaigns c ON c.tenant_id = %(tenant_id)s AND c.platform = %(platform)s
-         AND c.external_id = src.campaign_external_id
-         AND c.client_id IS NOT DISTINCT FROM %(client_id)s::uuid
+    LEFT JOIN campaigns c ON c.lookup_key = %(key_prefix)s::text || src.campaign_external_id
     ON CONFLICT ON CONSTRAINT ad_sets_natural_key DO UPDATE
     SET name = EXCLUDED.name, campaign_id = COALESCE(EXCLUDED.campaign_id, a.campaign_id),
         batch_id = EXCLUDED.batch_id, updated_at = now()
@@ -90,12 +93,8 @@ WITH grp AS (
     SELECT %(tenant_id)s::uuid, %(client_id)s::uuid, %(platform)s::text, src.external_id,
            src.name, c.id, s.id, %(batch_id)s::uuid
     FROM src
-    LEFT JOIN campaigns c ON c.tenant_id = %(tenant_id)s AND c.platform = %(platform)s
-         AND c.external_id = src.campaign_external_id
-         AND c.client_id IS NOT DISTINCT FROM %(client_id)s::uuid
-    LEFT JOIN ad_sets s ON s.tenant_id = %(tenant_id)s AND s.platform = %(platform)s
-         AND s.external_id = src.ad_set_external_id
-         AND s.client_id IS NOT DISTINCT FROM %(client_id)s::uuid
+    LEFT JOIN campaigns c ON c.lookup_key = %(key_prefix)s::text || src.campaign_external_id
+    LEFT JOIN ad_sets s ON s.lookup_key = %(key_prefix)s::text || src.ad_set_external_id
     ON CONFLICT ON CONSTRAINT ads_natural_key DO UPDATE
     SET name = EXCLUDED.name, campaign_id = COALESCE(EXCLUDED.campaign_id, a.campaign_id),
         ad_set_id = COALESCE(EXCLUDED.ad_set_id, a.ad_set_id), batch_id = EXCLUDED.batch_id,
@@ -118,19 +117,14 @@ WITH grp AS (
 INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
 SELECT %(tenant_id)s, %(batch_id)s, g.row_number, x.field, x.code, 'warning', x.message, g.data
 FROM grp g
+LEFT JOIN ad_sets s ON s.lookup_key = %(key_prefix)s::text || (g.data->>'ad_set_external_id')
+LEFT JOIN ads a ON a.lookup_key = %(key_prefix)s::text || (g.data->>'ad_external_id')
 CROSS JOIN LATERAL (VALUES
-    ('ad_set_external_id', %(ad_set_code)s::text, %(ad_set_message)s::text),
-    ('ad_external_id', %(ad_code)s::text, %(ad_message)s::text)) AS x(field, code, message)
-WHERE (x.field = 'ad_set_external_id' AND g.data->>'ad_set_external_id' IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM ad_sets s
-                       WHERE s.tenant_id = %(tenant_id)s AND s.platform = %(platform)s
-                         AND s.external_id = g.data->>'ad_set_external_id'
-                         AND s.client_id IS NOT DISTINCT FROM %(client_id)s::uuid))
-   OR (x.field = 'ad_external_id' AND g.data->>'ad_external_id' IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM ads a
-                       WHERE a.tenant_id = %(tenant_id)s AND a.platform = %(platform)s
-                         AND a.external_id = g.data->>'ad_external_id'
-                         AND a.client_id IS NOT DISTINCT FROM %(client_id)s::uuid));
+    ('ad_set_external_id', %(ad_set_code)s::text, %(ad_set_message)s::text,
+     g.data->>'ad_set_external_id' IS NOT NULL AND s.id IS NULL),
+    ('ad_external_id', %(ad_code)s::text, %(ad_message)s::text,
+     g.data->>'ad_external_id' IS NOT NULL AND a.id IS NULL)) AS x(field, code, message, missing)
+WHERE x.missing;
 
 -- name: upsert_daily_metrics
 -- Facts with their references resolved through the dimensions' natural keys (NULL where a
@@ -146,15 +140,9 @@ WITH grp AS (
     FROM (SELECT g.row_number, (g.data->>'metric_date')::date AS metric_date,
                  c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id, g.data
           FROM grp g
-          LEFT JOIN campaigns c ON c.tenant_id = %(tenant_id)s AND c.platform = %(platform)s
-               AND c.external_id = g.data->>'campaign_external_id'
-               AND c.client_id IS NOT DISTINCT FROM %(client_id)s::uuid
-          LEFT JOIN ad_sets s ON s.tenant_id = %(tenant_id)s AND s.platform = %(platform)s
-               AND s.external_id = g.data->>'ad_set_external_id'
-               AND s.client_id IS NOT DISTINCT FROM %(client_id)s::uuid
-          LEFT JOIN ads a ON a.tenant_id = %(tenant_id)s AND a.platform = %(platform)s
-               AND a.external_id = g.data->>'ad_external_id'
-               AND a.client_id IS NOT DISTINCT FROM %(client_id)s::uuid) r
+          LEFT JOIN campaigns c ON c.lookup_key = %(key_prefix)s::text || (g.data->>'campaign_external_id')
+          LEFT JOIN ad_sets s ON s.lookup_key = %(key_prefix)s::text || (g.data->>'ad_set_external_id')
+          LEFT JOIN ads a ON a.lookup_key = %(key_prefix)s::text || (g.data->>'ad_external_id')) r
     ORDER BY metric_date, campaign_id, ad_set_id, ad_id, row_number
 ), written AS (
     INSERT INTO daily_metrics AS m (tenant_id, client_id, platform, metric_date, campaign_id,

@@ -80,6 +80,8 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
 def write_groups(conn: db.Conn, params: dict[str, Any], group_rows: int) -> dict[str, Any]:
     """Every group in row order, in the caller's transaction: dimensions parent first, then
     the warnings for parents still missing, then the facts. Counts summed over the groups."""
+    params = {**params, "key_prefix": key_prefix(params["tenant_id"], params["platform"],
+                                                 params["client_id"])}
     upto = [r["upto"] for r in conn.execute(Q["groups"], {**params, "group_rows": group_rows})]
     totals = {"campaigns_upserted": 0, "ad_sets_upserted": 0, "ads_upserted": 0,
               "daily_metrics_upserted": 0}
@@ -100,6 +102,11 @@ def write_groups(conn: db.Conn, params: dict[str, Any], group_rows: int) -> dict
         after = last
     totals["daily_metrics_upserted"] = facts["inserted"] + facts["updated"]
     return {**totals, "facts": facts}
+
+
+def key_prefix(tenant_id: Any, platform: str, client_id: Any) -> str:
+    """The dimensions' lookup_key up to the external id (migrations/0021_ad_metrics.sql)."""
+    return f"{tenant_id}|{platform}|{client_id or ''}|"
 
 
 def _one(row: dict[str, Any] | None) -> dict[str, Any]:

@@ -125,12 +125,16 @@ WHERE seen > 1;
 -- A natural key (the contract's, as staged) seen at an earlier row of the same file: the row is
 -- flagged, so promotion skips it, and warned. Ad metrics (docs/decisions/0149); the flag is
 -- what makes each promotion group's upserts see one row per key.
-WITH seen AS (
-    SELECT row_number, row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS n
-    FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+-- The repeats are found first (usually none), then flagged by primary key: joined to the
+-- whole window instead, a fresh stage without statistics was scanned once per row.
+WITH repeated AS (
+    SELECT row_number FROM (
+        SELECT row_number, row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS n
+        FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) w
+    WHERE n > 1
 ), flagged AS (
     UPDATE import_staged_rows s SET is_duplicate = true
-    FROM seen WHERE s.batch_id = %(batch_id)s AND s.row_number = seen.row_number AND seen.n > 1
+    FROM repeated r WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
     RETURNING s.batch_id, s.row_number, s.data
 )
 INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
