@@ -21,7 +21,7 @@ WHERE d.delivery_id = due.delivery_id
   AND e.tenant_id = d.tenant_id AND e.event_id = d.event_id
 RETURNING d.delivery_id, d.tenant_id, d.webhook_id, d.event_id, d.message_id, d.claim_token,
           d.attempts, w.url, w.secret, e.event_type, e.payload,
-          extract(epoch FROM (now() - e.created_at)) AS age_s;
+          extract(epoch FROM (now() - d.created_at)) AS age_s;
 
 -- name: delivered
 UPDATE webhook_deliveries
