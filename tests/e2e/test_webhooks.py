@@ -224,13 +224,15 @@ def test_dev_mode_lets_a_local_receiver_take_a_test_event(tenants, stack_env, ou
 
 def test_delivery_checks_the_url_again_and_sends_nothing_where_no_longer_allowed(
         tenants, stack_env, out_dir, receiver):
-    # Given a loopback receiver registered while allow-listed
-    gw = stack.start_gateway(allowing(stack_env, receiver.url), out_dir, name="gateway")
-    # and a worker whose configuration no longer allows it (production mode, no allowlist)
+    # Given a loopback receiver registered through a DEV_MODE gateway (loopback allowed there)
+    port = receiver.url.split(":")[2].split("/")[0]
+    url = f"https://127.0.0.1:{port}/hooks/dragonfly"
+    gw = stack.start_gateway({**stack_env, "DEV_MODE": "true"}, out_dir, name="gateway-dev")
+    # and a worker whose rules refuse loopback (production mode, no allowlist)
     worker = stack.start_worker({**stack_env, **FAST_RETRIES}, out_dir, name="worker")
     try:
         user = tenants.user()
-        webhook = register(gw, user.token, receiver.url)
+        webhook = register(gw, user.token, url)
 
         # When an event is sent to it
         with gw.client(user.token) as c:
@@ -245,7 +247,8 @@ def test_delivery_checks_the_url_again_and_sends_nothing_where_no_longer_allowed
     # Then no request reached it; the log says why and the delivery stays pending for retry
     assert receiver.requests == []
     assert entry["status"] == "pending" and entry["last_status_code"] is None
-    assert entry["last_error"].startswith("not sent:")
+    assert entry["last_error"].startswith("not sent:") and "resolves to 127.0.0.1" in entry[
+        "last_error"]
 
 
 def test_a_receiver_that_never_takes_it_fails_after_the_retry_window(tenants, stack_env, out_dir):
