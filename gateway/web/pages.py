@@ -29,6 +29,7 @@ from gateway.records import service as records
 from gateway.search import routes as search_routes
 from gateway.search import service as search_service
 from gateway.web import assets, errorpages, reads, session
+from gateway.webhooks import webhooks
 from shared import contracts, errors
 
 # No inline script or style anywhere, so the policy can forbid both.
@@ -373,6 +374,30 @@ async def user_list(request: Request, ctx: Context) -> Template:
 
 
 # ── records read-back (gateway/records/service.py, docs/decisions/0124) ────────────────────
+# Webhooks (docs/decisions/0155): server-rendered from the same functions as /v1/webhooks;
+# add, delete and "send test event" go through that API from webhooks.js (CSRF header).
+@get("/webhooks")
+async def webhook_list(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+    window = paging.Window(page, reads.PAGE_SIZE)
+    rows = await webhooks.listing(ctx.pool, auth.current(request).tenant_id,
+                                  limit=window.limit + 1, offset=(page - 1) * window.limit)
+    # Rows as read (datetimes for the time macro); never the secret: the query has none.
+    return render(request, "admin/webhooks.html", listing=window.result(rows, dict),
+                  event_types=webhooks.EVENT_TYPES)
+
+
+@get("/webhooks/{webhook_id:str}")
+async def webhook_log(webhook_id: str, request: Request, ctx: Context,
+                      page: int = paging.PAGE) -> Template:
+    tenant_id, hook_id = auth.current(request).tenant_id, _uuid(webhook_id, "webhook")
+    window = paging.Window(page, reads.PAGE_SIZE)
+    hook = await webhooks.get(ctx.pool, tenant_id, hook_id)
+    rows = await webhooks.deliveries(ctx.pool, tenant_id, hook_id, limit=window.limit + 1,
+                                     offset=(page - 1) * window.limit)
+    return render(request, "admin/webhook.html", webhook=hook,
+                  listing=window.result(rows, dict))
+
+
 @get("/records", sync_to_thread=False)
 def records_home() -> Redirect:
     return Redirect("/records/judgments")
@@ -413,7 +438,8 @@ def _form_values(request: Request) -> dict[str, str]:
 def router(files: assets.Assets) -> Router:
     admin = Router("/admin", guards=[auth.admin_only], route_handlers=[
         overview, sources, source, dead_letters, dead_letter,
-        fleet, own_dead_letters, own_dead_letter, user_list, events, event])
+        fleet, own_dead_letters, own_dead_letter, user_list, events, event,
+        webhook_list, webhook_log])
     return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
                   before_request=_who,
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,

@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 from shared import contracts, db
 from shared.contracts import codes, plaintiffs
 from worker import runs
+from worker.records.completion import emit_ingestion_complete
 from worker.records.parse import BatchRejected
 from worker.records.stage import Target
 
@@ -98,6 +99,13 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
                             "rows_duplicate": counts.duplicate})}).fetchone()
         if done is None:
             raise runs.LeaseLost(f"run {target.run_id} is no longer ours to finish")
+        # The IngestionCompleteEvent commits with the status (docs/decisions/0152).
+        emit_ingestion_complete(
+            conn, tenant_id=target.tenant_id, batch_id=target.batch_id, contract=contract.name,
+            status=status, client_id=None, platform=None, affected_dates=[], metrics={
+                "total_rows": counts.total, "promoted_rows": written["distinct_rows"],
+                "failed_rows": counts.invalid,
+                f"{contract.name}_upserted": result["inserted"] + result["updated"]})
     return {**result, "partial": int(status == "partial")}
 
 
