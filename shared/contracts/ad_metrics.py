@@ -176,8 +176,8 @@ def _key_part(value: Any) -> str:
 AD_METRICS = Contract(
     name="ad_metrics", version="1.0.0", entity="AD_METRIC",
     description="Daily ad-platform metrics: one row per day and campaign (and ad set, and ad, "
-    "as the export breaks them down). Upload with platform=meta, google or tiktok to read that "
-    "platform's own export; the columns below are the canonical names (e.g. JSON lines).",
+    "as the export breaks them down). Upload with platform=meta, google or tiktok: each reads "
+    "that platform's own export, and every platform's canonical field names too.",
     columns=COLUMNS,
     key=NaturalKey(("metric_date", "campaign_external_id", "ad_set_external_id",
                     "ad_external_id"),
