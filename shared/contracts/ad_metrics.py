@@ -11,7 +11,7 @@ currency column or the header's unit (`Amount spent (USD)`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
@@ -148,7 +148,7 @@ COLUMNS = (
                         "Reporting ends is not a date; it was ignored.")),
 )
 
-def _outside_range(v: dict[str, Any]) -> bool:
+def _outside_range(v: Mapping[str, Any]) -> bool:
     return not v["reporting_starts"] <= v["metric_date"] <= v["reporting_ends"]
 
 
