@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from gateway.search.embedding import QueryEmbedder
+from gateway.search.embedding import QueryEmbedder, worker_model_loader
 from shared import db, errors
 from shared.settings import GatewaySettings
 
@@ -209,7 +209,11 @@ class Runtime:
 
     def __init__(self, settings: GatewaySettings, embedder: QueryEmbedder | None = None) -> None:
         self.settings = settings
-        self.embedder = embedder or QueryEmbedder(settings.embedding_model)
+        # The workers' variant (ADR 0110: both share the model's space, so versions of either
+        # are searched together), on the CPU threads SEARCH_EMBED_THREADS (ADR 0158).
+        self.embedder = embedder or QueryEmbedder(settings.embedding_model, worker_model_loader(
+            variant=settings.embedding_variant, cache_dir=settings.embedding_cache_dir,
+            threads=settings.search_embed_threads))
 
     def check_enabled(self) -> None:
         if not self.settings.search_enabled:
@@ -238,15 +242,19 @@ async def candidates(conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequ
     text: list[tuple[UUID, UUID]] = []
     near: list[tuple[UUID, UUID]] = []
     distance: dict[UUID, float] = {}
+    # prepare=False: each execution is planned for its own parameters. A prepared statement goes
+    # generic after a few runs on a connection, and the generic plan of these "NULL = no
+    # filter" shapes scans every chunk of the tenant instead of the GIN or HNSW index (ADR 0158).
     if request.mode in ("hybrid", "text"):
-        rows = await (await conn.execute(Q["text_candidates"], {**base, "q": request.q})).fetchall()
+        rows = await (await conn.execute(Q["text_candidates"], {**base, "q": request.q},
+                                         prepare=False)).fetchall()
         text = [(r["chunk_id"], r["doc_id"]) for r in rows]
     if request.mode in ("hybrid", "vector") and vector is not None:
         # Room in the index walk for the rows the tenant and activity filters drop.
         ef_search = min(MAX_EF_SEARCH, max(100, request.pool_size * 2))
         await conn.execute(Q["set_ef_search"], {"ef_search": str(ef_search)})
         rows = await (await conn.execute(Q["vector_candidates"], {
-            **base, "vector": _literal(vector), "model": model})).fetchall()
+            **base, "vector": _literal(vector), "model": model}, prepare=False)).fetchall()
         near = [(r["chunk_id"], r["doc_id"]) for r in rows]
         distance = {r["chunk_id"]: float(r["distance"]) for r in rows}
     return Candidates(text, near, distance)
