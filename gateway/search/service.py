@@ -32,8 +32,10 @@ MAX_DOC_IDS = 20
 # Each list contributes this many candidates to the fusion: a chunk ranked below them would
 # add less than 1/(60+200) to any score, below what separates the top k.
 MIN_POOL, MAX_POOL = 40, 200
-# pgvector's HNSW walk returns at most ef_search rows before our filters; its maximum is 1000.
-MAX_EF_SEARCH = 1000
+# pgvector's HNSW candidate list: the pool size, at least pgvector's default of 40, at most its
+# maximum of 1000. Iterative scans (queries.sql: hnsw_scan) make up for the rows the filters
+# drop, so no headroom above the pool is needed; each step up costs time (ADR 0158).
+MIN_EF_SEARCH, MAX_EF_SEARCH = 40, 1000
 # Highlight markers ts_headline puts around matches (queries.sql strips them from the text).
 _START, _STOP = "\ue000", "\ue001"
 
@@ -237,27 +239,29 @@ class Runtime:
 
 async def candidates(conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequest,
                      vector: list[float] | None, model: str) -> Candidates:
-    """Both ranked candidate lists, read in the caller's transaction."""
+    """Both ranked candidate lists, read in the caller's transaction, in one round trip."""
     base = {"tenant_id": tenant_id, "n": request.pool_size, **request.filters.params()}
-    text: list[tuple[UUID, UUID]] = []
-    near: list[tuple[UUID, UUID]] = []
-    distance: dict[UUID, float] = {}
+    want_text = request.mode in ("hybrid", "text")
+    want_vector = request.mode in ("hybrid", "vector") and vector is not None
     # prepare=False: each execution is planned for its own parameters. A prepared statement goes
     # generic after a few runs on a connection, and the generic plan of these "NULL = no
     # filter" shapes scans every chunk of the tenant instead of the GIN or HNSW index (ADR 0158).
-    if request.mode in ("hybrid", "text"):
-        rows = await (await conn.execute(Q["text_candidates"], {**base, "q": request.q},
-                                         prepare=False)).fetchall()
-        text = [(r["chunk_id"], r["doc_id"]) for r in rows]
-    if request.mode in ("hybrid", "vector") and vector is not None:
-        # Room in the index walk for the rows the tenant and activity filters drop.
-        ef_search = min(MAX_EF_SEARCH, max(100, request.pool_size * 2))
-        await conn.execute(Q["set_ef_search"], {"ef_search": str(ef_search)})
-        rows = await (await conn.execute(Q["vector_candidates"], {
-            **base, "vector": _literal(vector), "model": model}, prepare=False)).fetchall()
-        near = [(r["chunk_id"], r["doc_id"]) for r in rows]
-        distance = {r["chunk_id"]: float(r["distance"]) for r in rows}
-    return Candidates(text, near, distance)
+    async with conn.pipeline():  # the statements go together; the first fetch waits for all
+        text_cursor = near_cursor = None
+        if want_text:
+            text_cursor = await conn.execute(Q["text_candidates"], {**base, "q": request.q},
+                                             prepare=False)
+        if want_vector:
+            assert vector is not None
+            ef_search = min(MAX_EF_SEARCH, max(MIN_EF_SEARCH, request.pool_size))
+            await conn.execute(Q["hnsw_scan"], {"ef_search": str(ef_search)})
+            near_cursor = await conn.execute(Q["vector_candidates"], {
+                **base, "vector": _literal(vector), "model": model}, prepare=False)
+        text_rows = await text_cursor.fetchall() if text_cursor else []
+        near_rows = await near_cursor.fetchall() if near_cursor else []
+    return Candidates(text=[(r["chunk_id"], r["doc_id"]) for r in text_rows],
+                      vector=[(r["chunk_id"], r["doc_id"]) for r in near_rows],
+                      distance={r["chunk_id"]: float(r["distance"]) for r in near_rows})
 
 
 async def hits(conn: db.AsyncConn, *, tenant_id: UUID, q: str,
