@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow
+
 from gateway.search.embedding import QueryEmbedder, worker_model_loader
 from shared import db, errors
 from shared.settings import GatewaySettings
@@ -241,18 +244,15 @@ async def candidates(conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequ
                      vector: list[float] | None, model: str) -> Candidates:
     """Both ranked candidate lists, read in the caller's transaction, in one round trip."""
     base = {"tenant_id": tenant_id, "n": request.pool_size, **request.filters.params()}
-    want_text = request.mode in ("hybrid", "text")
-    want_vector = request.mode in ("hybrid", "vector") and vector is not None
     # prepare=False: each execution is planned for its own parameters. A prepared statement goes
     # generic after a few runs on a connection, and the generic plan of these "NULL = no
     # filter" shapes scans every chunk of the tenant instead of the GIN or HNSW index (ADR 0158).
     async with conn.pipeline():  # the statements go together; the first fetch waits for all
         text_cursor = near_cursor = None
-        if want_text:
+        if request.mode in ("hybrid", "text"):
             text_cursor = await conn.execute(Q["text_candidates"], {**base, "q": request.q},
                                              prepare=False)
-        if want_vector:
-            assert vector is not None
+        if request.mode in ("hybrid", "vector") and vector is not None:
             ef_search = min(MAX_EF_SEARCH, max(MIN_EF_SEARCH, request.pool_size))
             await conn.execute(Q["hnsw_scan"], {"ef_search": str(ef_search)})
             near_cursor = await conn.execute(Q["vector_candidates"], {
@@ -267,11 +267,22 @@ async def candidates(conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequ
 async def hits(conn: db.AsyncConn, *, tenant_id: UUID, q: str,
                fused: Sequence[Fused]) -> list[dict[str, Any]]:
     """The shown hits, in fused order; a chunk no longer active is dropped here."""
+    return await _shown(await _read_hits(conn, tenant_id=tenant_id, q=q, fused=fused), fused)
+
+
+async def _read_hits(conn: db.AsyncConn, *, tenant_id: UUID, q: str,
+                     fused: Sequence[Fused]) -> AsyncCursor[DictRow] | None:
+    """The hits statement, sent (or, in a pipeline, queued); None when nothing was fused."""
     if not fused:
+        return None
+    return await conn.execute(Q["hits"], {
+        "tenant_id": tenant_id, "q": q, "chunk_ids": [f.chunk_id for f in fused]})
+
+
+async def _shown(cursor: AsyncCursor[DictRow] | None, fused: Sequence[Fused]) -> list[dict[str, Any]]:
+    if cursor is None:
         return []
-    rows = await (await conn.execute(Q["hits"], {
-        "tenant_id": tenant_id, "q": q, "chunk_ids": [f.chunk_id for f in fused]})).fetchall()
-    by_id = {r["chunk_id"]: r for r in rows}
+    by_id = {r["chunk_id"]: r for r in await cursor.fetchall()}
     shown = []
     for f in fused:
         row = by_id.get(f.chunk_id)
@@ -290,9 +301,14 @@ async def search(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
                  request: SearchRequest) -> list[dict[str, Any]]:
     """The hits of ``request`` for the tenant, best first (without the chunks' full text)."""
     query = await runtime.query_vector(request.q) if request.mode != "text" else None
-    async with pool.connection() as conn, conn.transaction():
-        _, fused = await runtime.retrieve(conn, tenant_id=tenant_id, request=request, query=query)
-        shown = await hits(conn, tenant_id=tenant_id, q=request.q, fused=fused)
+    # In a pipeline, BEGIN goes with the candidate queries, and COMMIT with the hits query: two
+    # round trips in all, each one a wait for a core on a busy machine (ADR 0158).
+    async with pool.connection() as conn, conn.pipeline():
+        async with conn.transaction():
+            _, fused = await runtime.retrieve(conn, tenant_id=tenant_id, request=request,
+                                              query=query)
+            cursor = await _read_hits(conn, tenant_id=tenant_id, q=request.q, fused=fused)
+        shown = await _shown(cursor, fused)
     for hit in shown:
         del hit["text"]
     return shown
