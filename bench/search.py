@@ -8,7 +8,9 @@ chunks would take an hour here): 1,000 active documents of 100 chunks, each chun
 drawn from a Zipf-distributed vocabulary, each with a random unit vector, its tsvector, and
 the migration's HNSW index built over them. Queries are 2-3 vocabulary words and go through a
 real gateway process (HTTP, auth, query embedding by the model, SQL), k = 10. Prints p50/p95
-per mode, the load average of the machine around each mode, and the vector query's plan.
+per mode, the load average of the machine around each mode, the CPU milliseconds a query
+took in the gateway, in Postgres and in this client (which, unlike latency, do not depend on
+what else runs on the machine), and the vector query's plan.
 Target (issue 15): hybrid p95 under 100 ms.
 
 Postgres runs with shared_buffers = 512MB (--shared-buffers), room for the 195 MB HNSW index
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import time
@@ -129,6 +132,28 @@ def _loadavg() -> str:
     return Path("/proc/loadavg").read_text().split()[0]
 
 
+def _cpu_seconds(gateway_pid: int, pg: EmbeddedPostgres) -> tuple[float, float, float]:
+    """CPU seconds used so far by the gateway, the Postgres server (every backend), and this
+    process: unlike latency, they do not depend on what else the machine runs."""
+    postmaster = int((pg.data_dir / "postmaster.pid").read_text().split()[0])
+    server = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                pid, parent, used = _proc_stat(entry)
+            except OSError:  # gone meanwhile
+                continue
+            if postmaster in (pid, parent):
+                server += used
+    return _proc_stat(Path(f"/proc/{gateway_pid}"))[2], server, time.process_time()
+
+
+def _proc_stat(entry: Path) -> tuple[int, int, float]:
+    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+    return int(entry.name), int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf(
+        "SC_CLK_TCK")
+
+
 def p(values: list[float], q: float) -> float:
     return float(np.percentile(values, q))
 
@@ -184,11 +209,14 @@ def main() -> None:
             print(f"k = 10, {args.clients} concurrent clients, {args.queries} queries per mode "
                   f"(ms, client-side, through the gateway):")
             for mode in MODES:
-                before = _loadavg()
+                before, cpu = _loadavg(), _cpu_seconds(gateway.proc.pid, pg)
                 lat = asyncio.run(measure(gateway.url, token, queries, mode, args.clients))
+                used = [(b - a) * 1000 / len(lat) for a, b in
+                        zip(cpu, _cpu_seconds(gateway.proc.pid, pg), strict=True)]
                 print(f"  {mode:<7} p50 {p(lat, 50):6.1f}  p95 {p(lat, 95):6.1f}  "
                       f"mean {statistics.mean(lat):6.1f}  n={len(lat)}  "
-                      f"load average {before} -> {_loadavg()}")
+                      f"load average {before} -> {_loadavg()}  CPU ms a query: gateway "
+                      f"{used[0]:.1f}, postgres {used[1]:.1f}, this client {used[2]:.1f}")
         finally:
             if gateway:
                 gateway.stop()
