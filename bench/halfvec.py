@@ -1,7 +1,7 @@
 """halfvec(384) against vector(384): HNSW top-10 overlap, query latency, table and index size.
 
     python bench/halfvec.py                          # ~6,000 chunks, 60 queries
-    python bench/halfvec.py --chunks 3000 --cache /tmp/halfvec-emb.npz
+    python bench/halfvec.py --cache /tmp/halfvec-emb.npz --pad 100000   # and at scale
 
 The corpus is real, varied English text found on this machine (the repo's docs and decisions,
 Python's own reference topics and module docstrings, the installed packages' descriptions),
@@ -48,20 +48,36 @@ def texts(limit: int) -> list[str]:
 
 
 def embed(strings: list[str], cache: Path | None) -> np.ndarray:
+    """The fp32 vectors of ``strings``; with a cache, only the strings it lacks are embedded
+    (the installed packages, and so the corpus, change between runs)."""
+    known: dict[str, np.ndarray] = {}
     if cache is not None and cache.exists():
         stored = np.load(cache, allow_pickle=False)
-        if list(stored["texts"]) == strings:
-            return stored["vectors"]
-    from worker.pipeline.embed import load_embedder
+        known = dict(zip(stored["texts"].tolist(), stored["vectors"], strict=True))
+    missing = sorted(set(strings) - set(known))
+    if missing:
+        from worker.pipeline.embed import load_embedder
 
-    model = load_embedder(batch_size=64, variant="torch")
-    started = time.perf_counter()
-    vectors = np.asarray(model.encode(strings), dtype=np.float32)
-    print(f"embedded {len(strings)} texts in {time.perf_counter() - started:.0f} s",
-          file=sys.stderr)
-    if cache is not None:
-        np.savez(cache, texts=np.array(strings), vectors=vectors)
-    return vectors
+        model = load_embedder(batch_size=64, variant="torch")
+        started = time.perf_counter()
+        known.update(zip(missing, np.asarray(model.encode(missing), dtype=np.float32),
+                         strict=True))
+        print(f"embedded {len(missing)} texts in {time.perf_counter() - started:.0f} s",
+              file=sys.stderr)
+        if cache is not None:
+            np.savez(cache, texts=np.array(list(known)), vectors=np.stack(list(known.values())))
+    return np.stack([known[s] for s in strings])
+
+
+def blends(docs: np.ndarray, n: int) -> np.ndarray:
+    """``n`` unit vectors between two random real chunks, with a little noise: near the real
+    ones, so that they compete for the top 10 (random vectors would be far from every query)."""
+    rng = np.random.default_rng(24)
+    a, b = rng.integers(0, len(docs), size=(2, n))
+    mix = rng.uniform(0.5, 0.9, size=(n, 1)).astype(np.float32)
+    noise = rng.standard_normal((n, docs.shape[1])).astype(np.float32) * 0.02
+    out = mix * docs[a] + (1 - mix) * docs[b] + noise
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 # ── database ────────────────────────────────────────────────────────────────────────────────
@@ -125,14 +141,18 @@ def main() -> None:
     parser.add_argument("--ef-search", default="40,100",
                         help="hnsw.ef_search values; 100 is what service.py sets for k = 10")
     parser.add_argument("--cache", type=Path, help="an .npz to keep the embeddings in")
+    parser.add_argument("--pad", type=int, default=0,
+                        help="add this many blends of two real chunks' vectors, to measure at scale")
     args = parser.parse_args()
 
     chunks = texts(args.chunks)
     vectors = embed(chunks + list(corpus.QUERIES), args.cache)
     docs, queries = vectors[:len(chunks)], vectors[len(chunks):]
+    if args.pad:
+        docs = np.concatenate([docs, blends(docs, args.pad)])
     exact = [list(np.argsort(-(docs @ q), kind="stable")[:K]) for q in queries]
     literals = ["[" + ",".join(f"{x:.7g}" for x in q) + "]" for q in queries]
-    print(f"corpus: {len(chunks)} chunks, median {statistics.median(len(t.split()) for t in chunks):.0f}"
+    print(f"corpus: {len(chunks)} chunks + {args.pad} blends, median {statistics.median(len(t.split()) for t in chunks):.0f}"
           f" words; {len(queries)} queries; k = {K}")
 
     with common.stack("bench-halfvec-") as (_root, pg, _moto):
