@@ -141,22 +141,24 @@ def test_the_gateways_vector_query_walks_the_halfvec_index(conn):
     assert "Sort" not in plan, plan
 
 
-@pytest.mark.slow  # embeds 1,500 chunks and 60 queries with the model, a minute or two
+@pytest.mark.slow  # embeds 800 chunks and 60 queries with the model: minutes on a busy CPU
+@pytest.mark.timeout(600)
 def test_search_over_halfvec_finds_the_exact_fp32_neighbours(conn):
-    # Given 1,500 chunks of real text, embedded in fp32 and written by the worker's own write
-    # path (binary COPY of halfvec)
+    # Given 800 chunks of real text, embedded in fp32 and written by the worker's own write
+    # path (binary COPY of halfvec). At scale, bench/halfvec.py measures the same (ADR 0156).
     from worker.pipeline.embed import load_embedder
 
-    texts = corpus.chunks(corpus.python_paragraphs(), 1500)
-    assert len(texts) == 1500
+    texts = corpus.chunks(corpus.python_paragraphs(), 800)
+    assert len(texts) == 800
     model = load_embedder(variant="torch")
     vectors = np.asarray(model.encode(texts), dtype=np.float32)
     queries = np.asarray(model.encode(list(corpus.QUERIES)), dtype=np.float32)
+    register_vector(conn)  # as the worker's pool does for its connections
     tenant = conn.execute("INSERT INTO tenants (name) VALUES ('quality') "
                           "RETURNING tenant_id").fetchone()["tenant_id"]
     position: dict[uuid.UUID, int] = {}
-    for version, ids, n in chunk_rows(conn, tenant, texts, 15):
-        mine = list(range(n, len(texts), 15))
+    for version, ids, n in chunk_rows(conn, tenant, texts, 8):
+        mine = list(range(n, len(texts), 8))
         position.update(zip(ids, mine, strict=True))
         content = index.VersionContent(doc_version_id=version, chunks=[], vectors=vectors[mine],
                                        char_count=0, page_count=None, artifact_uri=None,
@@ -164,7 +166,7 @@ def test_search_over_halfvec_finds_the_exact_fp32_neighbours(conn):
         index._copy_embeddings(conn, tenant, content, ids)
     conn.execute("ANALYZE")
 
-    # When each query runs as the gateway runs it, through the HNSW index: at 1,500 chunks the
+    # When each query runs as the gateway runs it, through the HNSW index: at 800 chunks the
     # planner would rightly sort them all (exact), so sorting is made the last resort here to
     # measure what a big tenant gets
     overlaps = []
