@@ -154,6 +154,7 @@ def main() -> None:
     # Rounding alone, without any index: exact search with chunks and query as float16 (the
     # gateway casts the query to halfvec too).
     halves = docs.astype(np.float16).astype(np.float32)
+    halves /= np.linalg.norm(halves, axis=1, keepdims=True)  # cosine, as <=> computes it
     rounded = [list(np.argsort(-(halves @ q.astype(np.float16).astype(np.float32)),
                                kind="stable")[:K]) for q in queries]
     literals = ["[" + ",".join(f"{x:.7g}" for x in q) + "]" for q in queries]
