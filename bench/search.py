@@ -33,6 +33,7 @@ from pathlib import Path
 import common  # first: sets the environment before boto3 and the model load
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
+from pgvector import HalfVector  # noqa: E402
 from pgvector.psycopg import register_vector  # noqa: E402
 from psycopg import sql  # noqa: E402
 
@@ -87,15 +88,15 @@ def load(conn: db.Conn, tenant_id: uuid.UUID, chunks: int, rng: np.random.Genera
                                   0, len(text)))
             with conn.cursor().copy("COPY chunk_embeddings (chunk_id, tenant_id, doc_version_id, "
                                     "embedding) FROM STDIN WITH (FORMAT BINARY)") as cp:
-                cp.set_types(["uuid", "uuid", "uuid", "vector"])
+                cp.set_types(["uuid", "uuid", "uuid", "halfvec"])  # migration 0024
                 for chunk_id, vector in zip(ids, vectors, strict=True):
-                    cp.write_row((chunk_id, tenant_id, version_id, vector))
+                    cp.write_row((chunk_id, tenant_id, version_id, HalfVector(vector)))
         conn.execute("INSERT INTO chunk_fts (chunk_id, tenant_id, doc_version_id, tsv) "
                      "SELECT chunk_id, tenant_id, doc_version_id, to_tsvector('english', text) "
                      "FROM chunks")
     conn.execute("SET maintenance_work_mem = '512MB'")
     conn.execute("CREATE INDEX idx_chunk_embeddings_hnsw ON chunk_embeddings "
-                 "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)")
+                 "USING hnsw (embedding halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)")
     conn.execute("VACUUM ANALYZE")
 
 

@@ -28,8 +28,9 @@ LIMIT %(n)s;
 -- caller turns on pgvector's iterative scan (hnsw_scan below) so that the walk goes on until n
 -- rows pass them (docs/decisions/0105, 0158). Only
 -- versions embedded by the gateway's own model are compared: other models' vectors live in
--- another space (docs/decisions/0004).
-SELECT e.chunk_id, v.doc_id, (e.embedding <=> %(vector)s::vector) AS distance
+-- another space (docs/decisions/0004). The query is cast to halfvec, the column's type: the
+-- index's operator class is halfvec_cosine_ops (migration 0024, docs/decisions/0156).
+SELECT e.chunk_id, v.doc_id, (e.embedding <=> %(vector)s::halfvec) AS distance
 FROM chunk_embeddings e
 JOIN document_versions v ON v.doc_version_id = e.doc_version_id AND v.tenant_id = e.tenant_id
 JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
@@ -41,7 +42,7 @@ WHERE e.tenant_id = %(tenant_id)s
   AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
   AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
   AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)
-ORDER BY e.embedding <=> %(vector)s::vector
+ORDER BY e.embedding <=> %(vector)s::halfvec
 LIMIT %(n)s;
 
 -- name: hnsw_scan
