@@ -118,8 +118,8 @@ FROM chunks c WHERE c.tenant_id = %(t)s"""
 def vector_query(conn, tenant_id: uuid.UUID, literal: str, *, explain: bool = False) -> list:
     """The gateway's vector query, with the candidate pool and hnsw.ef_search it uses for k=10."""
     request = service.SearchRequest("q", k=K, mode="vector")
-    ef_search = min(service.MAX_EF_SEARCH, max(100, request.pool_size * 2))
-    conn.execute(service.Q["set_ef_search"], {"ef_search": str(ef_search)})
+    ef_search = min(service.MAX_EF_SEARCH, max(service.MIN_EF_SEARCH, request.pool_size))
+    conn.execute(service.Q["hnsw_scan"], {"ef_search": str(ef_search)})
     return conn.execute(("EXPLAIN " if explain else "") + service.Q["vector_candidates"], {
         "tenant_id": tenant_id, "vector": literal, "model": MODEL, "n": request.pool_size,
         **service.Filters().params()}).fetchall()
