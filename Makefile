@@ -27,7 +27,7 @@ run: $(STAMP) ## start the whole embedded stack (Postgres, SQS/S3, gateway, work
 	$(PY) -m cli.main dev
 
 test: $(STAMP) browser ## run every test against real Postgres, SQS/S3 and processes
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 browser: ## install Debian's chromium for the web UI tests (where apt-get exists; required under CI=true)
 	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null || \

@@ -41,6 +41,7 @@ from gateway.search import service as search
 from gateway.sources import routes as source_routes
 from gateway.sources import syncs
 from gateway.web import ui
+from gateway.webhooks import routes as webhook_routes
 from shared import alerts, aws, db, objectstore
 from shared import logging as applog
 from shared.queue import Queue
@@ -77,6 +78,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             *records.ROUTES,  # records read-back and duplicate candidates (docs/decisions/0121)
             *event_routes.ROUTES,  # event intake, API keys, cursor (docs/decisions/0135-0136)
             *event_replay.ROUTES,  # ledger events: list, show, replay (docs/decisions/0142)
+            *webhook_routes.ROUTES,  # webhook endpoints and deliveries (docs/decisions/0153)
             *ad_clients.ROUTES,  # advertiser clients of ad-metrics imports (docs/decisions/0147)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},

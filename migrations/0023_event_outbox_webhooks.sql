@@ -42,9 +42,9 @@ CREATE INDEX idx_webhooks_tenant ON webhooks (tenant_id, created_at DESC, webhoo
 
 -- ── deliveries ──────────────────────────────────────────────────────────────────────────────
 -- One per (endpoint, event), created with the event (fan-out in the same statement). The
--- dispatcher claims due pending rows (FOR UPDATE SKIP LOCKED) and holds them with a lease:
--- a crashed dispatcher's claims come back when lease_until passes. Deleting an endpoint
--- deletes its log.
+-- dispatcher claims due pending rows (FOR UPDATE SKIP LOCKED) and holds them with a lease: the
+-- claim moves next_attempt_at past the lease and sets claim_token, so a crashed dispatcher's
+-- claims come due again. Deleting an endpoint deletes its log.
 CREATE TABLE webhook_deliveries (
     delivery_id      BIGSERIAL PRIMARY KEY,
     tenant_id        UUID NOT NULL,
@@ -57,9 +57,8 @@ CREATE TABLE webhook_deliveries (
                      CHECK (status IN ('pending', 'delivered', 'failed')),
     attempts         INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     next_attempt_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
-    -- Set by a claim; an attempt's result is written only by the claim that holds it.
+    -- Set by each claim; an attempt's result is written only by the claim that holds it.
     claim_token      UUID,
-    lease_until      TIMESTAMPTZ,
     last_status_code INTEGER,
     last_error       TEXT CHECK (length(last_error) <= 2000),
     last_attempt_at  TIMESTAMPTZ,

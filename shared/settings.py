@@ -70,6 +70,10 @@ class CommonSettings(BaseSettings):
     import_errors_retention_days: float = Field(default=90.0, gt=0)
     # A partial batch's staged rows are kept longer, for review (issue 13, docs/decisions/0151).
     import_partial_staged_retention_days: float = Field(default=30.0, gt=0)
+    # Webhook receivers (shared/webhooks/urls.py, docs/decisions/0153): exact URLs an operator
+    # allows wherever they resolve (JSON list); any other must resolve to public addresses only
+    # (loopback too in DEV_MODE). Checked at registration (gateway) and delivery (worker).
+    webhook_url_allowlist: tuple[str, ...] = ()
 
     @property
     def alert_urls(self) -> list[str]:
@@ -158,6 +162,9 @@ class GatewaySettings(CommonSettings):
     # Search and answers (gateway/search/, docs/decisions/0105-0109). Off = /v1/search,
     # /v1/ask and the Search page answer 404 search_disabled, and the model is never loaded.
     search_enabled: bool = True
+    # CPU threads of the query model (EMBEDDING_VARIANT, like the workers). A query is a few
+    # tokens: one thread is as fast as more, and leaves the other cores to Postgres (ADR 0158).
+    search_embed_threads: int = Field(default=1, ge=1, le=64)
     # /v1/ask cites a chunk only if its cosine similarity to the question is at least this,
     # or it matches every word of the question; nothing passes = "no evidence" (ADR 0106).
     ask_min_similarity: float = Field(default=0.35, ge=-1, le=1)
@@ -257,6 +264,18 @@ class WorkerSettings(CommonSettings):
     ledger_apply_backoff_max_s: float = Field(default=300.0, gt=0)
     # How often the pending / dead-letter / lag gauges are refreshed from the ledger.
     ledger_apply_report_s: float = Field(default=10.0, gt=0)
+    # Webhook delivery (worker/webhooks/, docs/decisions/0154): a thread of this process claims
+    # due deliveries, WEBHOOK_DISPATCH_BATCH per claim, each hidden for the lease; a failed
+    # attempt is retried with full jitter (base × 2^n, cap) until WEBHOOK_RETRY_WINDOW_S after
+    # the event, then failed. Off: this worker delivers nothing.
+    webhook_dispatch_enabled: bool = True
+    webhook_dispatch_batch: int = Field(default=20, ge=1, le=500)
+    webhook_dispatch_poll_s: float = Field(default=1.0, gt=0)
+    webhook_dispatch_lease_s: float = Field(default=120.0, gt=0)
+    webhook_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    webhook_backoff_base_s: float = Field(default=5.0, gt=0)
+    webhook_backoff_max_s: float = Field(default=3600.0, gt=0)
+    webhook_retry_window_s: float = Field(default=86400.0, gt=0)
 
     chunk_target_tokens: int = 200
     chunk_max_tokens: int = 254

@@ -20,6 +20,7 @@ from worker.ledger import applier as ledger
 from worker.pipeline import embed
 from worker.pipeline.runner import Pipeline
 from worker.records.pipeline import RecordsPipeline
+from worker.webhooks import dispatcher as webhooks
 
 log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("queries.sql"))
@@ -60,11 +61,15 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
         grace_s=settings.shutdown_grace_s, on_abort=handler.abandon)
     # The ledger applier runs beside the consumer (docs/decisions/0139); --once drains both.
     applier = ledger.Applier(settings) if settings.ledger_apply_enabled else None
+    # Webhook delivery runs beside them too (docs/decisions/0154); --once delivers what is due.
+    dispatcher = webhooks.Dispatcher(settings) if settings.webhook_dispatch_enabled else None
 
     def stop() -> None:
         consumer.stop()
         if applier is not None:
             applier.stop()
+        if dispatcher is not None:
+            dispatcher.stop()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop())
@@ -76,10 +81,17 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
                 applier.drain()
             else:
                 ledger.start(applier)
-        return consumer.run(once=once)
+        if dispatcher is not None and not once:
+            webhooks.start(dispatcher)
+        code = consumer.run(once=once)
+        if dispatcher is not None and once:
+            dispatcher.drain()
+        return code
     finally:
         if applier is not None:
             applier.stop()
+        if dispatcher is not None:
+            dispatcher.stop()
             # The thread's own connection closes with the process; an apply in progress
             # either commits or rolls back with it.
         log.info("worker stopped", extra={"jobs_handled": consumer.processed})

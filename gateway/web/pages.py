@@ -23,13 +23,16 @@ from gateway.auth import login_throttle, users
 from gateway.context import Context
 from gateway.documents import listing as doc_listing
 from gateway.events import replay as ledger_replay
+from gateway.imports import clients as import_clients
 from gateway.imports import intake as import_intake
 from gateway.operations import metrics
 from gateway.records import service as records
 from gateway.search import routes as search_routes
 from gateway.search import service as search_service
 from gateway.web import assets, errorpages, reads, session
+from gateway.webhooks import webhooks
 from shared import contracts, errors
+from shared.contracts import ad_metrics
 
 # No inline script or style anywhere, so the policy can forbid both.
 SECURITY_HEADERS = {
@@ -257,7 +260,11 @@ async def imports(request: Request, ctx: Context) -> Template:
     principal = auth.current(request)
     recent = await reads.my_imports(ctx.pool, tenant_id=principal.tenant_id,
                                     user_id=principal.user_id)
+    # The ad-metrics contract's platform and advertiser client (issue 13, docs/decisions/0147).
+    ad_clients = await import_clients.listing(ctx.pool, principal.tenant_id)
     return render(request, "imports/index.html", recent=recent,
+                  ad_contract=import_intake.AD_CONTRACT, platforms=ad_metrics.PLATFORMS,
+                  ad_sources=import_intake.AD_SOURCES, ad_clients=ad_clients,
                   contracts=list(contracts.CONTRACTS.values()), sources=import_intake.SOURCES,
                   threshold=import_intake.DEFAULT_THRESHOLD,
                   max_bytes=int(ctx.settings.import_max_size_mb * 1024 * 1024),
@@ -373,6 +380,30 @@ async def user_list(request: Request, ctx: Context) -> Template:
 
 
 # ── records read-back (gateway/records/service.py, docs/decisions/0124) ────────────────────
+# Webhooks (docs/decisions/0155): server-rendered from the same functions as /v1/webhooks;
+# add, delete and "send test event" go through that API from webhooks.js (CSRF header).
+@get("/webhooks")
+async def webhook_list(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+    window = paging.Window(page, reads.PAGE_SIZE)
+    rows = await webhooks.listing(ctx.pool, auth.current(request).tenant_id,
+                                  limit=window.limit + 1, offset=(page - 1) * window.limit)
+    # Rows as read (datetimes for the time macro); never the secret: the query has none.
+    return render(request, "admin/webhooks.html", listing=window.result(rows, dict),
+                  event_types=webhooks.EVENT_TYPES)
+
+
+@get("/webhooks/{webhook_id:str}")
+async def webhook_log(webhook_id: str, request: Request, ctx: Context,
+                      page: int = paging.PAGE) -> Template:
+    tenant_id, hook_id = auth.current(request).tenant_id, _uuid(webhook_id, "webhook")
+    window = paging.Window(page, reads.PAGE_SIZE)
+    hook = await webhooks.get(ctx.pool, tenant_id, hook_id)
+    rows = await webhooks.deliveries(ctx.pool, tenant_id, hook_id, limit=window.limit + 1,
+                                     offset=(page - 1) * window.limit)
+    return render(request, "admin/webhook.html", webhook=hook,
+                  listing=window.result(rows, dict))
+
+
 @get("/records", sync_to_thread=False)
 def records_home() -> Redirect:
     return Redirect("/records/judgments")
@@ -413,7 +444,8 @@ def _form_values(request: Request) -> dict[str, str]:
 def router(files: assets.Assets) -> Router:
     admin = Router("/admin", guards=[auth.admin_only], route_handlers=[
         overview, sources, source, dead_letters, dead_letter,
-        fleet, own_dead_letters, own_dead_letter, user_list, events, event])
+        fleet, own_dead_letters, own_dead_letter, user_list, events, event,
+        webhook_list, webhook_log])
     return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
                   before_request=_who,
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,

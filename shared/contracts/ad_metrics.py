@@ -11,7 +11,7 @@ currency column or the header's unit (`Amount spent (USD)`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
@@ -148,7 +148,7 @@ COLUMNS = (
                         "Reporting ends is not a date; it was ignored.")),
 )
 
-def _outside_range(v: dict[str, Any]) -> bool:
+def _outside_range(v: Mapping[str, Any]) -> bool:
     return not v["reporting_starts"] <= v["metric_date"] <= v["reporting_ends"]
 
 
@@ -188,8 +188,8 @@ def _key_part(value: Any) -> str:
 AD_METRICS = Contract(
     name="ad_metrics", version="1.0.0", entity="AD_METRIC",
     description="Daily ad-platform metrics: one row per day and campaign (and ad set, and ad, "
-    "as the export breaks them down). Upload with platform=meta, google or tiktok to read that "
-    "platform's own export; the columns below are the canonical names (e.g. JSON lines).",
+    "as the export breaks them down). Upload with platform=meta, google or tiktok: each reads "
+    "that platform's own export, and every platform's canonical field names too.",
     columns=COLUMNS,
     key=NaturalKey(("metric_date", "campaign_external_id", "ad_set_external_id",
                     "ad_external_id"),

@@ -24,6 +24,7 @@ PATTERNS = {
         r"(?i)\b[a-z][a-z0-9+.-]*://[^\s/@:\"'\[\]]+:(?!\d{1,5}(?:[^\w@]|$))(?!\[)"
         r"[^\s\"'@]+(?=$|[\s\"',])"),
     "aws key": re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
+    "webhook secret": re.compile(r"whsec_[A-Za-z0-9+/]{16,}"),
     "ssn": re.compile(r"\b\d{3}-\d{2}-\d{4}\b"),
     "email": re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"),
 }

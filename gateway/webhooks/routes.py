@@ -1,0 +1,69 @@
+"""Webhook endpoints over HTTP, for a tenant's admins (docs/decisions/0153)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from litestar import Request, Response, Router, delete, get, post
+from litestar.types import ControllerRouterHandler
+
+from gateway import auth, openapi, paging
+from gateway.context import Context
+from gateway.webhooks import webhooks
+
+
+@dataclass
+class NewWebhookRequest:
+    url: str
+    event_types: list[str]
+
+
+@post("/", status_code=201, responses=openapi.errors(400))
+async def create_webhook(data: NewWebhookRequest, request: Request, ctx: Context) -> Response:
+    """Register an endpoint for `event_types` (e.g. ["ingestion.complete"]). The answer carries
+    the signing secret (`whsec_…`, Standard Webhooks) this once only: store it now."""
+    principal = auth.current(request)
+    new = await webhooks.create(ctx.pool, ctx.settings, tenant_id=principal.tenant_id,
+                                user_id=principal.user_id, url=data.url, types=data.event_types)
+    return Response({**new.webhook, "secret": new.secret}, status_code=201,
+                    headers={"Cache-Control": "no-store"})
+
+
+@get("/", dependencies=paging.PAGES)
+async def list_webhooks(request: Request, ctx: Context, window: paging.Window) -> dict[str, Any]:
+    """This tenant's endpoints, newest first; never a secret."""
+    rows = await webhooks.listing(ctx.pool, auth.current(request).tenant_id,
+                                  limit=window.limit + 1, offset=(window.page - 1) * window.limit)
+    return window.result(rows, webhooks.view)
+
+
+@delete("/{webhook_id:uuid}", status_code=204, responses=openapi.errors(404))
+async def delete_webhook(webhook_id: UUID, request: Request, ctx: Context) -> None:
+    """Remove an endpoint and its delivery log; nothing more is sent to it."""
+    await webhooks.delete(ctx.pool, auth.current(request).tenant_id, webhook_id)
+
+
+@get("/{webhook_id:uuid}/deliveries", dependencies=paging.PAGES, responses=openapi.errors(404))
+async def list_deliveries(webhook_id: UUID, request: Request, ctx: Context,
+                          window: paging.Window) -> dict[str, Any]:
+    """The endpoint's delivery log, newest first: each event's status (pending, delivered,
+    failed), attempts, last HTTP status and error."""
+    rows = await webhooks.deliveries(ctx.pool, auth.current(request).tenant_id, webhook_id,
+                                     limit=window.limit + 1,
+                                     offset=(window.page - 1) * window.limit)
+    return window.result(rows, webhooks.delivery_view)
+
+
+@post("/{webhook_id:uuid}/test", status_code=202, responses=openapi.errors(404))
+async def send_test(webhook_id: UUID, request: Request, ctx: Context) -> dict[str, Any]:
+    """Send a `webhook.test` event to this endpoint through the normal delivery path; follow it
+    in the delivery log."""
+    return await webhooks.send_test(ctx.pool, auth.current(request).tenant_id, webhook_id)
+
+
+router = Router("/v1/webhooks", route_handlers=[
+    create_webhook, list_webhooks, delete_webhook, list_deliveries, send_test],
+    guards=[auth.admin_only], tags=["webhooks"])
+ROUTES: list[ControllerRouterHandler] = [router]

@@ -1,0 +1,32 @@
+"""Standard Webhooks signing (https://www.standardwebhooks.com, docs/decisions/0154).
+
+A secret is ``whsec_`` + base64 of 32 random bytes; a delivery is signed with
+``v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>">`` keyed by the decoded
+bytes, so receivers verify with the `standardwebhooks` (or Svix) libraries unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+
+PREFIX = "whsec_"
+SECRET_BYTES = 32
+
+
+def new_secret() -> str:
+    return PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
+
+
+def signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    key = base64.b64decode(secret.removeprefix(PREFIX))
+    signed = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(signed).decode()
+
+
+def headers(secret: str, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    return {"webhook-id": msg_id, "webhook-timestamp": str(timestamp),
+            "webhook-signature": signature(secret, msg_id, timestamp, body),
+            "content-type": "application/json"}

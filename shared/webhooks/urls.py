@@ -1,0 +1,85 @@
+"""Where a webhook delivery may go: the same address rules as an S3 source's endpoint
+(gateway/sources/endpoints.py, docs/decisions/0066), with one difference of purpose.
+
+A webhook URL is a server-side request a tenant admin aims anywhere, so:
+
+- a URL on ``WEBHOOK_URL_ALLOWLIST`` (exact URL) is allowed wherever it resolves (an operator
+  vouched for an internal receiver);
+- otherwise every address the host resolves to must be public; loopback is allowed only in
+  ``DEV_MODE`` (``make run`` users try a receiver on their own machine); private, link-local
+  (169.254.169.254), multicast and reserved addresses never;
+- ``https`` only outside ``DEV_MODE``, no user:password in the URL (it would end up in logs).
+
+Receivers are public services, so unlike an S3 endpoint a public URL needs no allow-listing.
+The check runs at registration and again before each delivery: DNS can change.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from gateway.sources import endpoints
+from shared import errors
+
+MAX_URL_CHARS = 2000
+
+
+class WebhookUrlNotAllowed(errors.InvalidRequest):
+    """This URL may not receive webhooks: use a public https URL, or ask an operator to add it
+    to WEBHOOK_URL_ALLOWLIST."""
+
+    code = "webhook_url_not_allowed"
+
+
+def check(url: str, *, allowlist: Iterable[str], dev_mode: bool,
+          resolve: endpoints.Resolver | None = None) -> None:
+    """Raise WebhookUrlNotAllowed unless ``url`` may receive this tenant's deliveries."""
+    if not url or len(url) > MAX_URL_CHARS or any(c.isspace() or ord(c) < 32 for c in url):
+        raise WebhookUrlNotAllowed(f"url must be an absolute URL of at most {MAX_URL_CHARS} "
+                                   "characters, without spaces.")
+    if endpoints.normalize(url) in {endpoints.normalize(a) for a in allowlist}:
+        return
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError as exc:
+        raise WebhookUrlNotAllowed("url is not a valid URL.") from exc
+    schemes = ("https", "http") if dev_mode else ("https",)
+    if parts.scheme not in schemes or not host:
+        raise WebhookUrlNotAllowed(
+            f"url must be an absolute {' or '.join(schemes)} URL, e.g. https://example.com/hook.")
+    if parts.username is not None or parts.password is not None:
+        raise WebhookUrlNotAllowed("url must not carry a user name or password.")
+    port = port or (443 if parts.scheme == "https" else 80)
+    try:
+        addresses = list((resolve or endpoints._resolve)(host, port))
+    except (OSError, UnicodeError) as exc:
+        raise WebhookUrlNotAllowed(f"The URL's host {host!r} does not resolve.") from exc
+    if not addresses:
+        raise WebhookUrlNotAllowed(f"The URL's host {host!r} does not resolve.")
+    for text in addresses:
+        if not allowed_address(ipaddress.ip_address(text.split("%", 1)[0]), dev_mode=dev_mode):
+            raise WebhookUrlNotAllowed(
+                f"The URL's host {host!r} resolves to {text}, a loopback, private, link-local "
+                "or reserved address; only an operator can allow it (WEBHOOK_URL_ALLOWLIST).")
+
+
+def allowed_address(address: endpoints.Address, *, dev_mode: bool) -> bool:
+    address = endpoints.embedded_ipv4(address)
+    if address.is_loopback:
+        return dev_mode
+    return address.is_global and not address.is_multicast
+
+
+def loggable(url: str) -> str:
+    """The URL without its query string, fragment or credentials: receivers put tokens there."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+    except ValueError:
+        return "<invalid url>"
+    return f"{parts.scheme}://{netloc}{parts.path}"

@@ -1,0 +1,1 @@
+"""Webhook delivery: the dispatcher thread of `ingest worker` (docs/decisions/0154)."""
