@@ -106,43 +106,40 @@ WITH grp AS (
 )
 SELECT count(*) AS n FROM written;
 
--- name: unresolved_parents
--- A row naming an ad set or ad (by id) that neither it nor anything before created: the fact is
--- kept with a NULL reference and the row gets a warning (spec §6.1 "FK not found").
-WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
-    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
-      AND row_number > %(after)s AND row_number <= %(upto)s
-)
-INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
-SELECT %(tenant_id)s, %(batch_id)s, g.row_number, x.field, x.code, 'warning', x.message, g.data
-FROM grp g
-LEFT JOIN ad_sets s ON s.lookup_key = %(key_prefix)s::text || (g.data->>'ad_set_external_id')
-LEFT JOIN ads a ON a.lookup_key = %(key_prefix)s::text || (g.data->>'ad_external_id')
-CROSS JOIN LATERAL (VALUES
-    ('ad_set_external_id', %(ad_set_code)s::text, %(ad_set_message)s::text,
-     g.data->>'ad_set_external_id' IS NOT NULL AND s.id IS NULL),
-    ('ad_external_id', %(ad_code)s::text, %(ad_message)s::text,
-     g.data->>'ad_external_id' IS NOT NULL AND a.id IS NULL)) AS x(field, code, message, missing)
-WHERE x.missing;
-
 -- name: upsert_daily_metrics
--- Facts with their references resolved through the dimensions' natural keys (NULL where a
--- parent is missing). Two rows that resolve to one key (e.g. two unknown ads of one ad set on
--- one day) would hit one key twice: the first row of the group wins, the others carry the
--- warning above. Only a fact whose figures change is written; xmax = 0 marks an insert.
+-- Facts with their references resolved through the dimensions' lookup keys. A row naming an ad
+-- set or ad by id that neither it nor anything before created keeps its fact with a NULL
+-- reference, and the row gets a warning (spec §6.1 "FK not found"), in the same statement.
+-- Two rows that resolve to one key (e.g. two unknown ads of one ad set on one day) would hit
+-- one key twice: the first row of the group wins. Only a fact whose figures change is
+-- written; xmax = 0 marks an insert.
 WITH grp AS (
     SELECT row_number, data FROM import_staged_rows
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
+), looked AS (
+    SELECT g.row_number, (g.data->>'metric_date')::date AS metric_date,
+           c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id, g.data
+    FROM grp g
+    LEFT JOIN campaigns c ON c.lookup_key = %(key_prefix)s::text || (g.data->>'campaign_external_id')
+    LEFT JOIN ad_sets s ON s.lookup_key = %(key_prefix)s::text || (g.data->>'ad_set_external_id')
+    LEFT JOIN ads a ON a.lookup_key = %(key_prefix)s::text || (g.data->>'ad_external_id')
+), warned AS (
+    INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
+                                   message, raw)
+    SELECT %(tenant_id)s, %(batch_id)s, l.row_number, x.field, x.code, 'warning', x.message,
+           l.data
+    FROM looked l
+    CROSS JOIN LATERAL (VALUES
+        ('ad_set_external_id', %(ad_set_code)s::text, %(ad_set_message)s::text,
+         l.data->>'ad_set_external_id' IS NOT NULL AND l.ad_set_id IS NULL),
+        ('ad_external_id', %(ad_code)s::text, %(ad_message)s::text,
+         l.data->>'ad_external_id' IS NOT NULL AND l.ad_id IS NULL))
+        AS x(field, code, message, missing)
+    WHERE x.missing
 ), resolved AS (
     SELECT DISTINCT ON (metric_date, campaign_id, ad_set_id, ad_id) *
-    FROM (SELECT g.row_number, (g.data->>'metric_date')::date AS metric_date,
-                 c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id, g.data
-          FROM grp g
-          LEFT JOIN campaigns c ON c.lookup_key = %(key_prefix)s::text || (g.data->>'campaign_external_id')
-          LEFT JOIN ad_sets s ON s.lookup_key = %(key_prefix)s::text || (g.data->>'ad_set_external_id')
-          LEFT JOIN ads a ON a.lookup_key = %(key_prefix)s::text || (g.data->>'ad_external_id')) r
+    FROM looked
     ORDER BY metric_date, campaign_id, ad_set_id, ad_id, row_number
 ), written AS (
     INSERT INTO daily_metrics AS m (tenant_id, client_id, platform, metric_date, campaign_id,

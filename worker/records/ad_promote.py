@@ -79,7 +79,7 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
 
 def write_groups(conn: db.Conn, params: dict[str, Any], group_rows: int) -> dict[str, Any]:
     """Every group in row order, in the caller's transaction: dimensions parent first, then
-    the warnings for parents still missing, then the facts. Counts summed over the groups."""
+    the facts (with the warnings for parents still missing). Counts summed over the groups."""
     params = {**params, "key_prefix": key_prefix(params["tenant_id"], params["platform"],
                                                  params["client_id"])}
     upto = [r["upto"] for r in conn.execute(Q["groups"], {**params, "group_rows": group_rows})]
@@ -95,8 +95,7 @@ def write_groups(conn: db.Conn, params: dict[str, Any], group_rows: int) -> dict
                                ("upsert_ad_sets", "ad_sets_upserted"),
                                ("upsert_ads", "ads_upserted")):
             totals[counter] += _one(conn.execute(Q[query], group).fetchone())["n"]
-        conn.execute(Q["unresolved_parents"], {**group, **warnings})
-        row = _one(conn.execute(Q["upsert_daily_metrics"], group).fetchone())
+        row = _one(conn.execute(Q["upsert_daily_metrics"], {**group, **warnings}).fetchone())
         for key in facts:
             facts[key] += row[key]
         after = last
