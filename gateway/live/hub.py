@@ -110,7 +110,11 @@ class Hub:
                         self._broadcast(RESYNC)
                     delay, lost = 0.5, False
                     async for payload in payloads:
-                        await self._dispatch(payload)
+                        try:
+                            await self._dispatch(payload)
+                        except (ValueError, KeyError, TypeError):
+                            # Not ours to fail on: someone NOTIFYing the channel by hand.
+                            log.warning("live update ignored an unreadable announcement")
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - any failure: listen again after a pause

@@ -73,10 +73,10 @@ async def _stream(hub: live_hub.Hub, tenant_id: UUID, after: int | None,
                 backlog = await hub.backlog(tenant_id, after)
             except errors.DatabaseUnavailable:
                 return  # the client reconnects with the same Last-Event-ID
-            for message in backlog:
-                if message.id is not None:
-                    replayed.add(message.id)
-                yield _encode(message)
+            for missed in backlog:
+                if missed.id is not None:
+                    replayed.add(missed.id)
+                yield _encode(missed)
         deadline = time.monotonic() + settings.live_stream_max_s
         while (left := deadline - time.monotonic()) > 0:
             try:
