@@ -25,6 +25,8 @@ from shared.db import listen
 log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("live.sql"))
 CHANNEL = "df_live"
+# The listener's connection, as pg_stat_activity names it.
+APPLICATION_NAME = "ingest-gateway-live"
 # A resuming stream gets at most this many missed events; past that it is told to reload all.
 BACKLOG_MAX = 100
 
@@ -103,7 +105,8 @@ class Hub:
         delay, lost = 0.5, False
         while True:
             try:
-                async with listen.listening(self._url, CHANNEL) as payloads:
+                async with listen.listening(self._url, CHANNEL,
+                                            application_name=APPLICATION_NAME) as payloads:
                     self.listening.set()
                     if lost:
                         log.info("live updates listening again")

@@ -13,13 +13,15 @@ from shared import db, errors
 
 
 @asynccontextmanager
-async def listening(url: str, channel: str, *, check_s: float = 30.0
-                    ) -> AsyncIterator[AsyncIterator[str]]:
+async def listening(url: str, channel: str, *, check_s: float = 30.0,
+                    application_name: str = "ingest-listen") -> AsyncIterator[AsyncIterator[str]]:
     """The channel's payloads, in commit order, for as long as the block runs. A connection
     that breaks raises DatabaseUnavailable from the iterator; a quiet one is checked every
-    ``check_s`` (a round trip), so a silently dropped connection is noticed too."""
+    ``check_s`` (a round trip), so a silently dropped connection is noticed too. The connection
+    carries ``application_name``, so operators find it in pg_stat_activity."""
     try:
-        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True,
+                                                     application_name=application_name)
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
     except db.UNAVAILABLE as exc:
         raise errors.DatabaseUnavailable() from exc

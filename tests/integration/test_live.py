@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from gateway.live import hub
 from tests.support import sse, stack
 from tests.support.stack import wait_until
 
@@ -100,6 +101,24 @@ def test_last_event_id_resumes_after_the_given_id(gateway, tenants, conn, stream
     assert (stream.next().id) == str(fourth)
 
 
+def test_a_lost_listener_comes_back_and_tells_open_streams_to_look_again(gateway, tenants,
+                                                                         conn, streams):
+    # Given an open stream
+    user = tenants.user()
+    stream = streams(gateway.url, user.token)
+
+    # When the gateway's listening connection is killed (a failover, a restart)
+    killed = conn.execute("SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity "
+                          "WHERE datname = current_database() AND application_name = %s",
+                          (hub.APPLICATION_NAME,)).fetchall()
+    assert [r["ok"] for r in killed] == [True]
+
+    # Then the stream stays open, is told to resync once the listener is back, and carries on
+    stream.until(lambda e: e.event == "live.resync", timeout=60)
+    seq = add_event(conn, user.tenant_id, "after")
+    assert stream.until(lambda e: e.event == "webhook.test")[0].id == str(seq)
+
+
 def test_the_stream_needs_a_live_session(gateway, tenants, conn):
     user = tenants.user()
     with gateway.client() as client:
@@ -124,9 +143,9 @@ def test_the_stream_needs_a_live_session(gateway, tenants, conn):
 def test_streams_are_capped_end_in_time_and_hold_no_database_connection(
         stack_env, out_dir, tenants, conn, streams):
     # Given a gateway with a pool of two connections, room for three streams, a fast heartbeat
-    # and streams that last two seconds
+    # and streams that last ten seconds (long enough to open them all on a loaded machine)
     gw = stack.start_gateway({**stack_env, "DB_POOL_MAX": "2", "LIVE_MAX_STREAMS": "3",
-                              "LIVE_HEARTBEAT_S": "0.2", "LIVE_STREAM_MAX_S": "2"}, out_dir,
+                              "LIVE_HEARTBEAT_S": "0.2", "LIVE_STREAM_MAX_S": "10"}, out_dir,
                              name="gateway-live")
     try:
         user = tenants.user()
@@ -141,7 +160,7 @@ def test_streams_are_capped_end_in_time_and_hold_no_database_connection(
         assert refused.headers["retry-after"] == "30"
         # And a quiet stream gets heartbeat comments, then ends by itself, freeing its place
         wait_until(lambda: "keepalive" in open_[0].comments, timeout=10, message="heartbeat")
-        wait_until(lambda: all(s.ended.is_set() for s in open_), timeout=30, message="ended")
+        wait_until(lambda: all(s.ended.is_set() for s in open_), timeout=60, message="ended")
         assert streams(gw.url, user.token).status == 200
     finally:
         gw.stop()
