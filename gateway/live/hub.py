@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 import orjson
+from prometheus_client import CollectorRegistry, Gauge
 
 from shared import db, errors
 from shared.db import listen
@@ -55,7 +56,7 @@ class Subscriber:
 
 class Hub:
     def __init__(self, database_url: str, pool: db.AsyncPool, *, max_streams: int,
-                 queue_size: int) -> None:
+                 queue_size: int, registry: CollectorRegistry | None = None) -> None:
         self._url = database_url
         self._pool = pool
         self._max = max_streams
@@ -63,6 +64,11 @@ class Hub:
         self._by_tenant: dict[UUID, set[Subscriber]] = {}
         self._count = 0
         self.listening = asyncio.Event()
+        if registry is not None:
+            Gauge("ingest_live_streams", "Live streams (GET /v1/live) open on this gateway.",
+                  registry=registry).set_function(lambda: self._count)
+            Gauge("ingest_live_listening", "1 while this gateway listens for live updates.",
+                  registry=registry).set_function(lambda: int(self.listening.is_set()))
 
     # ── streams ───────────────────────────────────────────────────────────────────────────
     def check_room(self) -> None:

@@ -158,6 +158,10 @@ def test_streams_are_capped_end_in_time_and_hold_no_database_connection(
             refused = client.get("/v1/live")
         assert (refused.status_code, refused.json()["code"]) == (503, "live_streams_full")
         assert refused.headers["retry-after"] == "30"
+        # And the gateway's metrics count them, with the listener up
+        with gw.client(stack_env["METRICS_TOKEN"]) as client:
+            metrics = client.get("/metrics").text
+        assert "ingest_live_streams 3.0" in metrics and "ingest_live_listening 1.0" in metrics
         # And a quiet stream gets heartbeat comments, then ends by itself, freeing its place
         wait_until(lambda: "keepalive" in open_[0].comments, timeout=10, message="heartbeat")
         wait_until(lambda: all(s.ended.is_set() for s in open_), timeout=60, message="ended")
