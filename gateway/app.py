@@ -24,6 +24,7 @@ from gateway.events import replay_routes as event_replay
 from gateway.events import routes as event_routes
 from gateway.events import writer as event_writer
 from gateway.imports import batches as import_batches
+from gateway.imports import clients as ad_clients
 from gateway.imports import intake as import_intake
 from gateway.imports import ops as import_ops
 from gateway.imports import routes as imports
@@ -80,6 +81,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             *event_routes.ROUTES,  # event intake, API keys, cursor (docs/decisions/0135-0136)
             *event_replay.ROUTES,  # ledger events: list, show, replay (docs/decisions/0142)
             *webhook_routes.ROUTES,  # webhook endpoints and deliveries (docs/decisions/0153)
+            *ad_clients.ROUTES,  # advertiser clients of ad-metrics imports (docs/decisions/0147)
             *live_routes.ROUTES,  # live updates for the web UI (docs/decisions/0160)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},

@@ -160,6 +160,9 @@ class GatewaySettings(CommonSettings):
     # Search and answers (gateway/search/, docs/decisions/0105-0109). Off = /v1/search,
     # /v1/ask and the Search page answer 404 search_disabled, and the model is never loaded.
     search_enabled: bool = True
+    # CPU threads of the query model (EMBEDDING_VARIANT, like the workers). A query is a few
+    # tokens: one thread is as fast as more, and leaves the other cores to Postgres (ADR 0158).
+    search_embed_threads: int = Field(default=1, ge=1, le=64)
     # /v1/ask cites a chunk only if its cosine similarity to the question is at least this,
     # or it matches every word of the question; nothing passes = "no evidence" (ADR 0106).
     ask_min_similarity: float = Field(default=0.35, ge=-1, le=1)

@@ -4,7 +4,9 @@ The file streams and hashes exactly like a document upload (gateway/uploads.py, 
 form's fields). Then one transaction writes the batch, its `records_import` run and the job
 to the outbox (DESIGN.md "Intake without lost work"); the relay publishes it after commit.
 The same tenant, contract and file content is the same batch (docs/decisions/0091): the
-unique key decides, so concurrent identical uploads make exactly one batch.
+unique key decides, so concurrent identical uploads make exactly one batch. An ad-metrics
+upload also names its platform and, optionally, its advertiser client; both are part of that
+key (docs/decisions/0146).
 """
 
 from __future__ import annotations
@@ -32,11 +34,15 @@ Q = db.load_queries(Path(__file__).with_name("intake.sql"))
 # The contracts a batch may name, with the version a new batch records: the registry's.
 CONTRACTS = {name: c.version for name, c in contracts.CONTRACTS.items()}
 SOURCES = ("simplicity", "jbi", "manual")
+# An ad-metrics upload's source (staging-promotion-runtime.md §3.2).
+AD_SOURCES = ("manual", "api", "webhook")
+AD_CONTRACT = contracts.AD_METRICS.name
 DEFAULT_THRESHOLD = Decimal(10)
 MAX_SOURCE_REFERENCE = 200  # bytes; import_batches checks the same bound in characters
 # The form's text fields besides `file`, with their limits in bytes (gateway/uploads.py).
 FORM_FIELDS = {"contract": 64, "error_threshold_percent": 16, "source": 16,
-               "source_reference": MAX_SOURCE_REFERENCE, "force_partial": 8}
+               "source_reference": MAX_SOURCE_REFERENCE, "force_partial": 8,
+               "platform": 16, "client_id": 64}
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -53,9 +59,27 @@ class InvalidThreshold(errors.InvalidRequest):
 
 
 class InvalidSource(errors.InvalidRequest):
-    """source must be simplicity, jbi or manual."""
+    """source must be simplicity, jbi or manual (ad_metrics: manual, api or webhook)."""
 
     code = "invalid_source"
+
+
+class PlatformRequired(errors.InvalidRequest):
+    """An ad_metrics upload names the platform of its export: platform=meta, google or tiktok."""
+
+    code = "platform_required"
+
+
+class UnexpectedAdField(errors.InvalidRequest):
+    """platform and client_id belong to ad_metrics uploads only; leave them out."""
+
+    code = "unexpected_ad_field"
+
+
+class UnknownClient(errors.InvalidRequest):
+    """client_id names no advertiser client of your tenant; GET /v1/clients lists them."""
+
+    code = "unknown_client"
 
 
 class InvalidForcePartial(errors.InvalidRequest):
@@ -73,6 +97,8 @@ class Form:
     source: str
     source_reference: str | None
     force_partial: bool
+    platform: str | None = None
+    client_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -90,11 +116,35 @@ def read_form(fields: dict[str, str | None]) -> Form:
     if contract not in CONTRACTS:
         raise UnknownContract(f"There is no contract named {contract[:64]!r}; send one of: "
                               f"{', '.join(CONTRACTS)}.")
+    platform, client_id = _ad_fields(contract, fields)
     source = fields.get("source") or "manual"
-    if source not in SOURCES:
-        raise InvalidSource()
+    allowed = AD_SOURCES if platform else SOURCES
+    if source not in allowed:
+        raise InvalidSource(f"source must be one of: {', '.join(allowed)}.")
     return Form(contract, _threshold(fields.get("error_threshold_percent")), source,
-                fields.get("source_reference"), _flag(fields.get("force_partial")))
+                fields.get("source_reference"), _flag(fields.get("force_partial")),
+                platform, client_id)
+
+
+def _ad_fields(contract: str, fields: dict[str, str | None]) -> tuple[str | None, uuid.UUID | None]:
+    """The platform (required) and client (optional) of an ad_metrics upload; neither for the
+    records contracts. Whether the client is the tenant's is the database's to say."""
+    platform, client = fields.get("platform"), fields.get("client_id")
+    if contract != AD_CONTRACT:
+        if platform or client:
+            raise UnexpectedAdField(f"platform and client_id belong to {AD_CONTRACT} uploads "
+                                    f"only, not to {contract}.")
+        return None, None
+    if not platform:
+        raise PlatformRequired()
+    contracts.ad_metrics.for_platform(platform)  # unknown_platform (400) names the others
+    if not client:
+        return platform, None
+    try:
+        return platform, uuid.UUID(client)
+    except ValueError:
+        # Said exactly as for a well-formed id the tenant has no client of.
+        raise UnknownClient() from None
 
 
 def _threshold(value: str | None) -> Decimal:
@@ -127,9 +177,14 @@ async def submit(pool: db.AsyncPool, *, tenant_id: uuid.UUID, user_id: uuid.UUID
     """Write batch, run and job in one transaction, or find the batch of the same file."""
     file_hash = received.content_hash.removeprefix("sha256:")
     keys = {"tenant_id": tenant_id}
+    ad = {"platform": form.platform, "client_id": form.client_id}
     with db.translate():
         async with pool.connection() as conn, conn.transaction():
+            if form.client_id is not None and await (await conn.execute(Q["client_of_tenant"], {
+                    **keys, "client_id": form.client_id})).fetchone() is None:
+                raise UnknownClient()
             row = await (await conn.execute(Q["insert_batch"], {
+                **ad,
                 **keys, "contract": form.contract, "contract_version": CONTRACTS[form.contract],
                 "file_name": received.original_filename or received.stored_filename,
                 "file_hash": file_hash, "byte_size": received.size_bytes,
@@ -139,7 +194,7 @@ async def submit(pool: db.AsyncPool, *, tenant_id: uuid.UUID, user_id: uuid.UUID
                 "force_partial": form.force_partial, "created_by": user_id})).fetchone()
             if row is None:
                 existing = await (await conn.execute(Q["existing_batch"], {
-                    **keys, "contract": form.contract, "file_hash": file_hash})).fetchone()
+                    **keys, **ad, "contract": form.contract, "file_hash": file_hash})).fetchone()
                 assert existing is not None  # the conflict that stopped us is committed
                 return Outcome(existing["batch_id"], existing["status"], duplicate=True)
             batch_id = row["batch_id"]
@@ -159,6 +214,8 @@ def _config(form: Form, received: uploads.ReceivedFile, user_id: uuid.UUID | Non
             "original_filename": received.original_filename,
             "content_type": received.content_type, "file_size_bytes": received.size_bytes,
             "content_hash": received.content_hash, "contract": form.contract,
+            "platform": form.platform,
+            "client_id": str(form.client_id) if form.client_id else None,
             "created_by_user_id": str(user_id) if user_id else None}
 
 
@@ -184,7 +241,15 @@ IMPORT_FORM = openapi.form_body(
     error_threshold_percent=Schema(type=OpenAPIType.NUMBER, minimum=0, maximum=100, default=10,
                                    description="The error budget: a larger share of invalid "
                                                "rows fails the batch."),
-    source=Schema(type=OpenAPIType.STRING, enum=list(SOURCES), default="manual"),
+    source=Schema(type=OpenAPIType.STRING, enum=list(dict.fromkeys(SOURCES + AD_SOURCES)),
+                  default="manual", description="simplicity, jbi or manual for the records "
+                  "contracts; manual, api or webhook for ad_metrics."),
+    platform=Schema(type=OpenAPIType.STRING, enum=list(contracts.ad_metrics.PLATFORMS),
+                    description="ad_metrics only, and required there: whose export the file "
+                                "is."),
+    client_id=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.UUID,
+                     description="ad_metrics only, optional: the advertiser client (GET "
+                                 "/v1/clients) the metrics belong to."),
     source_reference=Schema(type=OpenAPIType.STRING, max_length=MAX_SOURCE_REFERENCE,
                             description="The vendor's batch id."),
     force_partial=Schema(type=OpenAPIType.BOOLEAN, default=False,
@@ -194,6 +259,7 @@ IMPORT_FORM = openapi.form_body(
 @dataclass
 class Accepted:
     batch_id: uuid.UUID
+    upload_id: uuid.UUID  # the spec's name of the batch id (staging-promotion-runtime.md §3.2)
     run_id: uuid.UUID
     status: str  # "pending"
 
@@ -201,6 +267,7 @@ class Accepted:
 @dataclass
 class Duplicate:
     batch_id: uuid.UUID
+    upload_id: uuid.UUID
     status: str  # the existing batch's status
     duplicate: bool  # true
 
@@ -213,8 +280,8 @@ class Duplicate:
           **openapi.errors(400, 413, 415)})
 async def create_import(request: Request, ctx: Context) -> Response:
     """Import a records file (multipart `file`, `contract`, optional `error_threshold_percent`,
-    `source`, `source_reference`, `force_partial`); 202 with a new batch or 200 with the batch
-    of the same file."""
+    `source`, `source_reference`, `force_partial`; for ad_metrics `platform` and optional
+    `client_id`); 202 with a new batch or 200 with the batch of the same file."""
     principal = auth.current(request)
     settings = ctx.settings
     run_id = uuid.uuid4()
@@ -243,10 +310,11 @@ async def create_import(request: Request, ctx: Context) -> Response:
         "tenant_id": str(principal.tenant_id), "user_id": str(principal.user_id),
         "batch_id": str(outcome.batch_id),
         "run_id": str(outcome.run_id) if outcome.run_id else None, "contract": form.contract,
+        "platform": form.platform, "client_id": str(form.client_id) if form.client_id else None,
         "file_hash": received.content_hash, "size_bytes": received.size_bytes,
         "duplicate": outcome.duplicate})
     if outcome.duplicate:
-        return Response({"batch_id": outcome.batch_id, "status": outcome.status,
-                         "duplicate": True}, status_code=200)
-    return Response({"batch_id": outcome.batch_id, "run_id": outcome.run_id,
-                     "status": "pending"}, status_code=202)
+        return Response({"batch_id": outcome.batch_id, "upload_id": outcome.batch_id,
+                         "status": outcome.status, "duplicate": True}, status_code=200)
+    return Response({"batch_id": outcome.batch_id, "upload_id": outcome.batch_id,
+                     "run_id": outcome.run_id, "status": "pending"}, status_code=202)

@@ -1,21 +1,30 @@
 -- Intake of records files: the batch, its run and its job, in one transaction (gateway/imports/intake.py).
 -- Every query on tenant data filters by tenant_id.
 
+-- name: client_of_tenant
+-- An ad-metrics upload's client must be one of the tenant's own advertiser clients.
+SELECT 1 FROM ad_clients WHERE tenant_id = %(tenant_id)s AND client_id = %(client_id)s;
+
 -- name: insert_batch
--- DO NOTHING on the (tenant, contract, file hash) key: of concurrent identical uploads exactly
--- one gets a row back; the others wait for its commit here, then get none (a duplicate).
+-- DO NOTHING on the (tenant, contract, file hash, platform, client) key (NULLS NOT DISTINCT,
+-- docs/decisions/0146): of concurrent identical uploads exactly one gets a row back; the
+-- others wait for its commit here, then get none (a duplicate).
 INSERT INTO import_batches (tenant_id, contract, contract_version, file_name, file_hash,
                             byte_size, upload_uri, source, source_reference,
-                            error_threshold_percent, force_partial, created_by)
+                            error_threshold_percent, force_partial, created_by,
+                            platform, client_id)
 VALUES (%(tenant_id)s, %(contract)s, %(contract_version)s, %(file_name)s, %(file_hash)s,
         %(byte_size)s, %(upload_uri)s, %(source)s, %(source_reference)s,
-        %(error_threshold_percent)s, %(force_partial)s, %(created_by)s)
-ON CONFLICT (tenant_id, contract, file_hash) DO NOTHING
+        %(error_threshold_percent)s, %(force_partial)s, %(created_by)s,
+        %(platform)s, %(client_id)s)
+ON CONFLICT (tenant_id, contract, file_hash, platform, client_id) DO NOTHING
 RETURNING batch_id;
 
 -- name: existing_batch
 SELECT batch_id, status FROM import_batches
-WHERE tenant_id = %(tenant_id)s AND contract = %(contract)s AND file_hash = %(file_hash)s;
+WHERE tenant_id = %(tenant_id)s AND contract = %(contract)s AND file_hash = %(file_hash)s
+  AND platform IS NOT DISTINCT FROM %(platform)s
+  AND client_id IS NOT DISTINCT FROM %(client_id)s;
 
 -- name: insert_run
 -- The batch's run (docs/decisions/0090): the lease, heartbeat and crash guard work on it.

@@ -18,8 +18,9 @@ async def list_contracts() -> dict:
 @get("/v1/contracts/{name:str}", tags=["imports"], responses=openapi.errors(404))
 async def get_contract(name: str) -> dict:
     """One contract: columns with their accepted headers, rules with code, severity and
-    message, the natural key, an example row and a sample CSV file."""
-    return contracts.describe(contracts.get(name))
+    message, the natural key, an example row and a sample CSV file; for ad_metrics the same
+    for each platform's export under ``variants``."""
+    return contracts.publish(contracts.get(name))
 
 
 ROUTES = [list_contracts, get_contract]

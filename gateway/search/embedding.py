@@ -1,11 +1,16 @@
-"""The query embedder: the worker's model, loaded once per gateway process, on first use.
+"""The query embedder: the worker's model and variant, loaded once per gateway process, on first use.
 
-The gateway must embed a query with the same model that embedded the versions, or distances
-mean nothing; so it loads the worker's own loader (worker/pipeline/embed.py) with the same
-EMBEDDING_MODEL setting. Loading takes seconds and hundreds of MB, so it happens only when the
-first vector query arrives (a gateway that never searches never pays it), in a thread (the
-event loop keeps serving), and once: concurrent first queries wait for the same load
-(docs/decisions/0108).
+The gateway must embed a query with the model that embedded the versions, or distances mean
+nothing; so it loads the worker's own loader (worker/pipeline/embed.py) with the same
+EMBEDDING_MODEL and EMBEDDING_VARIANT settings (onnx-int8 by default: the fastest, and what the
+workers write). Loading takes seconds and hundreds of MB, so it happens only when the first vector
+query arrives (a gateway that never searches never pays it), in a thread (the event loop keeps
+serving), and once: concurrent first queries wait for the same load (docs/decisions/0108).
+
+Queries are embedded on one thread of their own, in micro-batches: the queries that arrive while
+a forward pass runs go together into the next one (docs/decisions/0158). Nothing waits for a batch
+to fill, so a lone query costs one pass; under load, one pass serves many queries, and the model
+never takes more than its one thread from Postgres and the event loop.
 """
 
 from __future__ import annotations
@@ -13,11 +18,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+# Queries per forward pass at most: short queries pad to a few dozen tokens, and a pass of 32
+# still takes only milliseconds.
+MAX_BATCH = 32
 
 
 class Encoder(Protocol):
@@ -27,19 +37,35 @@ class Encoder(Protocol):
     def encode(self, texts: list[str]) -> np.ndarray: ...
 
 
-def load_worker_model(model: str) -> Encoder:
-    """The worker's embedder for ``model`` (imported here: torch is heavy and only searches need it)."""
-    from worker.pipeline import embed
+def worker_model_loader(*, variant: str = "torch", cache_dir: str | None = None,
+                        threads: int = 1) -> Callable[[str], Encoder]:
+    """A loader of the worker's embedder for a model, in ``variant``, on the CPU.
 
-    return embed.load_embedder(model, batch_size=1)
+    The CPU even where the workers run torch on cuda: a query is a few tokens, and fp16 on a GPU
+    agrees with fp32 to cosine 1.000 (ADR 0110), so it is the same variant's vector.
+    """
+    def load(model: str) -> Encoder:
+        # Imported here: torch and onnxruntime are heavy, and only searches need them.
+        from worker.pipeline import embed
+
+        encoder = embed.load_embedder(model, batch_size=MAX_BATCH, variant=variant,
+                                      cache_dir=cache_dir, threads=threads)
+        encoder.load()  # the weights now, in the loading thread, not in the first query's pass
+        return encoder
+
+    return load
 
 
 class QueryEmbedder:
-    def __init__(self, model: str, loader: Callable[[str], Encoder] = load_worker_model) -> None:
+    def __init__(self, model: str, loader: Callable[[str], Encoder] | None = None) -> None:
         self.model = model
-        self._loader = loader
+        self._loader = loader or worker_model_loader()
         self._encoder: Encoder | None = None
         self._lock: asyncio.Lock | None = None
+        # One thread runs every forward pass: passes never compete with each other for cores.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embed")
+        self._pending: list[tuple[str, asyncio.Future[list[float]]]] = []
+        self._batcher: asyncio.Task[None] | None = None
 
     @property
     def loaded(self) -> bool:
@@ -59,7 +85,27 @@ class QueryEmbedder:
         return self._encoder
 
     async def embed(self, text: str) -> list[float]:
-        """The unit-length vector of ``text``, computed off the event loop."""
+        """The unit-length vector of ``text``, computed off the event loop, maybe in a batch."""
         encoder = await self.encoder()
-        vectors = await asyncio.to_thread(encoder.encode, [text])
-        return [float(x) for x in vectors[0]]
+        future: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
+        self._pending.append((text, future))
+        if self._batcher is None or self._batcher.done():
+            self._batcher = asyncio.create_task(self._run_batches(encoder))
+        return await future
+
+    async def _run_batches(self, encoder: Encoder) -> None:
+        """Embed what is pending, one pass at a time, until nothing is."""
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            texts = [text for text, _ in batch]
+            try:
+                vectors = await loop.run_in_executor(self._executor, encoder.encode, texts)
+            except Exception as exc:  # every query of the pass gets the error its caller maps
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), vector in zip(batch, vectors, strict=True):
+                if not future.done():  # a request cancelled meanwhile (client gone)
+                    future.set_result(vector.tolist())

@@ -25,10 +25,12 @@ LIMIT %(n)s;
 -- The chunks nearest the query vector by cosine distance. Written as ORDER BY embedding <=> q
 -- LIMIT n so the planner walks the HNSW index (idx_chunk_embeddings_hnsw); the index is shared
 -- by all tenants, so the tenant and activity filters apply to what the walk returns, and the
--- caller raises hnsw.ef_search above n to leave room for them (docs/decisions/0105). Only
+-- caller turns on pgvector's iterative scan (hnsw_scan below) so that the walk goes on until n
+-- rows pass them (docs/decisions/0105, 0158). Only
 -- versions embedded by the gateway's own model are compared: other models' vectors live in
--- another space (docs/decisions/0004).
-SELECT e.chunk_id, v.doc_id, (e.embedding <=> %(vector)s::vector) AS distance
+-- another space (docs/decisions/0004). The query is cast to halfvec, the column's type: the
+-- index's operator class is halfvec_cosine_ops (migration 0024, docs/decisions/0156).
+SELECT e.chunk_id, v.doc_id, (e.embedding <=> %(vector)s::halfvec) AS distance
 FROM chunk_embeddings e
 JOIN document_versions v ON v.doc_version_id = e.doc_version_id AND v.tenant_id = e.tenant_id
 JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
@@ -40,12 +42,16 @@ WHERE e.tenant_id = %(tenant_id)s
   AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
   AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
   AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)
-ORDER BY e.embedding <=> %(vector)s::vector
+ORDER BY e.embedding <=> %(vector)s::halfvec
 LIMIT %(n)s;
 
--- name: set_ef_search
--- The HNSW candidate list for this transaction only.
-SELECT set_config('hnsw.ef_search', %(ef_search)s, true);
+-- name: hnsw_scan
+-- The HNSW walk of vector_candidates, for this transaction only: a candidate list of ef_search,
+-- and strict_order iterative scans (pgvector 0.8), which walk on, still in distance order,
+-- while the tenant and activity filters leave fewer than LIMIT rows (up to
+-- hnsw.max_scan_tuples, 20,000 by default). ADR 0158.
+SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
+       set_config('hnsw.iterative_scan', 'strict_order', true);
 
 -- name: hits
 -- What a result shows, for the fused chunk ids; re-checks tenant and activity, so a version

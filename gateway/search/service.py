@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from gateway.search.embedding import QueryEmbedder
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow
+
+from gateway.search.embedding import QueryEmbedder, worker_model_loader
 from shared import db, errors
 from shared.settings import GatewaySettings
 
@@ -32,8 +35,10 @@ MAX_DOC_IDS = 20
 # Each list contributes this many candidates to the fusion: a chunk ranked below them would
 # add less than 1/(60+200) to any score, below what separates the top k.
 MIN_POOL, MAX_POOL = 40, 200
-# pgvector's HNSW walk returns at most ef_search rows before our filters; its maximum is 1000.
-MAX_EF_SEARCH = 1000
+# pgvector's HNSW candidate list: the pool size, at least pgvector's default of 40, at most its
+# maximum of 1000. Iterative scans (queries.sql: hnsw_scan) make up for the rows the filters
+# drop, so no headroom above the pool is needed; each step up costs time (ADR 0158).
+MIN_EF_SEARCH, MAX_EF_SEARCH = 40, 1000
 # Highlight markers ts_headline puts around matches (queries.sql strips them from the text).
 _START, _STOP = "\ue000", "\ue001"
 
@@ -209,7 +214,11 @@ class Runtime:
 
     def __init__(self, settings: GatewaySettings, embedder: QueryEmbedder | None = None) -> None:
         self.settings = settings
-        self.embedder = embedder or QueryEmbedder(settings.embedding_model)
+        # The workers' variant (ADR 0110: both share the model's space, so versions of either
+        # are searched together), on the CPU threads SEARCH_EMBED_THREADS (ADR 0158).
+        self.embedder = embedder or QueryEmbedder(settings.embedding_model, worker_model_loader(
+            variant=settings.embedding_variant, cache_dir=settings.embedding_cache_dir,
+            threads=settings.search_embed_threads))
 
     def check_enabled(self) -> None:
         if not self.settings.search_enabled:
@@ -233,33 +242,47 @@ class Runtime:
 
 async def candidates(conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequest,
                      vector: list[float] | None, model: str) -> Candidates:
-    """Both ranked candidate lists, read in the caller's transaction."""
+    """Both ranked candidate lists, read in the caller's transaction, in one round trip."""
     base = {"tenant_id": tenant_id, "n": request.pool_size, **request.filters.params()}
-    text: list[tuple[UUID, UUID]] = []
-    near: list[tuple[UUID, UUID]] = []
-    distance: dict[UUID, float] = {}
-    if request.mode in ("hybrid", "text"):
-        rows = await (await conn.execute(Q["text_candidates"], {**base, "q": request.q})).fetchall()
-        text = [(r["chunk_id"], r["doc_id"]) for r in rows]
-    if request.mode in ("hybrid", "vector") and vector is not None:
-        # Room in the index walk for the rows the tenant and activity filters drop.
-        ef_search = min(MAX_EF_SEARCH, max(100, request.pool_size * 2))
-        await conn.execute(Q["set_ef_search"], {"ef_search": str(ef_search)})
-        rows = await (await conn.execute(Q["vector_candidates"], {
-            **base, "vector": _literal(vector), "model": model})).fetchall()
-        near = [(r["chunk_id"], r["doc_id"]) for r in rows]
-        distance = {r["chunk_id"]: float(r["distance"]) for r in rows}
-    return Candidates(text, near, distance)
+    # prepare=False: each execution is planned for its own parameters. A prepared statement goes
+    # generic after a few runs on a connection, and the generic plan of these "NULL = no
+    # filter" shapes scans every chunk of the tenant instead of the GIN or HNSW index (ADR 0158).
+    async with conn.pipeline():  # the statements go together; the first fetch waits for all
+        text_cursor = near_cursor = None
+        if request.mode in ("hybrid", "text"):
+            text_cursor = await conn.execute(Q["text_candidates"], {**base, "q": request.q},
+                                             prepare=False)
+        if request.mode in ("hybrid", "vector") and vector is not None:
+            ef_search = min(MAX_EF_SEARCH, max(MIN_EF_SEARCH, request.pool_size))
+            await conn.execute(Q["hnsw_scan"], {"ef_search": str(ef_search)})
+            near_cursor = await conn.execute(Q["vector_candidates"], {
+                **base, "vector": _literal(vector), "model": model}, prepare=False)
+        text_rows = await text_cursor.fetchall() if text_cursor else []
+        near_rows = await near_cursor.fetchall() if near_cursor else []
+    return Candidates(text=[(r["chunk_id"], r["doc_id"]) for r in text_rows],
+                      vector=[(r["chunk_id"], r["doc_id"]) for r in near_rows],
+                      distance={r["chunk_id"]: float(r["distance"]) for r in near_rows})
 
 
 async def hits(conn: db.AsyncConn, *, tenant_id: UUID, q: str,
                fused: Sequence[Fused]) -> list[dict[str, Any]]:
     """The shown hits, in fused order; a chunk no longer active is dropped here."""
+    return await _shown(await _read_hits(conn, tenant_id=tenant_id, q=q, fused=fused), fused)
+
+
+async def _read_hits(conn: db.AsyncConn, *, tenant_id: UUID, q: str,
+                     fused: Sequence[Fused]) -> AsyncCursor[DictRow] | None:
+    """The hits statement, sent (or, in a pipeline, queued); None when nothing was fused."""
     if not fused:
+        return None
+    return await conn.execute(Q["hits"], {
+        "tenant_id": tenant_id, "q": q, "chunk_ids": [f.chunk_id for f in fused]})
+
+
+async def _shown(cursor: AsyncCursor[DictRow] | None, fused: Sequence[Fused]) -> list[dict[str, Any]]:
+    if cursor is None:
         return []
-    rows = await (await conn.execute(Q["hits"], {
-        "tenant_id": tenant_id, "q": q, "chunk_ids": [f.chunk_id for f in fused]})).fetchall()
-    by_id = {r["chunk_id"]: r for r in rows}
+    by_id = {r["chunk_id"]: r for r in await cursor.fetchall()}
     shown = []
     for f in fused:
         row = by_id.get(f.chunk_id)
@@ -278,9 +301,14 @@ async def search(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
                  request: SearchRequest) -> list[dict[str, Any]]:
     """The hits of ``request`` for the tenant, best first (without the chunks' full text)."""
     query = await runtime.query_vector(request.q) if request.mode != "text" else None
-    async with pool.connection() as conn, conn.transaction():
-        _, fused = await runtime.retrieve(conn, tenant_id=tenant_id, request=request, query=query)
-        shown = await hits(conn, tenant_id=tenant_id, q=request.q, fused=fused)
+    # In a pipeline, BEGIN goes with the candidate queries, and COMMIT with the hits query: two
+    # round trips in all, each one a wait for a core on a busy machine (ADR 0158).
+    async with pool.connection() as conn, conn.pipeline():
+        async with conn.transaction():
+            _, fused = await runtime.retrieve(conn, tenant_id=tenant_id, request=request,
+                                              query=query)
+            cursor = await _read_hits(conn, tenant_id=tenant_id, q=request.q, fused=fused)
+        shown = await _shown(cursor, fused)
     for hit in shown:
         del hit["text"]
     return shown

@@ -23,6 +23,7 @@ from gateway.auth import login_throttle, users
 from gateway.context import Context
 from gateway.documents import listing as doc_listing
 from gateway.events import replay as ledger_replay
+from gateway.imports import clients as import_clients
 from gateway.imports import intake as import_intake
 from gateway.operations import metrics
 from gateway.records import service as records
@@ -31,6 +32,7 @@ from gateway.search import service as search_service
 from gateway.web import assets, errorpages, reads, session
 from gateway.webhooks import webhooks
 from shared import contracts, errors
+from shared.contracts import ad_metrics
 
 # No inline script or style anywhere, so the policy can forbid both.
 SECURITY_HEADERS = {
@@ -258,7 +260,11 @@ async def imports(request: Request, ctx: Context) -> Template:
     principal = auth.current(request)
     recent = await reads.my_imports(ctx.pool, tenant_id=principal.tenant_id,
                                     user_id=principal.user_id)
+    # The ad-metrics contract's platform and advertiser client (issue 13, docs/decisions/0147).
+    ad_clients = await import_clients.listing(ctx.pool, principal.tenant_id)
     return render(request, "imports/index.html", recent=recent,
+                  ad_contract=import_intake.AD_CONTRACT, platforms=ad_metrics.PLATFORMS,
+                  ad_sources=import_intake.AD_SOURCES, ad_clients=ad_clients,
                   contracts=list(contracts.CONTRACTS.values()), sources=import_intake.SOURCES,
                   threshold=import_intake.DEFAULT_THRESHOLD,
                   max_bytes=int(ctx.settings.import_max_size_mb * 1024 * 1024),

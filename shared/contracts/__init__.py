@@ -2,12 +2,14 @@
 
 ``from shared import contracts`` then ``contracts.get("judgments")``,
 ``contracts.match_header(...)``, ``contracts.validate_row(...)``, ``contracts.codes.*``.
+``ad_metrics`` reads one ad platform's export: ``contracts.ad_metrics.for_platform("meta")``.
 """
 
 from __future__ import annotations
 
 from shared import errors
-from shared.contracts import codes
+from shared.contracts import ad_metrics, codes
+from shared.contracts.ad_metrics import AD_METRICS
 from shared.contracts.judgments import JUDGMENTS
 from shared.contracts.model import (
     INVALID,
@@ -34,21 +36,34 @@ from shared.contracts.model import (
 from shared.contracts.plaintiffs import PLAINTIFFS
 
 __all__ = [
-    "CONTRACTS", "INVALID", "JUDGMENTS", "PLAINTIFFS", "Column", "Contract", "HeaderMatch",
+    "AD_METRICS", "CONTRACTS", "INVALID", "JUDGMENTS", "PLAINTIFFS", "Column", "Contract", "HeaderMatch",
     "Issue", "NaturalKey", "RowResult", "RowRule", "Rule", "Severity", "Target",
-    "UnknownContract", "codes", "describe", "duplicate_issue", "get", "header_issues",
-    "header_key", "match_header", "natural_key", "sample_csv", "validate_row", "with_headers",
+    "UnknownContract", "ad_metrics", "codes", "describe", "duplicate_issue", "get", "header_issues",
+    "header_key", "match_header", "natural_key", "publish", "sample_csv", "validate_row", "with_headers",
 ]
 
 # Every published contract by name, in promotion order.
 CONTRACTS: dict[str, Contract] = {c.name: c for c in sorted(
-    (JUDGMENTS, PLAINTIFFS), key=lambda c: c.promotion_order)}
+    (JUDGMENTS, PLAINTIFFS, AD_METRICS), key=lambda c: c.promotion_order)}
 
 
 class UnknownContract(errors.NotFound):
     """No contract has that name; GET /v1/contracts lists them."""
 
     code = "unknown_contract"
+
+
+# Contracts read from several exports (ad platforms): name → variant → its contract.
+VARIANTS: dict[str, dict[str, Contract]] = {"ad_metrics": ad_metrics.VARIANTS}
+
+
+def publish(contract: Contract) -> dict[str, object]:
+    """``describe`` of the contract, with each variant's own description under ``variants``
+    (every platform's header mapping, rules, codes and example)."""
+    view: dict[str, object] = describe(contract)
+    if contract.name in VARIANTS:
+        view["variants"] = {name: describe(v) for name, v in VARIANTS[contract.name].items()}
+    return view
 
 
 def get(name: str) -> Contract:

@@ -69,6 +69,11 @@ class Column:
     derived: tuple[tuple[str, Callable[[Any], Any]], ...] = ()
     # Whether the value is personal data (names, e-mails, phones): never logged.
     personal: bool = False
+    # A header naming this column may end in a unit, `Amount spent (USD)`: the field named
+    # here (e.g. ``currency``) takes that unit in every row that has no value of its own.
+    unit_field: str | None = None
+    # The value of an empty cell when the field is not required (e.g. 0 for a metric).
+    default: Any = None
 
     def rules(self) -> tuple[Rule, ...]:
         seen: dict[str, Rule] = {}
@@ -117,6 +122,15 @@ class Contract:
     promotion_order: int = 0
     # Example rows (field → text as a file would carry it); the first is the example row.
     examples: tuple[Mapping[str, str], ...] = ()
+    # One export of a family of contracts (e.g. an ad platform's), None for the family itself.
+    variant: str | None = None
+    # Exports a person downloads: up to this many title lines may precede the header, and a
+    # row whose first cell starts with one of ``summary_prefixes`` (`Total: Account`) while
+    # its first required field is empty is a total, not a record (worker/records/parse.py).
+    preamble_lines: int = 0
+    summary_prefixes: tuple[str, ...] = ()
+    # Cell texts that mean "no value" in this export (Google Ads writes `--`).
+    empty_markers: frozenset[str] = frozenset()
     # Header key → column position in ``columns``; built once, see ``header_key``.
     _by_header: dict[str, int] = field(init=False, repr=False, compare=False)
 
@@ -128,6 +142,21 @@ class Contract:
                 if by_header.setdefault(key, position) != position:
                     raise ValueError(f"{self.name}: header {header!r} names two columns")
         object.__setattr__(self, "_by_header", by_header)
+
+    def lookup(self, header: str) -> tuple[int, str | None] | None:
+        """The column position a header names, and the unit its suffix carries (`Amount
+        spent (USD)` → spend, "USD") when only the header without the suffix names a column
+        that takes a unit; None when no column accepts the header."""
+        key = header_key(header)
+        unit = _UNIT_SUFFIX.fullmatch(key)
+        position = self._by_header.get(key)
+        if position is None and unit is not None:
+            position = self._by_header.get(unit[1])
+        if position is None:
+            return None
+        if unit is not None and self.columns[position].unit_field is not None:
+            return position, unit[2].upper()
+        return position, None
 
     def column(self, name: str) -> Column:
         for column in self.columns:
@@ -146,18 +175,24 @@ class Contract:
 
 
 def with_headers(contract: Contract, *, name: str, headers: Mapping[str, tuple[str, ...]],
-                 description: str | None = None) -> Contract:
+                 description: str | None = None, without: tuple[str, ...] = (),
+                 **changes: Any) -> Contract:
     """The same contract reading another export's column names, e.g. one ad platform's: each
-    field named in ``headers`` accepts those headers instead of its own."""
-    unknown = set(headers) - {c.name for c in contract.columns}
+    field named in ``headers`` accepts those headers instead of its own; the optional fields
+    in ``without`` are not part of that export. ``changes`` set other fields of the contract
+    (``variant``, ``examples``, ``preamble_lines`` …)."""
+    unknown = (set(headers) | set(without)) - {c.name for c in contract.columns}
     if unknown:
         raise ValueError(f"{contract.name}: no such fields {sorted(unknown)}")
-    columns = tuple(replace(c, headers=headers.get(c.name, c.headers)) for c in contract.columns)
+    columns = tuple(replace(c, headers=headers.get(c.name, c.headers)) for c in contract.columns
+                    if c.name not in without or c.required)
     return replace(contract, name=name, columns=columns,
-                   description=description or contract.description)
+                   description=description or contract.description, **changes)
 
 
 _SPACE = re.compile(r"\s+")
+# A header key ending in a three-letter unit: `amountspent(usd)`.
+_UNIT_SUFFIX = re.compile(r"(.+)\(([a-z]{3})\)")
 
 
 def header_key(header: str) -> str:
@@ -192,6 +227,8 @@ class HeaderMatch:
     width: int                          # how many columns the header has
     # Position of each of the contract's columns, in contract order; -1 when absent.
     positions: tuple[int, ...] = ()
+    # Field → text the header itself supplies (a unit suffix), used where a row has none.
+    implied: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -215,20 +252,23 @@ def match_header(contract: Contract, header_names: Sequence[str]) -> HeaderMatch
     index: dict[str, int] = {}
     extra: list[str] = []
     duplicated: list[str] = []
+    implied: dict[str, str] = {}
     for position, header in enumerate(header_names):
-        column = contract._by_header.get(header_key(header))
-        if column is None:
+        found = contract.lookup(header)
+        if found is None:
             extra.append(header)
             continue
-        name = contract.columns[column].name
-        if name in index:
+        column = contract.columns[found[0]]
+        if column.name in index:
             duplicated.append(header)
-        else:
-            index[name] = position
+            continue
+        index[column.name] = position
+        if found[1] is not None and column.unit_field is not None:
+            implied[column.unit_field] = found[1]
     missing = tuple(c.name for c in contract.columns if c.required and c.name not in index)
     positions = tuple(index.get(c.name, -1) for c in contract.columns)
     return HeaderMatch(index, tuple(extra), missing, tuple(duplicated), len(header_names),
-                       positions)
+                       positions, implied)
 
 
 def header_issues(contract: Contract, match: HeaderMatch) -> list[Issue]:
@@ -265,15 +305,22 @@ def validate_row(contract: Contract, raw: Sequence[str] | Mapping[str, Any],
             raise TypeError("a CSV row needs the HeaderMatch of its file")
         width = len(raw)  # a short row's missing cells read as empty
         texts = [raw[p] if 0 <= p < width else "" for p in match.positions]
+        if match.implied:
+            texts = [t if t and t.strip() else match.implied.get(c.name, t)
+                     for c, t in zip(contract.columns, texts, strict=True)]
+    empty = contract.empty_markers
     values: dict[str, Any] = {}
     errors: list[Issue] = []
     warnings: list[Issue] = []
     for column, text in zip(contract.columns, texts, strict=True):
         text = text.strip() if text else ""
+        if empty and text in empty:
+            text = ""
         value: Any = None
         if not text:
             if column.required and column.missing is not None:
                 _add(column.missing, row_number, column.name, errors, warnings)
+            value = column.default
         else:
             value = column.normalise(text) if column.normalise is not None else text
             if value is INVALID:
@@ -317,15 +364,22 @@ def _add(rule: Rule, row: int, name: str | None, errors: list[Issue],
 
 def _cells_of_mapping(contract: Contract, raw: Mapping[str, Any]) -> dict[str, str]:
     cells: dict[str, str] = {}
+    implied: dict[str, str] = {}
     for key, value in raw.items():
         if not isinstance(key, str):
             continue
-        position = contract._by_header.get(header_key(key))
-        if position is None:
+        found = contract.lookup(key)
+        if found is None:
             continue  # unknown keys are ignored, as extra CSV columns are
-        name = contract.columns[position].name
-        if name not in cells:
-            cells[name] = "" if value is None else value if isinstance(value, str) else str(value)
+        column = contract.columns[found[0]]
+        if column.name not in cells:
+            cells[column.name] = "" if value is None else value if isinstance(value, str) \
+                else str(value)
+            if found[1] is not None and column.unit_field is not None:
+                implied[column.unit_field] = found[1]
+    for name, unit in implied.items():  # a key's unit where the object has no value of its own
+        if not cells.get(name, "").strip():
+            cells[name] = unit
     return cells
 
 
@@ -348,12 +402,20 @@ def describe(contract: Contract) -> dict[str, Any]:
 
     header = [c.headers[0] if c.headers else c.name for c in contract.columns]
     example = contract.examples[0] if contract.examples else {}
+    variant = {} if contract.variant is None else {
+        "variant": contract.variant,
+        # How the export is laid out around its rows (worker/records/parse.py).
+        "layout": {"title_lines_before_header": contract.preamble_lines,
+                   "total_rows_start_with": list(contract.summary_prefixes),
+                   "empty_cell_markers": sorted(contract.empty_markers)}}
     return {
         "name": contract.name,
+        **variant,
         "version": contract.version,
         "description": contract.description,
         "columns": [{"name": c.name, "headers": list(c.headers or (c.name,)),
-                     "required": c.required, "description": c.description}
+                     "required": c.required, "description": c.description,
+                     **({"header_unit_sets": c.unit_field} if c.unit_field else {})}
                     for c in contract.columns],
         "rules": [_rule_view(rule, name) for name, rule in contract.rules()],
         "batch_rules": [_rule_view(rule, None) for rule in codes.BATCH_RULES],

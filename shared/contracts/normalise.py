@@ -180,3 +180,124 @@ _STATUS_WORDS = {
 def status(text: str) -> str:
     """A vendor's status word → one of PLAINTIFF_STATUSES (`Active`, `OPEN` → active)."""
     return _STATUS_WORDS.get(_SPACES.sub(" ", text).lower(), INVALID)
+
+
+# ── ad-platform exports (shared/contracts/ad_metrics.py) ──────────────────────────────────
+# Currency signs and codes an export writes beside a number (`$1,234.50`, `1.234,50 €`,
+# `USD 12`); the currency itself comes from a column or the header, never from the cell.
+_SIGN = r"[$€£¥₹₩₺₽₪₱฿₫]"
+_MONEY = re.compile(rf"([+-]?)\s*(?:[A-Z]{{1,2}}\$|[A-Z]{{3}}|{_SIGN})?\s*(.*?)\s*"
+                    rf"(?:[A-Z]{{3}}|{_SIGN})?", re.IGNORECASE)
+# Thousands separators written as spaces (also no-break) or apostrophes: `1 234`, `1'234`.
+_GROUP_SPACE = re.compile(r"(?<=\d)[\s\u00a0\u202f'](?=\d{3})")
+_PLAIN = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+_GROUPED_COMMA = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_GROUPED_DOT = re.compile(r"[+-]?\d{1,3}(?:\.\d{3})+(?:,\d+)?")
+_SCIENTIFIC = re.compile(r"[+-]?\d+(?:[.,]\d+)?[eE][+-]?\d+")
+
+
+def decimal_number(text: str) -> Decimal:
+    """A number as an export writes it, in either convention: `1,234.56` = `1.234,56` =
+    `1 234,56` = `$1,234.56` → 1234.56; `12,5` → 12.5 (one comma and no dot is a decimal comma
+    unless it groups thousands, `1,234` → 1234). A trailing `%` divides by 100. Anything else
+    (`1.2.3`, `NaN`, `1e400`) is INVALID."""
+    m = _MONEY.fullmatch(text)
+    bare = _GROUP_SPACE.sub("", m[1] + m[2]) if m else text
+    percent = bare.endswith("%")
+    if percent:
+        bare = bare[:-1]
+    if bare.startswith("(") and bare.endswith(")"):  # accounting negative: (12.00)
+        bare = "-" + bare[1:-1]
+    if _PLAIN.fullmatch(bare):
+        plain = bare
+    elif _GROUPED_COMMA.fullmatch(bare):
+        plain = bare.replace(",", "")
+    elif _GROUPED_DOT.fullmatch(bare):
+        plain = bare.replace(".", "").replace(",", ".")
+    elif bare.count(",") == 1 and _PLAIN.fullmatch(candidate := bare.replace(",", ".")):
+        plain = candidate
+    else:
+        return INVALID
+    value = Decimal(plain)
+    return value / 100 if percent else value
+
+
+def money(text: str) -> Decimal:
+    """An amount spent: ``decimal_number`` rounded half up to cents (`12.345` → 12.35)."""
+    value = decimal_number(text)
+    if value is INVALID:
+        return INVALID
+    # Far beyond any column (the range rule refuses it): quantize would overflow the context.
+    return value.quantize(CENT, rounding=ROUND_HALF_UP) if value.adjusted() < 20 else value
+
+
+def count(text: str) -> int:
+    """A whole count (`12,345` → 12345, `1 234` → 1234, `12.0` → 12); a fraction or a
+    percentage is INVALID."""
+    if text.endswith("%"):
+        return INVALID
+    value = decimal_number(text)
+    if value is INVALID or value != value.to_integral_value():
+        return INVALID
+    return int(value)
+
+
+def external_id(text: str) -> str:
+    """A platform's id of a campaign, ad set or ad, as text (`120201234567890123`). A number a
+    spreadsheet rewrote (`1.20201E+17`) lost its digits: INVALID. A leading apostrophe (how a
+    spreadsheet keeps digits as text) is dropped; JSON's `123.0` is read as 123."""
+    bare = text.removeprefix("'").strip()
+    if _SCIENTIFIC.fullmatch(bare):
+        return INVALID
+    if bare.endswith(".0") and bare[:-2].isdigit():
+        bare = bare[:-2]
+    return bare
+
+
+_WEEKDAY = re.compile(r"^(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*,?\s+", re.IGNORECASE)
+_ISO_TIME = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+                       r"(?:Z|[+-]\d{2}:?\d{2})?)?")
+_SLASHED_ISO = re.compile(r"(\d{4})/(\d{1,2})/(\d{1,2})")
+_MON_D_Y = re.compile(r"([A-Za-z]{3,9})\.?\s+(\d{1,2}),?\s+(\d{4})")
+_D_MON_Y = re.compile(r"(\d{1,2})[\s-]([A-Za-z]{3,9})\.?[\s-](\d{4})")
+
+
+def _month(word: str) -> int | None:
+    upper = word[:3].upper()
+    month = _MONTHS.get(upper)
+    # `Sept`, `June`: the first three letters decide, but the word must be that month's.
+    full = ("JANUARY", "FEBRUARY", "MARCH", "APRIL", "MAY", "JUNE", "JULY", "AUGUST",
+            "SEPTEMBER", "OCTOBER", "NOVEMBER", "DECEMBER")
+    if month is None or not full[month - 1].startswith(word.upper()):
+        return None
+    return month
+
+
+def report_date(text: str) -> date:
+    """A report day as the exports write it: `2024-01-15` (also with a time, as TikTok's
+    `2024-01-15 00:00:00`), `2024/01/15`, `01/15/2024`, `Jan 15, 2024`, `Monday, January
+    15, 2024`, `15 Jan 2024`, `15-Jan-2024` → a date; else INVALID."""
+    text = _WEEKDAY.sub("", text)
+    try:
+        if m := _ISO_TIME.fullmatch(text):
+            return date(int(m[1]), int(m[2]), int(m[3]))
+        if m := _SLASHED_ISO.fullmatch(text):
+            return date(int(m[1]), int(m[2]), int(m[3]))
+        if m := _MDY.fullmatch(text):
+            return date(int(m[3]), int(m[1]), int(m[2]))
+        if (m := _MON_D_Y.fullmatch(text)) and (month := _month(m[1])):
+            return date(int(m[3]), month, int(m[2]))
+        if (m := _D_MON_Y.fullmatch(text)) and (month := _month(m[2])):
+            return date(int(m[3]), month, int(m[1]))
+    except ValueError:  # 2024-02-30, month 13, year 0
+        pass
+    return INVALID
+
+
+_CURRENCY_CODE = re.compile(r"[A-Z]{3}")
+
+
+def currency(text: str) -> str:
+    """An ISO 4217 code, upper case (`usd` → USD); anything else is INVALID."""
+    code = text.upper()
+    return code if _CURRENCY_CODE.fullmatch(code) else INVALID

@@ -83,9 +83,9 @@ def _assert_content(conn, name: str, run_id: str) -> None:
         covered[c["char_start"]:c["char_end"]] = [True] * (c["char_end"] - c["char_start"])
     assert all(covered[i] for i, ch in enumerate(text) if not ch.isspace()), name
 
-    # one unit-norm 384-dim embedding per chunk
+    # one unit-norm 384-dim embedding per chunk (halfvec: l2_norm, not vector_norm)
     vectors = conn.execute(
-        "SELECT vector_dims(embedding) AS dims, vector_norm(embedding) AS norm "
+        "SELECT vector_dims(embedding) AS dims, l2_norm(embedding) AS norm "
         "FROM chunk_embeddings WHERE doc_version_id = %s", (version["doc_version_id"],)).fetchall()
     assert len(vectors) == len(chunks)
     assert all(v["dims"] == 384 and abs(v["norm"] - 1) < 1e-3 for v in vectors)

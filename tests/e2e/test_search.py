@@ -234,10 +234,11 @@ def test_bad_inputs_are_400_with_a_code(world, params, code):
 
 
 def test_the_vector_query_walks_the_hnsw_index(world):
-    # The query exactly as the gateway sends it, over a tenant of 3,000 chunks in 30 documents
+    # The query exactly as the gateway sends it, over a tenant of 6,000 chunks in 30 documents
     # (written in a transaction that is rolled back): the planner must walk the HNSW index in
     # distance order, not sort every row (a shape the index cannot serve would always sort).
-    # A tenant with few chunks gets the exact plan (its btree index, then a sort), rightly.
+    # A tenant with few chunks gets the exact plan (its btree index, then a sort), rightly; with
+    # halfvec rows (half the pages to read) that is up to ~3,500 chunks (docs/decisions/0156).
     from gateway.search import service
 
     with world.conn() as conn:
@@ -245,7 +246,7 @@ def test_the_vector_query_walks_the_hnsw_index(world):
         try:
             tenant = conn.execute("INSERT INTO tenants (name) VALUES ('plan') "
                                   "RETURNING tenant_id").fetchone()["tenant_id"]
-            conn.execute(SYNTHETIC_CHUNKS, {"t": tenant, "n": 3000})
+            conn.execute(SYNTHETIC_CHUNKS, {"t": tenant, "n": 6000})
             conn.execute("ANALYZE")
             plan = "\n".join(r["QUERY PLAN"] for r in conn.execute(
                 "EXPLAIN " + service.Q["vector_candidates"], {
@@ -272,7 +273,7 @@ c AS (INSERT INTO chunks (tenant_id, doc_version_id, ordinal, text, token_count,
 INSERT INTO chunk_embeddings (chunk_id, tenant_id, doc_version_id, embedding)
 SELECT c.chunk_id, %(t)s, c.doc_version_id,
        (SELECT array_agg(random() - 0.5) FROM generate_series(1, 384)
-        WHERE c.chunk_id IS NOT NULL)::vector
+        WHERE c.chunk_id IS NOT NULL)::halfvec
 FROM c"""
 
 

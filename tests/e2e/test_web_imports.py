@@ -48,7 +48,8 @@ def test_an_import_uploads_with_progress_goes_live_and_a_second_copy_is_a_duplic
     expect(page.locator("[data-imports]")).to_contain_text("No imports yet.")
     # The contract list is the registry's
     expect(page.locator("#contract option")).to_have_text(
-        ["judgments (version 1.0.0)", "plaintiffs (version 1.0.0)"])
+        ["judgments (version 1.0.0)", "plaintiffs (version 1.0.0)",
+         "ad_metrics (version 1.0.0)"])
     csv_path = tmp_path / "judgments-jan.csv"
     csv_path.write_bytes(records.judgments_csv(3, seed="W"))
 
@@ -237,3 +238,70 @@ def test_upload_without_csrf_header_is_refused_and_another_tenants_batch_is_a_40
         browser.shot(page2, out_dir, "01-other-tenant-404")
     finally:
         other.close()
+
+
+def test_an_ad_export_is_uploaded_with_its_platform_and_client(
+        gateway, conn, tenants, context, out_dir, tmp_path):
+    """The ad-metrics contract brings a platform, a client and the spec's sources; the
+    records contracts never send them (issue 13)."""
+    from playwright.sync_api import expect
+
+    from tests.unit.test_contracts_ad_metrics import meta_export
+
+    admin = tenants.user(role="admin")
+    other = tenants.user(tenant="globex", role="admin")
+    with gateway.client(admin.token) as client:
+        acme_shoes = client.post("/v1/clients", json={"name": "Acme Shoes"}).json()["client_id"]
+    with gateway.client(other.token) as client:
+        client.post("/v1/clients", json={"name": "Globex Hidden"})
+    page = context.new_page()
+    browser.sign_in(page, gateway.url, admin.email)
+    page.goto(f"{gateway.url}/imports")
+
+    # Before ad_metrics is chosen, its fields are neither shown nor sent
+    ad_fields = page.locator("[data-ad-fields]")
+    expect(ad_fields).to_be_hidden()
+    expect(page.locator("#source")).to_be_visible()
+    page.select_option("#contract", "ad_metrics")
+    expect(ad_fields).to_be_visible()
+    expect(page.locator("#source")).to_be_hidden()
+    # The platforms, and only this tenant's clients
+    expect(page.locator("#platform option:not([disabled])")).to_have_text(
+        ["Meta (Facebook, Instagram)", "Google Ads", "TikTok"])
+    expect(page.locator("#client_id option")).to_have_text(
+        ["None (this workspace's own account)", "Acme Shoes"])
+    expect(page.locator("#ad_source option")).to_have_text(["manual", "api", "webhook"])
+
+    export = tmp_path / "meta-march.csv"
+    export.write_text(meta_export(), encoding="utf-8")
+    page.select_option("#platform", "meta")
+    page.select_option("#client_id", acme_shoes)
+    page.select_option("#ad_source", "webhook")
+    page.set_input_files("#import-file", str(export))
+    browser.shot(page, out_dir, "01-ad-metrics-form")
+    page.get_by_role("button", name="Upload and import").click()
+    item = page.locator(".import-item", has_text="meta-march.csv")
+    expect(item).to_have_attribute("data-outcome", "accepted")
+    expect(item.locator("[data-field=contract]")).to_have_text("ad_metrics · meta")
+    [batch] = conn.execute("SELECT contract, platform, client_id::text AS client_id, source, "
+                           "created_by FROM import_batches WHERE tenant_id = %s",
+                           (admin.tenant_id,)).fetchall()
+    assert batch == {"contract": "ad_metrics", "platform": "meta", "client_id": acme_shoes,
+                     "source": "webhook", "created_by": admin.user_id}
+
+    # Back to judgments: the records source is sent again, no platform or client
+    page.select_option("#contract", "judgments")
+    expect(ad_fields).to_be_hidden()
+    judgments = tmp_path / "j.csv"
+    judgments.write_bytes(records.judgments_csv(2, seed="AD"))
+    page.select_option("#source", "jbi")
+    page.set_input_files("#import-file", str(judgments))
+    page.get_by_role("button", name="Upload and import").click()
+    expect(page.locator(".import-item", has_text="j.csv")).to_have_attribute(
+        "data-outcome", "accepted")
+    row = conn.execute("SELECT platform, client_id, source FROM import_batches "
+                       "WHERE contract = 'judgments'").fetchone()
+    assert row == {"platform": None, "client_id": None, "source": "jbi"}
+    page.set_viewport_size(PHONE)
+    page.select_option("#contract", "ad_metrics")
+    browser.shot(page, out_dir, "02-ad-metrics-form-390")

@@ -18,7 +18,8 @@ def test_any_signed_in_user_lists_the_contracts(gateway, tenants):
     assert response.status_code == 200, response.text
     items = response.json()["items"]
     assert [(c["name"], c["version"]) for c in items] == [("judgments", "1.0.0"),
-                                                          ("plaintiffs", "1.0.0")]
+                                                          ("plaintiffs", "1.0.0"),
+                                                          ("ad_metrics", "1.0.0")]
     assert all(c["description"] for c in items)
 
 
@@ -62,10 +63,41 @@ def test_plaintiffs_are_described_too(gateway, tenants):
                        "without a link."} in described["rules"]
 
 
-def test_an_unknown_contract_is_404_unknown_contract(gateway, tenants):
+def test_ad_metrics_publishes_every_platforms_mapping_rules_and_sample(gateway, tenants):
     user = tenants.user(role="user")
     with gateway.client(user.token) as client:
         response = client.get("/v1/contracts/ad_metrics")
+    assert response.status_code == 200, response.text
+    described = response.json()
+    assert described["natural_key"]["fields"] == ["metric_date", "campaign_external_id",
+                                                  "ad_set_external_id", "ad_external_id"]
+    platforms = described["variants"]
+    assert set(platforms) == {"meta", "google", "tiktok"}
+    headers = {p: {c["name"]: c["headers"] for c in v["columns"]} for p, v in platforms.items()}
+    assert "Amount spent (USD)" in headers["meta"]["spend"]
+    assert "Clicks (all)" in headers["meta"]["clicks"]
+    assert "Results" in headers["meta"]["conversions"]
+    assert "Impr." in headers["google"]["impressions"]
+    assert "Ad group ID" in headers["google"]["ad_set_external_id"]
+    assert "Ad group name" in headers["tiktok"]["ad_set_name"]
+    assert platforms["google"]["layout"]["empty_cell_markers"] == ["--"]
+    for name, view in platforms.items():
+        codes = {r["code"] for r in view["rules"]}
+        assert {"AD_METRIC_SPEND_NEGATIVE", "AD_METRIC_METRIC_DATE_INVALID",
+                "AD_METRIC_DUPLICATE"} <= codes, name
+        # Each platform's sample is a file its own contract reads without a problem.
+        contract = contracts.ad_metrics.for_platform(name)
+        rows = list(csv.reader(io.StringIO(view["sample_csv"])))
+        match = contracts.match_header(contract, rows[0])
+        assert match.ok and not match.extra, name
+        assert all(contracts.validate_row(contract, r, match, i).valid
+                   for i, r in enumerate(rows[1:], 1)), name
+
+
+def test_an_unknown_contract_is_404_unknown_contract(gateway, tenants):
+    user = tenants.user(role="user")
+    with gateway.client(user.token) as client:
+        response = client.get("/v1/contracts/adwords")
     assert response.status_code == 404
     body = response.json()
     assert body["code"] == "unknown_contract" and "judgments" in body["detail"]

@@ -54,7 +54,8 @@ def test_import_writes_batch_run_and_job_together(gateway, tenants, conn, queues
     # Then a pending batch is answered
     assert response.status_code == 202, response.text
     body = response.json()
-    assert set(body) == {"batch_id", "run_id", "status"} and body["status"] == "pending"
+    assert set(body) == {"batch_id", "upload_id", "run_id", "status"}
+    assert body["status"] == "pending" and body["upload_id"] == body["batch_id"]
     # and the batch holds the file's facts and the options
     batch = batch_row(conn, body["batch_id"])
     assert batch["tenant_id"] == user.tenant_id and batch["created_by"] == user.user_id
@@ -112,8 +113,8 @@ def test_same_file_and_contract_again_is_the_same_batch(gateway, tenants, conn, 
 
         # Then the answer is the existing batch, and no new work exists
         assert second.status_code == 200, second.text
-        assert second.json() == {"batch_id": first["batch_id"], "status": "pending",
-                                 "duplicate": True}
+        assert second.json() == {"batch_id": first["batch_id"], "upload_id": first["batch_id"],
+                                 "status": "pending", "duplicate": True}
         assert counts(conn) == before
         assert stored_files(root) == [first_file]
 

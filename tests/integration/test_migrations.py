@@ -124,7 +124,7 @@ def test_schema_has_the_required_indexes(conn):
     one_active = idx["idx_doc_versions_one_active"]
     assert "UNIQUE" in one_active and "(tenant_id, doc_id)" in one_active
     assert "WHERE (is_active = true)" in one_active
-    assert "USING hnsw (embedding vector_cosine_ops)" in idx["idx_chunk_embeddings_hnsw"]
+    assert "USING hnsw (embedding halfvec_cosine_ops)" in idx["idx_chunk_embeddings_hnsw"]
     assert "USING gin (tsv)" in idx["idx_chunk_fts_gin"]
     assert "UNIQUE" in idx["idx_documents_source_uri"]
     assert "(tenant_id, source_uri)" in idx["idx_documents_source_uri"]

@@ -230,6 +230,6 @@ def test_sample_csv_and_describe():
 def test_lookup_by_name():
     assert contracts.get("plaintiffs") is P
     with pytest.raises(contracts.UnknownContract) as refused:
-        contracts.get("ad_metrics")
+        contracts.get("adwords")
     assert refused.value.code == "unknown_contract"
-    assert list(contracts.CONTRACTS) == ["judgments", "plaintiffs"]
+    assert list(contracts.CONTRACTS) == ["judgments", "plaintiffs", "ad_metrics"]

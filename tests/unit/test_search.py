@@ -92,3 +92,85 @@ def test_the_model_loads_once_off_the_loop_under_concurrent_first_queries():
     vectors, ticks = asyncio.run(scenario())
     assert len(loads) == 1 and loads[0] != threading.main_thread().name
     assert ticks > 5 and all(v == [1.0, 1.0] for v in vectors)
+
+
+def test_concurrent_queries_share_forward_passes_on_one_thread_each_getting_its_own_vector():
+    passes: list[tuple[str, list[str]]] = []
+    first_pass_started, release = threading.Event(), threading.Event()
+
+    class Encoder:
+        model_name, dim = "m", 2
+
+        def encode(self, texts):
+            passes.append((threading.current_thread().name, list(texts)))
+            if len(passes) == 1:  # the first pass runs while every other query arrives
+                first_pass_started.set()
+                release.wait(5)
+            return np.array([[float(t[1:]), 1.0] for t in texts], dtype=np.float32)
+
+    async def scenario():
+        embedder = QueryEmbedder("m", loader=lambda model: Encoder())
+        first = asyncio.create_task(embedder.embed("q0"))
+        await asyncio.to_thread(first_pass_started.wait, 5)
+        rest = [asyncio.create_task(embedder.embed(f"q{i}")) for i in range(1, 9)]
+        while len(embedder._pending) < 8:  # all eight queue up behind the running pass
+            await asyncio.sleep(0.001)
+        release.set()
+        return await asyncio.gather(first, *rest)
+
+    vectors = asyncio.run(scenario())
+    assert vectors == [[float(i), 1.0] for i in range(9)]  # each query its own vector
+    assert [texts for _, texts in passes] == [["q0"], [f"q{i}" for i in range(1, 9)]]
+    assert {name for name, _ in passes} != {threading.main_thread().name}
+    assert len({name for name, _ in passes}) == 1  # one thread runs every pass
+
+
+def test_a_failed_pass_fails_each_of_its_queries_and_the_next_pass_still_runs():
+    calls = 0
+
+    class Encoder:
+        model_name, dim = "m", 2
+
+        def encode(self, texts):
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("the model broke")
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    async def scenario():
+        embedder = QueryEmbedder("m", loader=lambda model: Encoder())
+        failed = await asyncio.gather(embedder.embed("a"), return_exceptions=True)
+        return failed, await embedder.embed("b")
+
+    failed, vector = asyncio.run(scenario())
+    assert isinstance(failed[0], RuntimeError) and vector == [1.0, 1.0]
+
+
+def test_the_gateway_embeds_queries_with_the_workers_variant(monkeypatch, tmp_path):
+    from shared.settings import GatewaySettings
+    from worker.pipeline import embed
+
+    asked: list[dict] = []
+
+    class Encoder:
+        model_name, dim = "m", 2
+
+        def load(self):
+            pass
+
+        def encode(self, texts):
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    def load_embedder(model, **options):
+        asked.append({"model": model, **options})
+        return Encoder()
+
+    monkeypatch.setattr(embed, "load_embedder", load_embedder)
+    settings = GatewaySettings(jwt_secret="j" * 40, metrics_token="m" * 30,
+                               embedding_variant="onnx-int8", embedding_cache_dir=str(tmp_path),
+                               search_embed_threads=1)
+    runtime = service.Runtime(settings)
+    assert asyncio.run(runtime.query_vector("q")) == ([1.0, 1.0], "m")
+    assert asked == [{"model": settings.embedding_model, "batch_size": 32,
+                      "variant": "onnx-int8", "cache_dir": str(tmp_path), "threads": 1}]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import codecs
 import csv
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,6 +23,7 @@ from shared.contracts import codes
 
 # The csv module's default field limit (128 KiB) is far above any real cell; kept as is.
 SCAN_BLOCK = 1 << 20
+SNIFF_CHARS = 1 << 16
 csv.field_size_limit(min(sys.maxsize, 1 << 20))
 
 
@@ -50,7 +51,11 @@ class ParsedFile:
 
 
 def detect_encoding(path: Path) -> str:
-    """utf-8-sig if the whole file decodes as UTF-8, else cp1252, else latin-1 (total)."""
+    """utf-16 when the file starts with its byte-order mark (Google Ads' "Excel CSV"), else
+    utf-8-sig if the whole file decodes as UTF-8, else cp1252, else latin-1 (total)."""
+    with open(path, "rb") as fh:
+        if fh.read(2) in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) and _decodes(path, "utf-16"):
+            return "utf-16"
     for encoding in ("utf-8", "cp1252"):
         if _decodes(path, encoding):
             return "utf-8-sig" if encoding == "utf-8" else encoding
@@ -70,7 +75,7 @@ def _decodes(path: Path, encoding: str) -> bool:
 
 
 def _encoding_issue(encoding: str) -> list[contracts.Issue]:
-    if encoding == "utf-8-sig":
+    if encoding in ("utf-8-sig", "utf-16"):
         return []
     rule = codes.ENCODING_WARNING
     return [contracts.Issue(None, None, rule.code, rule.severity,
@@ -114,21 +119,66 @@ class Reader:
 
     # ── CSV ───────────────────────────────────────────────────────────────────────────────
     def _csv_rows(self) -> Iterator[tuple[int, Sequence[str], Mapping[str, Any]]]:
-        reader = csv.reader(self._fh, strict=True)
-        header = self._next_csv(reader)
-        while header is not None and not any(h.strip() for h in header):
-            header = self._next_csv(reader)  # blank lines before the header
-        if header is None:
-            raise _empty()
+        reader = csv.reader(self._fh, strict=True, delimiter=self._delimiter())
+        header = self._find_header(reader)
         self._accept_header(header)
+        summary = self._summary_test()
         row_number = 0
         while (cells := self._next_csv(reader)) is not None:
             if not any(c.strip() for c in cells):
                 continue  # a blank line is not a row
+            if summary is not None and summary(cells):
+                continue  # an export's `Total: …` row sums the rows, it is none of them
             row_number += 1
             yield row_number, cells, dict(zip(header, cells, strict=False))
         if row_number == 0:
             raise _empty()
+
+    def _delimiter(self) -> str:
+        """Comma, or tab for a tab-separated export (Google Ads' "Excel CSV", a TikTok
+        export saved from a spreadsheet): whichever the file's first block has more of."""
+        sample = self._fh.read(SNIFF_CHARS)
+        self._fh.seek(0)
+        return "\t" if sample.count("\t") > sample.count(",") else ","
+
+    def _find_header(self, reader: Any) -> list[str]:
+        """The header row: the first non-blank line, or, for an export with title lines
+        (``contract.preamble_lines``), the first of that many more lines that names every
+        required column. When none does, the first line is the header (and fails as such)."""
+        first: list[str] | None = None
+        for _ in range(self.contract.preamble_lines + 1):
+            line = self._next_csv(reader)
+            while line is not None and not any(c.strip() for c in line):
+                line = self._next_csv(reader)  # blank lines before the header
+            if line is None:
+                break
+            if first is None:
+                first = line
+            if not contracts.match_header(self.contract, line).missing:
+                return line
+        if first is None:
+            raise _empty()
+        return first
+
+    def _summary_test(self) -> Callable[[Sequence[str]], bool] | None:
+        """For an export with total rows: whether a row is one (its first non-empty cell
+        starts with a summary word and its first required field is empty)."""
+        prefixes = self.contract.summary_prefixes
+        assert self.parsed is not None
+        required = next((self.parsed.match.index[c.name] for c in self.contract.columns
+                         if c.required and c.name in self.parsed.match.index), None)
+        if not prefixes or required is None:
+            return None
+        empty = self.contract.empty_markers
+
+        def is_summary(cells: Sequence[str]) -> bool:
+            first = next((c.strip() for c in cells if c.strip()), "")
+            if not first.casefold().startswith(prefixes):
+                return False
+            key = cells[required].strip() if required < len(cells) else ""
+            return not key or key in empty
+
+        return is_summary
 
     def _next_csv(self, reader: Any) -> list[str] | None:
         try:

@@ -14,7 +14,20 @@
   const maxBytes = Number(form.dataset.maxBytes);
   const accepted = new Set(form.dataset.accepted.split(",").concat(["ndjson"]));
   const submit = form.querySelector('button[type="submit"]');
+  const contractSelect = document.getElementById("contract");
+  const adFields = form.querySelector("[data-ad-fields]");
+  const recordsFields = form.querySelector("[data-records-fields]");
   let sending = null;
+
+  // The ad-metrics contract takes a platform, a client and its own sources; the records
+  // contracts take theirs. A disabled fieldset's fields are not sent.
+  function showContractFields() {
+    const ad = contractSelect.value === adFields.dataset.adContract;
+    adFields.hidden = adFields.disabled = !ad;
+    recordsFields.hidden = recordsFields.disabled = ad;
+  }
+  contractSelect.addEventListener("change", showContractFields);
+  showContractFields();
 
   window.addEventListener("beforeunload", function (e) {
     if (sending) { e.preventDefault(); e.returnValue = ""; }
@@ -33,6 +46,11 @@
     DF.message(formError, "");
     const file = fileInput.files[0];
     if (!file) { DF.message(formError, "Choose a file to import.", true); return; }
+    if (!adFields.disabled && !form.elements.platform.value) {
+      DF.message(formError, "Choose the ad platform whose export this is.", true);
+      form.elements.platform.focus();
+      return;
+    }
     const refused = refusal(file);
     if (refused) { DF.message(formError, refused, true); return; }
     send(file, new FormData(form));
@@ -53,7 +71,8 @@
   }
 
   function send(file, data) {
-    const item = newItem(file, data.get("contract"));
+    const platform = data.get("platform");
+    const item = newItem(file, data.get("contract") + (platform ? " · " + platform : ""));
     const xhr = new XMLHttpRequest();
     sending = xhr;
     submit.disabled = true;

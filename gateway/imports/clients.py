@@ -1,0 +1,85 @@
+"""Advertiser clients: the accounts a tenant's ad-metrics imports belong to (issue 13,
+docs/decisions/0147). Tenant admins create them; every member lists them (the import form
+offers them). An upload's ``client_id`` is checked against this table, tenant by tenant."""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from litestar import Request, Response, get, post
+
+from gateway import auth, openapi
+from gateway.context import Context
+from shared import db, errors
+
+Q = db.load_queries(Path(__file__).with_name("clients.sql"))
+MAX_NAME = 200  # ad_clients checks the same bound
+
+
+class ClientExists(errors.Conflict):
+    """Your tenant already has a client of that name; pick another name."""
+
+    code = "client_exists"
+
+
+class InvalidClientName(errors.InvalidRequest):
+    """name must be 1 to 200 characters of text, e.g. 'Acme Shoes'."""
+
+    code = "invalid_client_name"
+
+
+def clean_name(name: str) -> str:
+    """Trimmed, inner whitespace collapsed; control characters refused (they are never part
+    of a name and would hide one client behind another in a list)."""
+    cleaned = " ".join(name.split())
+    if not 1 <= len(cleaned) <= MAX_NAME or any(
+            unicodedata.category(ch).startswith("C") for ch in cleaned):
+        raise InvalidClientName()
+    return cleaned
+
+
+@dataclass
+class NewClient:
+    name: str
+
+
+@post("/v1/clients", status_code=201, guards=[auth.admin_only], tags=["imports"],
+      responses=openapi.errors(400, 409))
+async def create_client(data: NewClient, request: Request, ctx: Context) -> Response:
+    """A new advertiser client of this tenant (admins): `{"name"}` → the client."""
+    principal = auth.current(request)
+    name = clean_name(data.name)
+    async with ctx.pool.connection() as conn:
+        row = await (await conn.execute(Q["insert_client"], {
+            "tenant_id": principal.tenant_id, "name": name,
+            "created_by": principal.user_id})).fetchone()
+    if row is None:
+        raise ClientExists()
+    return Response(_view(row), status_code=201)
+
+
+@get("/v1/clients", tags=["imports"])
+async def list_clients(request: Request, ctx: Context) -> dict:
+    """This tenant's advertiser clients, by name."""
+    items = await listing(ctx.pool, auth.current(request).tenant_id)
+    return {"items": items, "total": len(items)}
+
+
+async def listing(pool: db.AsyncPool, tenant_id: UUID) -> list[dict[str, Any]]:
+    """The tenant's clients as the API shows them (the Imports page offers them too)."""
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(Q["list_clients"], {"tenant_id": tenant_id})).fetchall()
+    return [_view(r) for r in rows]
+
+
+def _view(row: dict[str, Any]) -> dict[str, Any]:
+    return {"client_id": str(row["client_id"]), "name": row["name"],
+            "created_by": str(row["created_by"]) if row["created_by"] else None,
+            "created_at": row["created_at"].isoformat()}
+
+
+ROUTES = [create_client, list_clients]
