@@ -28,6 +28,8 @@ from gateway.imports import clients as ad_clients
 from gateway.imports import intake as import_intake
 from gateway.imports import ops as import_ops
 from gateway.imports import routes as imports
+from gateway.live import hub as live_hub
+from gateway.live import routes as live_routes
 from gateway.operations import crash_guard, housekeeping, metrics, metrics_routes
 from gateway.operations import dead_letter_routes as dead_letters
 from gateway.operations import dlq_routes as admin_dlq
@@ -80,6 +82,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             *event_replay.ROUTES,  # ledger events: list, show, replay (docs/decisions/0142)
             *webhook_routes.ROUTES,  # webhook endpoints and deliveries (docs/decisions/0153)
             *ad_clients.ROUTES,  # advertiser clients of ad-metrics imports (docs/decisions/0147)
+            *live_routes.ROUTES,  # live updates for the web UI (docs/decisions/0160)
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],
@@ -129,10 +132,14 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
         pool, queue_size=settings.events_queue_size, group_max=settings.events_group_max,
         retry_budget=settings.events_writer_retry_budget, registry=ctx.exporter.registry)
     ctx.events.start()
+    # Live updates: one LISTEN connection of its own for all open streams (ADR 0160).
+    ctx.live = live_hub.Hub(settings.database_url, pool, max_streams=settings.live_max_streams,
+                            queue_size=settings.live_queue_size, registry=ctx.exporter.registry)
     tasks = [
         asyncio.create_task(event_writer.report_forever(
             pool, ctx.events.metrics, settings.events_stats_interval_s), name="event-report"),
         asyncio.create_task(relay.run_forever(), name="outbox-relay"),
+        asyncio.create_task(ctx.live.run_forever(), name="live-updates"),
         asyncio.create_task(crash_guard.run_forever(
             pool, interval_s=settings.crash_guard_interval_s,
             queued_ttl_s=settings.crash_guard_queued_ttl_hours * 3600,

@@ -34,6 +34,8 @@ class Context:
         self.alerter = alerts.Alerter([], window_s=600)
         # gateway.events.writer.Writer: this process's event writer (docs/decisions/0135).
         self.events: Any = None
+        # gateway.live.hub.Hub: this process's live-update listener (docs/decisions/0160).
+        self.live: Any = None
 
 
 def provide(state: State) -> Context:

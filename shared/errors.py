@@ -181,6 +181,13 @@ class DatabaseUnavailable(ServiceUnavailable):
     code = "database_unavailable"
 
 
+class LiveStreamsFull(ServiceUnavailable):
+    """Too many live streams are open on this server; the page checks for changes itself."""
+
+    code = "live_streams_full"
+    retry_after_s = 30
+
+
 # ── document errors (worker): the document itself is bad, retrying cannot help ─────────────
 class BadDocument(AppError):
     """The document could not be processed; check the file and upload it again."""

@@ -191,6 +191,16 @@ class GatewaySettings(CommonSettings):
     events_writer_retry_budget: int = Field(default=8, ge=1)
     events_stats_interval_s: float = Field(default=60.0, gt=0)
 
+    # Live updates (gateway/live/, docs/decisions/0160): GET /v1/live streams a tenant's events
+    # to its open pages. At most LIVE_MAX_STREAMS streams per process (more: 503, the pages
+    # poll instead); a comment every LIVE_HEARTBEAT_S keeps proxies from closing a quiet one; a
+    # stream ends after LIVE_STREAM_MAX_S and the browser reconnects (so a revoked session stops
+    # there); a stream more than LIVE_QUEUE_SIZE messages behind is closed and resumes.
+    live_max_streams: int = Field(default=500, ge=1)
+    live_heartbeat_s: float = Field(default=15.0, gt=0)
+    live_stream_max_s: float = Field(default=600.0, gt=0)
+    live_queue_size: int = Field(default=100, ge=1)
+
     @model_validator(mode="after")
     def _events_batch_fits_queue(self) -> GatewaySettings:
         # A batch is queued whole or refused whole (429): a larger one could never be taken.

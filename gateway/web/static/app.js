@@ -69,15 +69,61 @@
   /* Call fn now and again: after `min` ms while it reports a change, doubling up to
    * maxFor(result) while nothing changes (docs/decisions/0030-live-run-status.md). fn returns
    * {changed, active, stop}. Pauses while the tab is hidden and catches up when it shows. */
+  /* ── live updates: one EventSource per page on GET /v1/live (docs/decisions/0160) ─────
+   * Listeners get {type, data}: the server's events (ingestion.complete, run.status,
+   * batch.status, live.resync) and live.open / live.closed as the stream comes and goes.
+   * <html data-live> says whether the stream is open. The browser reconnects by itself with
+   * Last-Event-ID; a refusal (503, 401) closes it for good and the pages keep polling. */
+  const live = (function () {
+    const listeners = [];
+    const TYPES = ["ingestion.complete", "webhook.test", "run.status", "batch.status", "live.resync"];
+    let source = null;
+    function emit(type, data) { listeners.forEach((fn) => fn({ type, data: data || {} })); }
+    function state(open) {
+      document.documentElement.dataset.live = open ? "open" : "closed";
+      emit(open ? "live.open" : "live.closed");
+    }
+    function start() {
+      if (source || !window.EventSource) return;
+      source = new EventSource("/v1/live");
+      source.onopen = () => state(true);
+      source.onerror = () => state(false);
+      TYPES.forEach(function (type) {
+        source.addEventListener(type, function (e) {
+          let data = {};
+          try { data = JSON.parse(e.data); } catch (err) { data = {}; }
+          emit(type, data);
+        });
+      });
+    }
+    return {
+      on(fn) { listeners.push(fn); start(); },
+      get open() { return !!source && source.readyState === 1; },
+    };
+  })();
+
+  /* Poll fn with backoff. With opts.live(msg) (a test of a live message), the stream takes
+   * over while it is open: a matching message refreshes at once, and polling stops, except
+   * every opts.liveActiveMs while something is under way (for what no event announces, e.g.
+   * progress); when the stream drops, polling resumes. */
   function poll(fn, opts) {
     const min = (opts && opts.min) || 1000;
     const activeMax = (opts && opts.activeMax) || 2000;
     const idleMax = (opts && opts.idleMax) || 15000;
-    let delay = min, timer = null, busy = false, stopped = false;
+    const follows = opts && opts.live;
+    let delay = min, timer = null, busy = false, stopped = false, again = false;
+    if (follows) {
+      live.on(function (msg) {
+        if (stopped) return;
+        const always = ["live.open", "live.closed", "live.resync"].includes(msg.type);
+        if (always || follows(msg)) { delay = min; schedule(0); }
+      });
+    }
 
     async function tick() {
       timer = null;
-      if (stopped || busy) return;
+      if (busy) { again = true; return; } // news during a fetch: look again after it
+      if (stopped) return;
       if (document.hidden) return; // visibilitychange restarts us
       busy = true;
       let result;
@@ -85,12 +131,17 @@
         result = (await fn()) || {};
         liveStatus("");
       } catch (e) {
-        result = { changed: false, active: false };
+        result = { changed: false, active: false, failed: true };
         if (e.status !== 401) liveStatus("Live updates paused, retrying shortly: " + e.message);
       } finally {
         busy = false;
       }
       if (stopped || result.stop) { stopped = true; return; }
+      if (again) { again = false; schedule(0); return; }
+      if (follows && live.open && !result.failed) {
+        if (result.active && opts.liveActiveMs) schedule(opts.liveActiveMs);
+        return; // the stream says when to look again
+      }
       const cap = result.active ? activeMax : idleMax;
       delay = result.changed ? min : Math.min(cap, delay * 2);
       schedule(delay);
@@ -249,7 +300,7 @@
 
   document.addEventListener("DOMContentLoaded", function () { localiseTimes(document); });
 
-  window.DF = { api, ApiError, errorFrom, fallback, poll, liveStatus, statusLabel, runType,
+  window.DF = { api, ApiError, errorFrom, fallback, poll, live, liveStatus, statusLabel, runType,
     duration, size, seconds, localTime, localiseTimes, setTime, h, field, setText, pill,
     setPill, setProgress, facts, message, link, act, csrf, toSignIn };
 })();

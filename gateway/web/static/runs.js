@@ -1,4 +1,5 @@
-/* Live runs: the runs table and the run page poll the JSON API and update in place. */
+/* Live runs: the runs table and the run page update in place from the JSON API, when the live
+ * stream announces a status change or, without the stream, by polling. */
 (function () {
   "use strict";
   const DF = window.DF;
@@ -97,7 +98,9 @@
       return { changed, active: items.some((r) => ACTIVE.has(r.status)) };
     }
 
-    const poller = DF.poll(refresh);
+    // Live (docs/decisions/0160): any run's status change redraws; progress, which no event
+    // announces, is looked up every 15 s while a run is under way.
+    const poller = DF.poll(refresh, { live: (m) => m.type === "run.status", liveActiveMs: 15000 });
     if (filters) {
       // Applied as you type or choose: the same query string the form submits without script.
       let typing = null;
@@ -169,7 +172,8 @@
       return { changed, active, stop: !active };
     }
 
-    const poller = DF.poll(refresh);
+    const poller = DF.poll(refresh, { liveActiveMs: 15000,
+      live: (m) => m.type === "run.status" && m.data.run_id === runId });
     // Elapsed time of the stage under way, between polls.
     setInterval(function () {
       const el = root.querySelector(".step-active .step-time[data-since]");
