@@ -7,6 +7,7 @@ timeout or 5xx. Anything else is raised at once: retrying a bad document only wa
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -56,3 +57,10 @@ def transient(attempts: int = 4, max_wait_s: float = 8.0) -> Callable[[Callable[
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,
     )
+
+
+def full_jitter_s(attempt: int, base_s: float, cap_s: float) -> float:
+    """The delay before retry number ``attempt`` (1 = the first) of a row that waits in a table
+    (a ledger event, a webhook delivery): full jitter, uniform in [0, min(cap, base × 2^(n-1))]
+    (AWS architecture blog, "Exponential Backoff And Jitter")."""
+    return random.uniform(0, min(cap_s, base_s * 2 ** max(attempt - 1, 0)))

@@ -10,14 +10,14 @@ find nothing it polls every LEDGER_APPLY_POLL_S.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from shared import db
+from shared import db, retry
 from shared.settings import WorkerSettings
+from worker.background import TableLoop
 from worker.ledger import apply, metrics
 
 log = logging.getLogger(__name__)
@@ -27,36 +27,21 @@ MAX_ERROR_CHARS = 2000
 DRAIN_LOOKS = 5  # claims that find nothing while a row is due before drain() stops
 
 
-def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
-    """Full jitter (AWS architecture blog): uniform in [0, min(cap, base × 2^(attempt-1))]."""
-    return random.uniform(0, min(cap_s, base_s * 2 ** max(attempt - 1, 0)))
+backoff_s = retry.full_jitter_s
 
 
-class Applier:
+class Applier(TableLoop):
+    name = "ledger-applier"
+
     def __init__(self, settings: WorkerSettings) -> None:
+        super().__init__(settings.database_url, settings.ledger_apply_poll_s)
         self.settings = settings
-        self._conn: db.Conn | None = None
-        self.stopping = threading.Event()
         self.applied = 0
         self._last_report = 0.0
         stage, flag = settings.worker_pause_at_stage, settings.worker_pause_file
         self._pause = Path(flag) if stage == PAUSE_STAGE and flag else None
 
-    def stop(self) -> None:
-        self.stopping.set()
-
-    # ── loops ──────────────────────────────────────────────────────────────────────────────
-    def run_forever(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                busy = self.step()
-            except Exception:  # noqa: BLE001 - a database outage must not end the loop
-                log.exception("ledger applier step failed; retrying shortly")
-                self._drop()
-                busy = False
-            if not busy:
-                self.stopping.wait(self.settings.ledger_apply_poll_s)
-
+    # ── loops (run_forever: worker/background.py) ──────────────────────────────────────────
     def drain(self) -> None:
         """Apply until no pending event is left to this worker: waits for rows whose retry
         comes due, returns when the rest (if any) are held by other appliers."""
@@ -89,20 +74,6 @@ class Applier:
                 break  # unapplied claims come back when their lease ends
             self._one(conn, apply.Event.of(row))
         return bool(claimed)
-
-    def conn(self) -> db.Conn:
-        if self._conn is None or self._conn.closed:
-            self._conn = db.connect(self.settings.database_url, autocommit=True,
-                                    connect_timeout=5)
-        return self._conn
-
-    def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def close(self) -> None:
-        self._drop()
 
     # ── one event ──────────────────────────────────────────────────────────────────────────
     def _one(self, conn: db.Conn, event: apply.Event) -> None:
@@ -185,6 +156,4 @@ class Applier:
 
 
 def start(applier: Applier) -> threading.Thread:
-    thread = threading.Thread(target=applier.run_forever, name="ledger-applier", daemon=True)
-    thread.start()
-    return thread
+    return applier.start()

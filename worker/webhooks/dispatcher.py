@@ -15,7 +15,6 @@ secret or the body.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from pathlib import Path
@@ -24,9 +23,10 @@ from typing import Any
 import httpx
 import orjson
 
-from shared import db, errors
+from shared import db, errors, retry
 from shared.settings import WorkerSettings
 from shared.webhooks import signing, urls
+from worker.background import TableLoop
 from worker.webhooks import metrics
 
 log = logging.getLogger(__name__)
@@ -36,9 +36,7 @@ REPORT_EVERY_S = 10.0
 USER_AGENT = "dragonfly-ingest-webhooks/1"
 
 
-def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
-    """Full jitter (AWS architecture blog): uniform in [0, min(cap, base × 2^(attempt-1))]."""
-    return random.uniform(0, min(cap_s, base_s * 2 ** max(attempt - 1, 0)))
+backoff_s = retry.full_jitter_s
 
 
 def body(delivery: dict[str, Any]) -> bytes:
@@ -48,29 +46,16 @@ def body(delivery: dict[str, Any]) -> bytes:
                          "data": payload})
 
 
-class Dispatcher:
+class Dispatcher(TableLoop):
+    name = "webhook-dispatcher"
+
     def __init__(self, settings: WorkerSettings) -> None:
+        super().__init__(settings.database_url, settings.webhook_dispatch_poll_s)
         self.settings = settings
-        self.stopping = threading.Event()
-        self._conn: db.Conn | None = None
         self._last_report = 0.0
         # Redirects are never followed: a public URL must not bounce the POST to a private one.
         self._http = httpx.Client(follow_redirects=False, timeout=settings.webhook_timeout_s,
                                   headers={"user-agent": USER_AGENT}, trust_env=False)
-
-    def stop(self) -> None:
-        self.stopping.set()
-
-    def run_forever(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                busy = self.step()
-            except Exception:  # noqa: BLE001 - a database outage must not end the loop
-                log.exception("webhook dispatcher step failed; retrying shortly")
-                self._drop()
-                busy = False
-            if not busy:
-                self.stopping.wait(self.settings.webhook_dispatch_poll_s)
 
     def drain(self) -> None:
         """`ingest worker --once`: deliver what is due now, again until nothing is; retries that
@@ -91,19 +76,8 @@ class Dispatcher:
             self._one(conn, delivery)
         return bool(claimed)
 
-    def conn(self) -> db.Conn:
-        if self._conn is None or self._conn.closed:
-            self._conn = db.connect(self.settings.database_url, autocommit=True,
-                                    connect_timeout=5)
-        return self._conn
-
-    def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
     def close(self) -> None:
-        self._drop()
+        super().close()
         self._http.close()
 
     # ── one delivery ───────────────────────────────────────────────────────────────────────
@@ -172,7 +146,4 @@ class Dispatcher:
 
 
 def start(dispatcher: Dispatcher) -> threading.Thread:
-    thread = threading.Thread(target=dispatcher.run_forever, name="webhook-dispatcher",
-                              daemon=True)
-    thread.start()
-    return thread
+    return dispatcher.start()
