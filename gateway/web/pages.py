@@ -404,6 +404,15 @@ async def webhook_log(webhook_id: str, request: Request, ctx: Context,
                   listing=window.result(rows, dict))
 
 
+# Ad clients (issue 13, docs/decisions/0147): the list from the same function as GET
+# /v1/clients; clients.js adds one through POST /v1/clients (CSRF header).
+@get("/clients")
+async def client_list(request: Request, ctx: Context) -> Template:
+    listing = await import_clients.listing(ctx.pool, auth.current(request).tenant_id)
+    return render(request, "admin/clients.html", clients=listing,
+                  max_name=import_clients.MAX_NAME)
+
+
 @get("/records", sync_to_thread=False)
 def records_home() -> Redirect:
     return Redirect("/records/judgments")
@@ -445,7 +454,7 @@ def router(files: assets.Assets) -> Router:
     admin = Router("/admin", guards=[auth.admin_only], route_handlers=[
         overview, sources, source, dead_letters, dead_letter,
         fleet, own_dead_letters, own_dead_letter, user_list, events, event,
-        webhook_list, webhook_log])
+        webhook_list, webhook_log, client_list])
     return Router("/", include_in_schema=False, exception_handlers=errorpages.handlers(render),
                   before_request=_who,
                   route_handlers=[home, login_form, login_submit, logout, upload, runs, run,
