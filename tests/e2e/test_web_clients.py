@@ -88,6 +88,13 @@ def test_an_admin_adds_a_client_that_the_imports_page_then_offers(
     page.get_by_role("link", name="Manage clients").click()
     expect(page.get_by_role("heading", name="Ad clients", exact=True)).to_be_visible()
 
+    # ── a phone-sized screen: the list and form fit without scrolling sideways ────────────
+    page.set_viewport_size(browser.PHONE)
+    expect(page.locator("tr[data-client-id]")).to_have_count(1)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= browser.PHONE["width"], f"the clients page scrolls sideways ({width}px)"
+    browser.shot(page, out_dir, "03-clients-390")
+
 
 def test_another_tenants_admin_never_sees_the_client(gateway, conn, tenants, context):
     from playwright.sync_api import expect
