@@ -38,7 +38,8 @@ FINAL = ("completed", "partial", "failed")
 UNIQUE_KEYS = {
     ("judgments", ("tenant_id", "case_number_normalized")),
     ("plaintiffs", ("tenant_id", "dedupe_key")),
-    ("import_batches", ("tenant_id", "contract", "file_hash")),
+    # An ad-metrics export is one batch per platform and client (migration 0022, ADR 0146).
+    ("import_batches", ("tenant_id", "contract", "file_hash", "platform", "client_id")),
     ("ingestion_runs", ("batch_id",)),
 }
 

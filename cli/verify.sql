@@ -38,6 +38,14 @@ WITH runs AS (
     DELETE FROM job_outbox WHERE run_id IN (SELECT run_id FROM runs)
 ), a AS (
     DELETE FROM run_actions WHERE run_id IN (SELECT run_id FROM runs)
+), events AS (
+    -- The completion event (worker/records/completion.py) and its webhook deliveries: one
+    -- statement, so the deliveries' foreign key is checked once both are gone.
+    DELETE FROM event_outbox WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+    RETURNING event_id
+), d AS (
+    DELETE FROM webhook_deliveries WHERE tenant_id = %(tenant_id)s
+      AND event_id IN (SELECT event_id FROM events)
 )
 SELECT (SELECT count(*) FROM j) AS judgments;
 
@@ -50,5 +58,6 @@ DELETE FROM import_batches WHERE batch_id = %(batch_id)s AND tenant_id = %(tenan
 -- name: own_rows_left
 SELECT (SELECT count(*) FROM import_batches WHERE batch_id = %(batch_id)s)
      + (SELECT count(*) FROM ingestion_runs WHERE batch_id = %(batch_id)s)
+     + (SELECT count(*) FROM event_outbox WHERE batch_id = %(batch_id)s)
      + (SELECT count(*) FROM judgments WHERE tenant_id = %(tenant_id)s
           AND case_number_normalized = %(key)s) AS n;

@@ -9,7 +9,8 @@ import sys
 
 from tests.support import stack
 
-COUNTED = ("import_batches", "ingestion_runs", "job_outbox", "judgments", "import_row_errors")
+COUNTED = ("import_batches", "ingestion_runs", "job_outbox", "judgments", "import_row_errors",
+           "event_outbox", "webhook_deliveries")
 
 
 def counts(conn) -> dict[str, int]:
@@ -38,8 +39,12 @@ def lines(result: subprocess.CompletedProcess) -> dict[str, str]:
 
 def test_verify_passes_on_a_working_stack_and_removes_its_rows(gateway, tenants, conn,
                                                                stack_env, out_dir):
-    # Given a running gateway and worker, and a tenant with data of its own
+    # Given a running gateway and worker, and a tenant with data of its own and a webhook, so
+    # the verification import's completion event fans out to a delivery
     user = tenants.user()
+    conn.execute("INSERT INTO webhooks (tenant_id, url, event_types, secret) VALUES "
+                 "(%s, 'https://hooks.example.com/in', '{ingestion.complete}', 'whsec_dGVzdA==')",
+                 (user.tenant_id,))
     worker = stack.start_worker(stack_env, out_dir)
     try:
         stack.wait_for_log(worker, '"event":"worker started"', timeout=120)
