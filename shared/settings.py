@@ -70,6 +70,9 @@ class CommonSettings(BaseSettings):
     import_errors_retention_days: float = Field(default=90.0, gt=0)
     # A partial batch's staged rows are kept longer, for review (issue 13, docs/decisions/0151).
     import_partial_staged_retention_days: float = Field(default=30.0, gt=0)
+    # Completion events and their webhook deliveries, once every delivery is final (delivered or
+    # failed), are removed this many days after the event (docs/decisions/0161).
+    event_retention_days: float = Field(default=90.0, gt=0)
     # Webhook receivers (shared/webhooks/urls.py, docs/decisions/0153): exact URLs an operator
     # allows wherever they resolve (JSON list); any other must resolve to public addresses only
     # (loopback too in DEV_MODE). Checked at registration (gateway) and delivery (worker).

@@ -44,6 +44,8 @@ class Policy:
     row_errors_retention_s: float = 90 * 86400
     # A partial batch's staged rows, kept for review (docs/decisions/0151).
     partial_staged_retention_s: float = 30 * 86400
+    # Completion events whose deliveries are all final, with those deliveries (ADR 0161).
+    event_retention_s: float = 90 * 86400
 
     @classmethod
     def from_settings(cls, settings: Any) -> Policy:
@@ -52,7 +54,8 @@ class Policy:
                    settings.upload_failed_ttl_days * 86400, days * 86400 if days >= 0 else -1,
                    settings.import_staged_retention_days * 86400,
                    settings.import_errors_retention_days * 86400,
-                   settings.import_partial_staged_retention_days * 86400)
+                   settings.import_partial_staged_retention_days * 86400,
+                   settings.event_retention_days * 86400)
 
 
 @dataclass
@@ -67,12 +70,14 @@ class Report:
     # Rows of records imports removed (or, in a dry run, that would be).
     staged_rows: int = 0
     row_errors: int = 0
+    events: int = 0
 
     def summary(self) -> dict[str, int | bool]:
         return {"ran": self.ran, "scanned": self.scanned, "orphans": len(self.removed_orphans),
                 "finished_uploads": len(self.removed_finished),
                 "artifacts": len(self.removed_artifacts), "kept": self.kept, "errors": self.errors,
-                "staged_rows": self.staged_rows, "row_errors": self.row_errors}
+                "staged_rows": self.staged_rows, "row_errors": self.row_errors,
+                "events": self.events}
 
 
 @dataclass(frozen=True)
@@ -213,12 +218,13 @@ IMPORT_ROWS_CHUNK = 10_000
 
 
 def _import_rows(conn: db.Conn, policy: Policy, dry_run: bool, report: Report) -> None:
-    """Staged rows of finished batches and old row errors, in chunks (each its own commit, so
+    """Staged rows of finished batches, old row errors and old settled events, in chunks (each its own commit, so
     a big purge never holds long locks); a dry run counts what would go."""
     for query, retention, counter in (("expired_staged_rows", policy.staged_retention_s,
                                        "staged_rows"),
                                       ("expired_row_errors", policy.row_errors_retention_s,
-                                       "row_errors")):
+                                       "row_errors"),
+                                      ("expired_events", policy.event_retention_s, "events")):
         limit = 2**31 - 1 if dry_run else IMPORT_ROWS_CHUNK
         while True:
             row = conn.execute(Q[query], {

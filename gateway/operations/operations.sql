@@ -306,3 +306,25 @@ FOR UPDATE SKIP LOCKED;
 -- name: mark_job_published
 UPDATE job_outbox SET published_at = now(), attempts = attempts + 1, last_error = NULL
 WHERE run_id = %(run_id)s;
+
+-- name: expired_events
+-- Completion and test events older than the retention whose every webhook delivery is final
+-- (delivered or failed: nothing will send them again), with those deliveries, in one statement
+-- so the deliveries' foreign key is checked once both are gone (docs/decisions/0161). An event
+-- with a pending delivery stays, however old: its receiver is still being retried.
+WITH doomed AS (
+    SELECT o.event_id, o.tenant_id FROM event_outbox o
+    WHERE o.created_at < now() - make_interval(secs => %(retention_s)s)
+      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
+                      WHERE d.tenant_id = o.tenant_id AND d.event_id = o.event_id
+                        AND d.status = 'pending')
+    LIMIT %(limit)s
+), deliveries AS (
+    DELETE FROM webhook_deliveries d USING doomed x
+    WHERE NOT %(dry_run)s AND d.tenant_id = x.tenant_id AND d.event_id = x.event_id
+), gone AS (
+    DELETE FROM event_outbox o USING doomed x
+    WHERE NOT %(dry_run)s AND o.event_id = x.event_id AND o.tenant_id = x.tenant_id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM doomed) AS matched, (SELECT count(*) FROM gone) AS removed;
