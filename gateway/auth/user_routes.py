@@ -51,7 +51,8 @@ async def list_users(request: Request, ctx: Ctx) -> dict:
 
 
 @patch("/{user_id:uuid}", responses=openapi.errors(409))
-async def update_user(user_id: FromPath[UUID], data: JSONBody[UserChange], request: Request, ctx: Ctx) -> dict:
+async def update_user(user_id: FromPath[UUID], data: JSONBody[UserChange], request: Request,
+                      ctx: Ctx) -> dict:
     """Change a user's role (admin | user) or deactivate / reactivate them; either ends their
     sessions."""
     return await users.admin_update(ctx.pool, auth.current(request), user_id, role=data.role,

@@ -126,7 +126,8 @@ async def get_batch(batch_id: FromPath[UUID], request: Request, ctx: Ctx) -> dic
 
 @get("/intake/batches/{batch_id:uuid}/errors", tags=["imports"], dependencies=paging.PAGES,
      responses=openapi.errors(404))
-async def get_batch_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx, window: paging.Paged,
+async def get_batch_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx,
+                           window: paging.Paged,
                            error_code: ErrorCode = None) -> dict[str, Any]:
     """A batch's row errors and warnings in row order (BatchErrorsResult), `page`/`limit` at a
     time; `totalErrors` counts all that match `errorCode`. `rawData` only for the tenant's
@@ -148,7 +149,8 @@ async def get_batch_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx,
 
 @get("/v1/imports", tags=["imports"], dependencies=paging.CURSORS)
 async def list_imports(request: Request, ctx: Ctx, window: paging.Paged,
-                       status: FromQuery[str | None] = None, contract: FromQuery[str | None] = None) -> dict[str, Any]:
+                       status: FromQuery[str | None] = None,
+                       contract: FromQuery[str | None] = None) -> dict[str, Any]:
     """The tenant's import batches, newest first, by `status` and `contract`; follow
     `next_cursor` to read them all."""
     principal = auth.current(request)

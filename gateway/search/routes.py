@@ -48,7 +48,8 @@ async def search_chunks(
                                     "chunk per document.")] = "chunk",
     doc_id: Annotated[list[UUID] | None, Parameter(description="Only these documents (up to 20).")] = None,
     source: Annotated[UUID | None, Parameter(description="Only documents of this S3 source.")] = None,
-    file_type: Annotated[str | None, QueryParameter(name="type", description="Only this file type.")] = None,
+    file_type: Annotated[str | None, QueryParameter(name="type",
+                                                    description="Only this file type.")] = None,
     uploaded_after: Annotated[datetime | None, Parameter(description="Documents added at or after.")] = None,
     uploaded_before: Annotated[datetime | None, Parameter(description="Documents added before.")] = None,
 ) -> dict:
@@ -74,7 +75,8 @@ class AskBody:
 
 @post("/v1/ask", tags=["search"], status_code=200, dependencies=DEPENDENCIES,
       responses=openapi.errors(400, 404, 503))
-async def ask(data: JSONBody[AskBody], request: Request, ctx: Ctx, search: NamedDependency[service.Runtime]) -> dict:
+async def ask(data: JSONBody[AskBody], request: Request, ctx: Ctx,
+              search: NamedDependency[service.Runtime]) -> dict:
     """An answer to `question` from the caller's active documents, citing the chunks it rests
     on (`citations`: chunk, document, version, page, quote), or `abstained: true` with "No
     evidence for this in your documents." when no retrieved chunk is relevant enough. Written

@@ -97,7 +97,8 @@ async def list_syncs(source_id: FromPath[UUID], request: Request, ctx: Ctx,
 
 
 @get("/{source_id:uuid}/syncs/{sync_id:uuid}", responses=openapi.errors(404))
-async def get_sync(source_id: FromPath[UUID], sync_id: FromPath[UUID], request: Request, ctx: Ctx) -> dict:
+async def get_sync(source_id: FromPath[UUID], sync_id: FromPath[UUID], request: Request,
+                   ctx: Ctx) -> dict:
     principal = auth.current(request)
     row = await syncs.get(ctx.pool, tenant_id=principal.tenant_id, source_id=source_id,
                           sync_id=sync_id)

@@ -98,7 +98,8 @@ def home() -> Redirect:
 
 @get("/login", opt={"public": True})
 async def login_form(request: Request, ctx: Ctx, next: FromQuery[str | None] = None,
-                     signed_out: FromQuery[bool] = False, expired: FromQuery[bool] = False) -> Response:
+                     signed_out: FromQuery[bool] = False,
+                     expired: FromQuery[bool] = False) -> Response:
     token = session.cookie_token(request)
     if token and await _valid(token, ctx):
         return Redirect(safe_next(next))
