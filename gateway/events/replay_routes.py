@@ -39,9 +39,9 @@ class ReplayRequest:
 async def list_events(request: Request, ctx: Ctx,
                       # `state` is a name Litestar reserves for the app state.
                       wanted_state: Annotated[str | None, QueryParameter(name="state")] = None,
-                      source_system: FromQuery[str | None] = None, type: FromQuery[str | None] = None,
-                      error: FromQuery[str | None] = None, limit: FromQuery[int] = 100,
-                      offset: FromQuery[int] = 0,
+                      source_system: FromQuery[str | None] = None,
+                      type: FromQuery[str | None] = None, error: FromQuery[str | None] = None,
+                      limit: FromQuery[int] = 100, offset: FromQuery[int] = 0,
                       tenant_id: FromQuery[UUID | None] = None) -> dict:
     """Your tenant's ledger events, newest first, filtered by state, source, type and error."""
     wanted = replay.Filter.of(state=wanted_state, source_system=source_system, type=type, error=error)
