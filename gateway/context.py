@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 
 from gateway.operations import metrics
 from gateway.outbox import OutboxRelay
@@ -36,6 +37,11 @@ class Context:
         self.events: Any = None
         # gateway.live.hub.Hub: this process's live-update listener (docs/decisions/0160).
         self.live: Any = None
+
+
+# How a handler asks for it: `ctx: Ctx`, injected by name from the app's `ctx` dependency.
+# Litestar 3 drops dependencies inferred from a bare `ctx: Context` (its DI docs ask for this).
+Ctx: TypeAlias = NamedDependency[Context]
 
 
 def provide(state: State) -> Context:

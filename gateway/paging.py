@@ -1,7 +1,7 @@
 """Paging of every listing: bounded `page`/`limit`, and signed keyset cursors for long lists.
 
 A route declares its paging in one line, ``dependencies=paging.PAGES`` (page and limit) or
-``dependencies=paging.CURSORS`` (page, limit and cursor), and takes ``window: paging.Window``.
+``dependencies=paging.CURSORS`` (page, limit and cursor), and takes ``window: paging.Paged``.
 The bounds live in the parameters, so they are validated before the handler runs and shown in
 /schema; an out-of-bounds value is a 400 `invalid_paging` (gateway/errors.py), never an OFFSET
 that overflows Postgres' bigint (docs/decisions/0050-paging-and-cursors.md).
@@ -20,10 +20,10 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 from uuid import UUID
 
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.params import Parameter
 
 from shared import errors
@@ -99,7 +99,9 @@ def _cursors(page: int = PAGE, limit: int = LIMIT, cursor: str | None = CURSOR) 
     return Window(page, limit, cursor)
 
 
-# The one-liners routes declare: `dependencies=paging.PAGES` and a `window: paging.Window` arg.
+# The one-liners routes declare: `dependencies=paging.PAGES` and a `window: paging.Paged` arg,
+# the window injected by name (Litestar 3 drops dependencies inferred from a bare type).
+Paged: TypeAlias = NamedDependency[Window]
 PAGES = {"window": Provide(_pages, sync_to_thread=False)}
 CURSORS = {"window": Provide(_cursors, sync_to_thread=False)}
 

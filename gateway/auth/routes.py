@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from litestar import Request, get, post
+from litestar.params import JSONBody
 
 from gateway import auth, openapi
 from gateway.auth import login_throttle, users
-from gateway.context import Context
+from gateway.context import Context, Ctx
 
 
 @dataclass
@@ -36,7 +37,7 @@ def _token_body(principal: auth.Principal, ctx: Context) -> dict:
 
 @post("/v1/auth/login", opt={"public": True}, status_code=200, tags=["auth"],
       responses=openapi.errors(401, 429))
-async def login(data: LoginRequest, request: Request, ctx: Context) -> dict:
+async def login(data: JSONBody[LoginRequest], request: Request, ctx: Ctx) -> dict:
     """Exchange e-mail and password for a bearer token; throttled per account and address
     (429 with Retry-After)."""
     principal = await users.login(ctx.pool, data.email, data.password,
@@ -46,14 +47,14 @@ async def login(data: LoginRequest, request: Request, ctx: Context) -> dict:
 
 
 @post("/v1/auth/logout", status_code=204, tags=["auth"])
-async def logout(request: Request, ctx: Context) -> None:
+async def logout(request: Request, ctx: Ctx) -> None:
     """End every session and token of the caller (all devices)."""
     await users.end_sessions(ctx.pool, auth.current(request))
 
 
 @post("/v1/auth/password", status_code=200, tags=["auth"],
       responses=openapi.errors(401, 429))
-async def change_password(data: PasswordChange, request: Request, ctx: Context) -> dict:
+async def change_password(data: JSONBody[PasswordChange], request: Request, ctx: Ctx) -> dict:
     """Change one's own password with the current one; every older token stops working, and
     the answer carries a new one."""
     principal = await users.change_own_password(

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from litestar import Request, Router, get, patch, post
+from litestar.params import FromPath, JSONBody
 
 from gateway import auth, openapi
 from gateway.auth import users
-from gateway.context import Context
+from gateway.context import Ctx
 
 
 @dataclass
@@ -35,7 +36,7 @@ class PasswordReset:
 
 
 @post("/", status_code=201, responses=openapi.errors(409))
-async def create_user(data: NewUser, request: Request, ctx: Context) -> dict:
+async def create_user(data: JSONBody[NewUser], request: Request, ctx: Ctx) -> dict:
     """Admins add users to their own tenant."""
     principal = auth.current(request)
     return await users.create_user_async(ctx.pool, tenant_id=principal.tenant_id,
@@ -43,14 +44,15 @@ async def create_user(data: NewUser, request: Request, ctx: Context) -> dict:
 
 
 @get("/")
-async def list_users(request: Request, ctx: Context) -> dict:
+async def list_users(request: Request, ctx: Ctx) -> dict:
     """The users of the admin's tenant, by e-mail."""
     items = await users.list_users(ctx.pool, auth.current(request).tenant_id)
     return {"items": items, "total": len(items)}
 
 
 @patch("/{user_id:uuid}", responses=openapi.errors(409))
-async def update_user(user_id: UUID, data: UserChange, request: Request, ctx: Context) -> dict:
+async def update_user(user_id: FromPath[UUID], data: JSONBody[UserChange], request: Request,
+                      ctx: Ctx) -> dict:
     """Change a user's role (admin | user) or deactivate / reactivate them; either ends their
     sessions."""
     return await users.admin_update(ctx.pool, auth.current(request), user_id, role=data.role,
@@ -58,8 +60,8 @@ async def update_user(user_id: UUID, data: UserChange, request: Request, ctx: Co
 
 
 @post("/{user_id:uuid}/password", status_code=200, responses=openapi.errors(409))
-async def reset_password(user_id: UUID, data: PasswordReset, request: Request,
-                         ctx: Context) -> dict:
+async def reset_password(user_id: FromPath[UUID], data: JSONBody[PasswordReset], request: Request,
+                         ctx: Ctx) -> dict:
     """Set a new password for a user (tell them out of band); their sessions end."""
     return await users.admin_update(ctx.pool, auth.current(request), user_id,
                                     password=data.password)

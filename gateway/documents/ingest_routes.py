@@ -10,7 +10,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
 
 from gateway import auth, openapi, uploads
-from gateway.context import Context
+from gateway.context import Ctx
 from gateway.documents import intake
 from shared import objectstore
 
@@ -47,7 +47,7 @@ class Skipped:
           202: ResponseSpec(Queued, description="Accepted: a run is queued."),
           200: ResponseSpec(Skipped, description="Nothing to do: the content is already there."),
           **openapi.errors(400, 404, 409, 413, 415)})
-async def ingest(request: Request, ctx: Context) -> Response:
+async def ingest(request: Request, ctx: Ctx) -> Response:
     """Upload a document (multipart field `file`, optional `title` and `doc_id`); 202 queued or
     200 skipped. With `doc_id` the upload becomes a new version of that document."""
     principal = auth.current(request)

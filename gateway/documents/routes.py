@@ -5,10 +5,10 @@ from typing import Annotated
 from uuid import UUID
 
 from litestar import Request, get, post
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, Parameter
 
 from gateway import auth, openapi, paging, views
-from gateway.context import Context
+from gateway.context import Ctx
 from gateway.documents import admin as document_admin
 from gateway.documents import listing as documents
 from shared import db, errors
@@ -18,8 +18,8 @@ Q = db.load_queries(Path(__file__).parents[1] / "queries.sql")
 
 @get("/v1/documents", tags=["documents"], dependencies=paging.CURSORS,
      responses=openapi.errors(400))
-async def list_documents(request: Request, ctx: Context, window: paging.Window,
-                         search: str | None = None, status: str | None = None,
+async def list_documents(request: Request, ctx: Ctx, window: paging.Paged,
+                         search: FromQuery[str | None] = None, status: FromQuery[str | None] = None,
                          filename: Annotated[str | None, Parameter(
                              max_length=255,
                              description="Only uploaded documents made from a file of exactly "
@@ -43,7 +43,7 @@ async def list_documents(request: Request, ctx: Context, window: paging.Window,
 
 
 @get("/v1/documents/{doc_id:uuid}", tags=["documents"], responses=openapi.errors(404))
-async def get_document(doc_id: UUID, request: Request, ctx: Context) -> dict:
+async def get_document(doc_id: FromPath[UUID], request: Request, ctx: Ctx) -> dict:
     principal = auth.current(request)
     keys = {"tenant_id": principal.tenant_id, "doc_id": doc_id}
     async with ctx.pool.connection() as conn:
@@ -56,7 +56,7 @@ async def get_document(doc_id: UUID, request: Request, ctx: Context) -> dict:
 
 @post("/v1/documents/{doc_id:uuid}/deactivate", guards=[auth.admin_only], status_code=200,
       tags=["documents"], responses=openapi.errors(404, 409))
-async def deactivate_document(doc_id: UUID, request: Request, ctx: Context) -> dict:
+async def deactivate_document(doc_id: FromPath[UUID], request: Request, ctx: Ctx) -> dict:
     """Stop serving a document (admins): its active version is deactivated, nothing deleted;
     409 when it has no active version."""
     principal = auth.current(request)
@@ -65,7 +65,7 @@ async def deactivate_document(doc_id: UUID, request: Request, ctx: Context) -> d
 
 @post("/v1/documents/{doc_id:uuid}/reactivate", guards=[auth.admin_only], status_code=200,
       tags=["documents"], responses=openapi.errors(404, 409))
-async def reactivate_document(doc_id: UUID, request: Request, ctx: Context) -> dict:
+async def reactivate_document(doc_id: FromPath[UUID], request: Request, ctx: Ctx) -> dict:
     """Serve a deactivated document again (admins): its newest version becomes active; 409
     when a version is already active, none exists, or its S3 object is gone."""
     principal = auth.current(request)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 from litestar import Request, get, post
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from gateway import auth, openapi
-from gateway.context import Context
+from gateway.context import Context, Ctx
 from gateway.events import replay
 from shared import db, errors
 
@@ -36,12 +36,13 @@ class ReplayRequest:
 
 
 @get("/v1/events", guards=GUARDS, tags=TAGS, responses=openapi.errors(400, 503))
-async def list_events(request: Request, ctx: Context,
+async def list_events(request: Request, ctx: Ctx,
                       # `state` is a name Litestar reserves for the app state.
-                      wanted_state: str | None = Parameter(query="state", default=None),
-                      source_system: str | None = None, type: str | None = None,
-                      error: str | None = None, limit: int = 100, offset: int = 0,
-                      tenant_id: UUID | None = None) -> dict:
+                      wanted_state: Annotated[str | None, QueryParameter(name="state")] = None,
+                      source_system: FromQuery[str | None] = None,
+                      type: FromQuery[str | None] = None, error: FromQuery[str | None] = None,
+                      limit: FromQuery[int] = 100, offset: FromQuery[int] = 0,
+                      tenant_id: FromQuery[UUID | None] = None) -> dict:
     """Your tenant's ledger events, newest first, filtered by state, source, type and error."""
     wanted = replay.Filter.of(state=wanted_state, source_system=source_system, type=type, error=error)
     return await _call(ctx, replay.list_events, tenant_id=_scope(request, tenant_id),
@@ -49,14 +50,14 @@ async def list_events(request: Request, ctx: Context,
 
 
 @get("/v1/events/{ledger_id:int}", guards=GUARDS, tags=TAGS, responses=openapi.errors(404, 503))
-async def show_event(ledger_id: int, request: Request, ctx: Context) -> dict:
+async def show_event(ledger_id: FromPath[int], request: Request, ctx: Ctx) -> dict:
     """One event in full: payload, apply state and error, and the replays that touched it."""
     return await _call(ctx, replay.show, ledger_id, tenant_id=_scope(request, None))
 
 
 @post("/v1/events/replay", guards=GUARDS, tags=TAGS, status_code=200,
       responses=openapi.errors(400, 503))
-async def replay_events(data: ReplayRequest, request: Request, ctx: Context) -> dict:
+async def replay_events(data: JSONBody[ReplayRequest], request: Request, ctx: Ctx) -> dict:
     """Reset dead letters (chosen ids, or all matching a filter) to pending, on the record."""
     principal = auth.current(request)
     filtered = data.all or any((data.source_system, data.type, data.error))

@@ -10,10 +10,11 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, post
+from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.types import ControllerRouterHandler
 
 from gateway import auth, openapi
-from gateway.context import Context
+from gateway.context import Ctx
 from gateway.events import intake, keys
 from gateway.events.writer import Unstorable
 from shared import errors
@@ -46,7 +47,7 @@ class NewKeyRequest:
 
 
 @post("/", status_code=201, responses=openapi.errors(400))
-async def create_key(data: NewKeyRequest, request: Request, ctx: Context) -> Response:
+async def create_key(data: JSONBody[NewKeyRequest], request: Request, ctx: Ctx) -> Response:
     """A new key for this tenant's producers. The key is in this answer only: store it now."""
     principal = auth.current(request)
     new = await keys.create(ctx.pool, principal.tenant_id, principal.user_id, data.name)
@@ -55,14 +56,14 @@ async def create_key(data: NewKeyRequest, request: Request, ctx: Context) -> Res
 
 
 @get("/")
-async def list_keys(request: Request, ctx: Context) -> dict:
+async def list_keys(request: Request, ctx: Ctx) -> dict:
     """This tenant's keys, revoked ones included; never a secret."""
     items = await keys.listing(ctx.pool, auth.current(request).tenant_id)
     return {"items": items, "total": len(items)}
 
 
 @delete("/{key_id:uuid}", status_code=204, responses=openapi.errors(404))
-async def revoke_key(key_id: UUID, request: Request, ctx: Context) -> None:
+async def revoke_key(key_id: FromPath[UUID], request: Request, ctx: Ctx) -> None:
     """Revoke a key at once: its next request is refused with 401."""
     principal = auth.current(request)
     await keys.revoke(ctx.pool, principal.tenant_id, principal.user_id, key_id)
@@ -75,7 +76,7 @@ api_keys = Router("/v1/api-keys", route_handlers=[create_key, list_keys, revoke_
 # ── intake: a producer's, with its API key ─────────────────────────────────────────────────
 @post("/v1/events", opt={"api_key": "only"}, request_max_body_size=None, status_code=202,
       tags=["events"], responses=openapi.errors(400, 401, 413, 429, 503))
-async def post_events(request: Request, ctx: Context) -> dict:
+async def post_events(request: Request, ctx: Ctx) -> dict:
     """Up to EVENTS_MAX_BATCH events as a JSON array, sent with 'X-Api-Key'. The answer comes
     after the accepted events committed and gives each event's outcome, in order: new,
     duplicate (seen before, same payload), conflict (seen before with another payload; the
@@ -150,7 +151,7 @@ async def _committed(futures: list[asyncio.Future[dict[str, Any]]],
 
 @get("/v1/events/cursor", opt={"api_key": "also"}, tags=["events"],
       responses=openapi.errors(400, 401, 403))
-async def cursor(request: Request, ctx: Context, source_system: str) -> dict:
+async def cursor(request: Request, ctx: Ctx, source_system: FromQuery[str]) -> dict:
     """The highest source_sequence stored without a gap from the lowest one, for this tenant
     and source (null: none stored): a reconnecting producer resends from the next one. With
     an API key, or as a signed-in admin."""

@@ -18,11 +18,11 @@ from uuid import UUID
 
 import orjson
 from litestar import Request, get
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Stream
 
 from gateway import auth, openapi, paging
-from gateway.context import Context
+from gateway.context import Context, Ctx
 from gateway.imports import intake
 from shared import db, errors
 
@@ -33,7 +33,7 @@ EXPORT_CHUNK = 5000
 # A cell a spreadsheet would read as a formula (or a DDE payload) starts with one of these.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 NOT_FOUND = "No import batch with that id exists in your tenant."
-ErrorCode = Annotated[str | None, Parameter(query="errorCode", min_length=1, max_length=100,
+ErrorCode = Annotated[str | None, QueryParameter(name="errorCode", min_length=1, max_length=100,
                                             required=False,
                                             description="Only errors with this code.")]
 
@@ -118,7 +118,7 @@ async def _batch(ctx: Context, tenant_id: UUID, batch_id: UUID) -> dict[str, Any
 
 
 @get("/intake/batches/{batch_id:uuid}", tags=["imports"], responses=openapi.errors(404))
-async def get_batch(batch_id: UUID, request: Request, ctx: Context) -> dict[str, Any]:
+async def get_batch(batch_id: FromPath[UUID], request: Request, ctx: Ctx) -> dict[str, Any]:
     """A batch's BatchStatusResult (records-data-contract.md)."""
     principal = auth.current(request)
     return batch_status(await _batch(ctx, principal.tenant_id, batch_id))
@@ -126,7 +126,8 @@ async def get_batch(batch_id: UUID, request: Request, ctx: Context) -> dict[str,
 
 @get("/intake/batches/{batch_id:uuid}/errors", tags=["imports"], dependencies=paging.PAGES,
      responses=openapi.errors(404))
-async def get_batch_errors(batch_id: UUID, request: Request, ctx: Context, window: paging.Window,
+async def get_batch_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx,
+                           window: paging.Paged,
                            error_code: ErrorCode = None) -> dict[str, Any]:
     """A batch's row errors and warnings in row order (BatchErrorsResult), `page`/`limit` at a
     time; `totalErrors` counts all that match `errorCode`. `rawData` only for the tenant's
@@ -147,8 +148,9 @@ async def get_batch_errors(batch_id: UUID, request: Request, ctx: Context, windo
 
 
 @get("/v1/imports", tags=["imports"], dependencies=paging.CURSORS)
-async def list_imports(request: Request, ctx: Context, window: paging.Window,
-                       status: str | None = None, contract: str | None = None) -> dict[str, Any]:
+async def list_imports(request: Request, ctx: Ctx, window: paging.Paged,
+                       status: FromQuery[str | None] = None,
+                       contract: FromQuery[str | None] = None) -> dict[str, Any]:
     """The tenant's import batches, newest first, by `status` and `contract`; follow
     `next_cursor` to read them all."""
     principal = auth.current(request)
@@ -166,7 +168,7 @@ async def list_imports(request: Request, ctx: Context, window: paging.Window,
 
 
 @get("/v1/imports/{batch_id:uuid}/errors.csv", tags=["imports"], responses=openapi.errors(404))
-async def export_errors(batch_id: UUID, request: Request, ctx: Context) -> Stream:
+async def export_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx) -> Stream:
     """A batch's row errors as CSV, streamed; cells a spreadsheet would run as a formula are
     escaped. The `raw` column only for the tenant's admins and the uploader."""
     principal = auth.current(request)

@@ -11,9 +11,10 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Request, Response, get, post
+from litestar.params import JSONBody
 
 from gateway import auth, openapi
-from gateway.context import Context
+from gateway.context import Ctx
 from shared import db, errors
 
 Q = db.load_queries(Path(__file__).with_name("clients.sql"))
@@ -49,7 +50,7 @@ class NewClient:
 
 @post("/v1/clients", status_code=201, guards=[auth.admin_only], tags=["imports"],
       responses=openapi.errors(400, 409))
-async def create_client(data: NewClient, request: Request, ctx: Context) -> Response:
+async def create_client(data: JSONBody[NewClient], request: Request, ctx: Ctx) -> Response:
     """A new advertiser client of this tenant (admins): `{"name"}` → the client."""
     principal = auth.current(request)
     name = clean_name(data.name)
@@ -63,7 +64,7 @@ async def create_client(data: NewClient, request: Request, ctx: Context) -> Resp
 
 
 @get("/v1/clients", tags=["imports"])
-async def list_clients(request: Request, ctx: Context) -> dict:
+async def list_clients(request: Request, ctx: Ctx) -> dict:
     """This tenant's advertiser clients, by name."""
     items = await listing(ctx.pool, auth.current(request).tenant_id)
     return {"items": items, "total": len(items)}

@@ -25,7 +25,7 @@ from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
 from psycopg.types.json import Jsonb
 
 from gateway import auth, openapi, uploads
-from gateway.context import Context
+from gateway.context import Ctx
 from shared import contracts, db, errors, jobs, objectstore
 
 log = logging.getLogger(__name__)
@@ -278,7 +278,7 @@ class Duplicate:
           200: ResponseSpec(Duplicate, description="The same file was already imported under "
                             "this contract: its batch, no new work."),
           **openapi.errors(400, 413, 415)})
-async def create_import(request: Request, ctx: Context) -> Response:
+async def create_import(request: Request, ctx: Ctx) -> Response:
     """Import a records file (multipart `file`, `contract`, optional `error_threshold_percent`,
     `source`, `source_reference`, `force_partial`; for ad_metrics `platform` and optional
     `client_id`); 202 with a new batch or 200 with the batch of the same file."""

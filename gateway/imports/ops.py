@@ -13,9 +13,10 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Request, get
+from litestar.params import FromQuery
 
 from gateway import auth, openapi
-from gateway.context import Context
+from gateway.context import Context, Ctx
 from gateway.imports.intake import UnknownContract
 from shared import contracts, db
 
@@ -24,7 +25,7 @@ Q = db.load_queries(Path(__file__).with_name("ops.sql"))
 
 @get("/v1/imports/ops", guards=[auth.admin_only], tags=["imports"],
      responses=openapi.errors(400, 403))
-async def tenant_ops(request: Request, ctx: Context, contract: str | None = None) -> dict:
+async def tenant_ops(request: Request, ctx: Ctx, contract: FromQuery[str | None] = None) -> dict:
     """Your tenant's import errors of the last 7 days by code and contract, and its stale
     imports (unfinished and silent for over an hour)."""
     return await _views(ctx, auth.current(request).tenant_id, contract)
@@ -32,8 +33,8 @@ async def tenant_ops(request: Request, ctx: Context, contract: str | None = None
 
 @get("/v1/admin/imports/ops", guards=[auth.operator_only], tags=["admin"],
      responses=openapi.errors(400, 403))
-async def fleet_ops(ctx: Context, tenant_id: UUID | None = None,
-                    contract: str | None = None) -> dict:
+async def fleet_ops(ctx: Ctx, tenant_id: FromQuery[UUID | None] = None,
+                    contract: FromQuery[str | None] = None) -> dict:
     """Every tenant's (or one tenant's) import errors of the last 7 days and stale imports."""
     return await _views(ctx, tenant_id, contract)
 

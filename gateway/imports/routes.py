@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from litestar import get
+from litestar.params import FromPath
 
 from gateway import openapi
 from shared import contracts
@@ -16,7 +17,7 @@ async def list_contracts() -> dict:
 
 
 @get("/v1/contracts/{name:str}", tags=["imports"], responses=openapi.errors(404))
-async def get_contract(name: str) -> dict:
+async def get_contract(name: FromPath[str]) -> dict:
     """One contract: columns with their accepted headers, rules with code, severity and
     message, the natural key, an example row and a sample CSV file; for ad_metrics the same
     for each platform's export under ``variants``."""

@@ -16,13 +16,13 @@ from uuid import UUID
 
 import orjson
 from litestar import Request, get
-from litestar.params import Parameter
+from litestar.params import HeaderParameter
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 from litestar.types import ControllerRouterHandler
 
 from gateway import auth, openapi
-from gateway.context import Context
+from gateway.context import Ctx
 from gateway.live import hub as live_hub
 from shared import errors
 from shared.settings import GatewaySettings
@@ -30,8 +30,8 @@ from shared.settings import GatewaySettings
 # How long a browser waits before it reconnects a stream that ended (the SSE `retry:` field).
 RECONNECT_MS = 2000
 LISTENER_WAIT_S = 5.0
-LastEventId = Annotated[str | None, Parameter(
-    header="last-event-id", required=False, pattern=r"^[0-9]{1,18}$",
+LastEventId = Annotated[str | None, HeaderParameter(
+    name="last-event-id", required=False, pattern=r"^[0-9]{1,18}$",
     description="The id of the last event this client received; the stream first sends the "
                 "tenant's events after it.")]
 
@@ -39,7 +39,7 @@ LastEventId = Annotated[str | None, Parameter(
 @get("/v1/live", tags=["live"], media_type="text/event-stream",
      response_description="A text/event-stream of the tenant's events (see above).",
      responses=openapi.errors(400, 503))
-async def live(request: Request, ctx: Context,
+async def live(request: Request, ctx: Ctx,
                last_event_id: LastEventId = None) -> ServerSentEvent:
     """Server-sent events for the caller's tenant: each new outbox event (`ingestion.complete`,
     `webhook.test`, with its id), run and import-batch status changes (`run.status`,

@@ -14,9 +14,10 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Request, get, post
+from litestar.params import FromPath, FromQuery, JSONBody
 
 from gateway import auth, openapi, paging
-from gateway.context import Context
+from gateway.context import Context, Ctx
 from gateway.operations import dlq, reopen
 from shared import db, errors
 
@@ -45,8 +46,8 @@ class PurgeRequest:
 
 @get("/v1/admin/dlq", guards=GUARDS, tags=TAGS, dependencies=paging.PAGES,
      responses=openapi.errors(503))
-async def list_dead_letters(ctx: Context, window: paging.Window, status: str = "open",
-                            tenant_id: UUID | None = None) -> dict:
+async def list_dead_letters(ctx: Ctx, window: paging.Paged, status: FromQuery[str] = "open",
+                            tenant_id: FromQuery[UUID | None] = None) -> dict:
     """Every tenant's dead letters, oldest first (status open, redriven, purged or all)."""
     return await call(ctx, dlq.list_letters, tenant_id=tenant_id, status=_status(status),
                       page=window.page, limit=window.limit)
@@ -54,21 +55,21 @@ async def list_dead_letters(ctx: Context, window: paging.Window, status: str = "
 
 @get("/v1/admin/dlq/{message_id:str}", guards=GUARDS, tags=TAGS,
      responses=openapi.errors(503))
-async def show_dead_letter(message_id: str, ctx: Context) -> dict:
+async def show_dead_letter(message_id: FromPath[str], ctx: Ctx) -> dict:
     """One dead letter in full: body, attributes and its run."""
     return await call(ctx, dlq.show, message_id)
 
 
 @post("/v1/admin/dlq/redrive", guards=GUARDS, status_code=200, tags=TAGS,
       responses=openapi.errors(503))
-async def redrive_dead_letters(data: RedriveRequest, request: Request, ctx: Context) -> dict:
+async def redrive_dead_letters(data: JSONBody[RedriveRequest], request: Request, ctx: Ctx) -> dict:
     """Send dead letters' jobs back through the outbox; failed runs are reopened, on the record."""
     return await redrive_for(data, request, ctx, tenant_id=None)
 
 
 @post("/v1/admin/dlq/purge", guards=GUARDS, status_code=200, tags=TAGS,
       responses=openapi.errors(503))
-async def purge_dead_letters(data: PurgeRequest, request: Request, ctx: Context) -> dict:
+async def purge_dead_letters(data: JSONBody[PurgeRequest], request: Request, ctx: Ctx) -> dict:
     """Resolve the dead letters older than `older_than` (90s, 15m, 2h, 7d) as purged."""
     if not (data.dry_run or data.confirm):
         raise errors.InvalidRequest("Purging resolves dead letters for good: send "

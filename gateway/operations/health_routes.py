@@ -5,7 +5,7 @@ import asyncio
 from litestar import Response, get
 
 from gateway import openapi
-from gateway.context import Context
+from gateway.context import Context, Ctx
 
 
 @get("/health/live", opt={"public": True}, tags=["health"])
@@ -14,7 +14,7 @@ async def live() -> dict:
 
 
 @get("/health/ready", opt={"public": True}, tags=["health"], responses=openapi.errors(503))
-async def ready(ctx: Context) -> Response:
+async def ready(ctx: Ctx) -> Response:
     """Ready while the database answers: 503 only when it does not.
 
     The queue alone being unreachable is reported as degraded (200): uploads still commit their

@@ -17,7 +17,7 @@ from litestar.handlers.base import BaseRouteHandler
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from gateway import auth, openapi
-from gateway.context import Context
+from gateway.context import Context, Ctx
 from gateway.operations import metrics
 from shared import db, errors
 
@@ -36,7 +36,7 @@ OPT = {"public": True}
 
 
 @get("/metrics", opt=OPT, guards=[metrics_token], include_in_schema=False)
-async def prometheus(ctx: Context) -> Response:
+async def prometheus(ctx: Ctx) -> Response:
     snap = await _snapshot(ctx)
     body = ctx.exporter.render(snap)
     return Response(body, media_type=CONTENT_TYPE_PLAIN_0_0_4)
@@ -44,13 +44,13 @@ async def prometheus(ctx: Context) -> Response:
 
 @get("/api/metrics", opt=OPT, guards=[metrics_token], tags=["operations"],
      responses=openapi.errors(401, 503))
-async def dashboard(ctx: Context) -> dict:
+async def dashboard(ctx: Ctx) -> dict:
     """Backlog, failures of the last 24 h, stale runs, processing time, DLQ depth."""
     return metrics.dashboard_json(await _snapshot(ctx))
 
 
 @get("/v1/metrics", guards=[auth.admin_only], tags=["operations"])
-async def tenant_dashboard(request: Request, ctx: Context) -> dict:
+async def tenant_dashboard(request: Request, ctx: Ctx) -> dict:
     """Your tenant's figures: runs by status, failures of the last 24 h, the last failed run,
     open dead letters."""
     return metrics.tenant_json(await _snapshot(ctx, auth.current(request).tenant_id))

@@ -5,9 +5,10 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from litestar import Request, post
+from litestar.params import FromPath, JSONBody
 
 from gateway import auth, openapi
-from gateway.context import Context
+from gateway.context import Ctx
 from gateway.operations import reopen
 from shared import objectstore
 
@@ -19,8 +20,8 @@ class RetryRequest:
 
 @post("/v1/ingestion-runs/{run_id:uuid}/retry", status_code=202, tags=["runs"],
       responses=openapi.errors(403, 404, 409))
-async def retry_run(run_id: UUID, request: Request, ctx: Context,
-                    data: RetryRequest | None = None) -> dict:
+async def retry_run(run_id: FromPath[UUID], request: Request, ctx: Ctx,
+                    data: JSONBody[RetryRequest | None] = None) -> dict:
     """Run a failed run again with its stored upload (admins, or the user who started it).
 
     409 `run_not_failed` for any other status; 409 `upload_expired` when the raw file is gone.

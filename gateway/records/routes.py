@@ -12,10 +12,10 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from litestar import Request, get
-from litestar.params import Parameter
+from litestar.params import Parameter, QueryParameter
 
 from gateway import auth, paging
-from gateway.context import Context
+from gateway.context import Ctx
 from gateway.records import service
 
 Search = Annotated[str | None, Parameter(
@@ -35,12 +35,12 @@ Batch = Annotated[UUID | None, Parameter(required=False,
 Status = Annotated[str | None, Parameter(required=False, description="One of " + ", ".join(
     service.STATUSES) + ".")]
 # `state` is a name Litestar reserves for the app state: the argument is us_state.
-State = Annotated[str | None, Parameter(query="state", required=False, max_length=2,
+State = Annotated[str | None, QueryParameter(name="state", required=False, max_length=2,
                                         description="2-letter state code.")]
 
 
 @get("/v1/records/judgments", tags=["records"], dependencies=paging.CURSORS)
-async def list_judgments(request: Request, ctx: Context, window: paging.Window,
+async def list_judgments(request: Request, ctx: Ctx, window: paging.Paged,
                          q: Search = None, case_number: CaseNumber = None, county: Text = None,
                          court: Text = None, filed_from: Day = None, filed_to: Day = None,
                          amount_min: Amount = None, amount_max: Amount = None,
@@ -57,7 +57,7 @@ async def list_judgments(request: Request, ctx: Context, window: paging.Window,
 
 
 @get("/v1/records/plaintiffs", tags=["records"], dependencies=paging.CURSORS)
-async def list_plaintiffs(request: Request, ctx: Context, window: paging.Window,
+async def list_plaintiffs(request: Request, ctx: Ctx, window: paging.Paged,
                           q: Search = None, case_number: CaseNumber = None,
                           status: Status = None, us_state: State = None,
                           batch_id: Batch = None) -> dict[str, Any]:
@@ -74,8 +74,8 @@ async def list_plaintiffs(request: Request, ctx: Context, window: paging.Window,
 
 
 @get("/v1/records/plaintiffs/duplicates", tags=["records"], dependencies=paging.PAGES)
-async def list_duplicates(request: Request, ctx: Context,
-                          window: paging.Window) -> dict[str, Any]:
+async def list_duplicates(request: Request, ctx: Ctx,
+                          window: paging.Paged) -> dict[str, Any]:
     """Pairs of the tenant's plaintiffs that may be one (names more than 80 % similar by
     trigrams), most likely first, each with its confidence and the signals that matched
     (docs/decisions/0121): a manual-review queue, nothing is merged."""

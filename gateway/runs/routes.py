@@ -5,10 +5,10 @@ from typing import Annotated
 from uuid import UUID
 
 from litestar import Request, get
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, Parameter
 
 from gateway import auth, openapi, paging, views
-from gateway.context import Context
+from gateway.context import Ctx
 from shared import db, errors
 
 Q = db.load_queries(Path(__file__).parents[1] / "queries.sql")
@@ -18,7 +18,7 @@ FILENAME_MAX = 255
 
 
 @get("/v1/ingestion-runs/{run_id:uuid}", tags=["runs"], responses=openapi.errors(404))
-async def get_run(run_id: UUID, request: Request, ctx: Context) -> dict:
+async def get_run(run_id: FromPath[UUID], request: Request, ctx: Ctx) -> dict:
     """One run with its `attempts` (each delivery, takeover, retry and redrive), and for a
     failed run whether retrying can help (`retryable`, `advice`)."""
     principal = auth.current(request)
@@ -34,7 +34,7 @@ async def get_run(run_id: UUID, request: Request, ctx: Context) -> dict:
 @get("/v1/ingestion-runs", tags=["runs"], dependencies=paging.CURSORS,
      responses=openapi.errors(400))
 async def list_runs(
-    request: Request, ctx: Context, window: paging.Window, status: str | None = None,
+    request: Request, ctx: Ctx, window: paging.Paged, status: FromQuery[str | None] = None,
     filename: Annotated[str | None, Parameter(
         max_length=FILENAME_MAX,
         description="Runs whose file name (or S3 key) contains this text, any case.")] = None,

@@ -9,11 +9,11 @@ from uuid import UUID
 
 from litestar import Request, get, post
 from litestar.datastructures import State
-from litestar.di import Provide
-from litestar.params import Parameter
+from litestar.di import NamedDependency, Provide
+from litestar.params import JSONBody, Parameter, QueryParameter
 
 from gateway import auth, openapi
-from gateway.context import Context
+from gateway.context import Ctx
 from gateway.search import answer, service
 
 
@@ -39,7 +39,7 @@ def request_from(runtime: service.Runtime, *, q: str | None, k: int, mode: str, 
 @get("/v1/search", tags=["search"], dependencies=DEPENDENCIES,
      responses=openapi.errors(400, 404, 503))
 async def search_chunks(
-    request: Request, ctx: Context, search: service.Runtime,
+    request: Request, ctx: Ctx, search: NamedDependency[service.Runtime],
     q: Annotated[str | None, Parameter(description="What to look for (websearch syntax for "
                                        "text: \"a phrase\", or, -word); at most 500 characters.")] = None,
     k: Annotated[int, Parameter(description="How many hits, 1 to 50.")] = 10,
@@ -48,7 +48,8 @@ async def search_chunks(
                                     "chunk per document.")] = "chunk",
     doc_id: Annotated[list[UUID] | None, Parameter(description="Only these documents (up to 20).")] = None,
     source: Annotated[UUID | None, Parameter(description="Only documents of this S3 source.")] = None,
-    file_type: Annotated[str | None, Parameter(query="type", description="Only this file type.")] = None,
+    file_type: Annotated[str | None, QueryParameter(name="type",
+                                                    description="Only this file type.")] = None,
     uploaded_after: Annotated[datetime | None, Parameter(description="Documents added at or after.")] = None,
     uploaded_before: Annotated[datetime | None, Parameter(description="Documents added before.")] = None,
 ) -> dict:
@@ -74,7 +75,8 @@ class AskBody:
 
 @post("/v1/ask", tags=["search"], status_code=200, dependencies=DEPENDENCIES,
       responses=openapi.errors(400, 404, 503))
-async def ask(data: AskBody, request: Request, ctx: Context, search: service.Runtime) -> dict:
+async def ask(data: JSONBody[AskBody], request: Request, ctx: Ctx,
+              search: NamedDependency[service.Runtime]) -> dict:
     """An answer to `question` from the caller's active documents, citing the chunks it rests
     on (`citations`: chunk, document, version, page, quote), or `abstained: true` with "No
     evidence for this in your documents." when no retrieved chunk is relevant enough. Written

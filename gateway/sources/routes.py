@@ -6,16 +6,17 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, patch, post
+from litestar.params import FromPath, JSONBody
 
 from gateway import auth, openapi, paging
-from gateway.context import Context
+from gateway.context import Ctx
 from gateway.sources import access as source_access
 from gateway.sources import definitions as sources
 from gateway.sources import syncs
 
 
 @post("/", status_code=201, responses=openapi.errors(409))
-async def create_source(data: dict[str, Any], request: Request, ctx: Context) -> dict:
+async def create_source(data: JSONBody[dict[str, Any]], request: Request, ctx: Ctx) -> dict:
     """Register a bucket/prefix (optional endpoint_url, region, include/exclude globs).
 
     A tenant admin only inside a bucket granted to its tenant (403 bucket_not_granted);
@@ -29,7 +30,7 @@ async def create_source(data: dict[str, Any], request: Request, ctx: Context) ->
 
 
 @post("/test-connection", status_code=200, responses=openapi.errors(400, 403))
-async def test_connection(data: dict[str, Any], request: Request, ctx: Context) -> dict:
+async def test_connection(data: JSONBody[dict[str, Any]], request: Request, ctx: Ctx) -> dict:
     """List one page of a source's bucket before saving it, with the checks of a sync: 403
     for a bucket not granted or the platform's, 400 for an endpoint not allowed; what S3
     answers comes back as `ok` and a `detail` in plain words."""
@@ -41,7 +42,7 @@ async def test_connection(data: dict[str, Any], request: Request, ctx: Context) 
 
 
 @get("/", dependencies=paging.PAGES)
-async def list_sources(request: Request, ctx: Context, window: paging.Window) -> dict:
+async def list_sources(request: Request, ctx: Ctx, window: paging.Paged) -> dict:
     principal = auth.current(request)
     rows = await sources.list_page(ctx.pool, tenant_id=principal.tenant_id, limit=window.limit,
                                    offset=(window.page - 1) * window.limit)
@@ -49,15 +50,15 @@ async def list_sources(request: Request, ctx: Context, window: paging.Window) ->
 
 
 @get("/{source_id:uuid}", responses=openapi.errors(404))
-async def get_source(source_id: UUID, request: Request, ctx: Context) -> dict:
+async def get_source(source_id: FromPath[UUID], request: Request, ctx: Ctx) -> dict:
     principal = auth.current(request)
     return sources.view(await sources.get(ctx.pool, tenant_id=principal.tenant_id,
                                           source_id=source_id))
 
 
 @patch("/{source_id:uuid}", responses=openapi.errors(404, 409))
-async def update_source(source_id: UUID, data: dict[str, Any], request: Request,
-                        ctx: Context) -> dict:
+async def update_source(source_id: FromPath[UUID], data: JSONBody[dict[str, Any]], request: Request,
+                        ctx: Ctx) -> dict:
     """Change any field but the bucket; takes effect at the next sync."""
     principal = auth.current(request)
     changes = sources.parse(data, partial=True)
@@ -67,7 +68,7 @@ async def update_source(source_id: UUID, data: dict[str, Any], request: Request,
 
 
 @delete("/{source_id:uuid}", status_code=200, responses=openapi.errors(404, 409))
-async def delete_source(source_id: UUID, request: Request, ctx: Context) -> dict:
+async def delete_source(source_id: FromPath[UUID], request: Request, ctx: Ctx) -> dict:
     """Soft-delete: the source disappears and its documents stop being served; no row is
     removed (docs/decisions/0020-s3-source-deletion.md)."""
     principal = auth.current(request)
@@ -75,7 +76,7 @@ async def delete_source(source_id: UUID, request: Request, ctx: Context) -> dict
 
 
 @post("/{source_id:uuid}/sync", status_code=202, responses=openapi.errors(400, 404, 409))
-async def trigger_sync(source_id: UUID, request: Request, ctx: Context) -> Response:
+async def trigger_sync(source_id: FromPath[UUID], request: Request, ctx: Ctx) -> Response:
     """Start a sync in the background: 202 with its id, or 409 with the running one's id; 403
     when the tenant's grant for the bucket was revoked, 400 when the endpoint is no longer
     allowed."""
@@ -87,8 +88,8 @@ async def trigger_sync(source_id: UUID, request: Request, ctx: Context) -> Respo
 
 
 @get("/{source_id:uuid}/syncs", dependencies=paging.PAGES)
-async def list_syncs(source_id: UUID, request: Request, ctx: Context,
-                     window: paging.Window) -> dict:
+async def list_syncs(source_id: FromPath[UUID], request: Request, ctx: Ctx,
+                     window: paging.Paged) -> dict:
     principal = auth.current(request)
     rows = await syncs.list_page(ctx.pool, tenant_id=principal.tenant_id, source_id=source_id,
                                  limit=window.limit, offset=(window.page - 1) * window.limit)
@@ -96,7 +97,8 @@ async def list_syncs(source_id: UUID, request: Request, ctx: Context,
 
 
 @get("/{source_id:uuid}/syncs/{sync_id:uuid}", responses=openapi.errors(404))
-async def get_sync(source_id: UUID, sync_id: UUID, request: Request, ctx: Context) -> dict:
+async def get_sync(source_id: FromPath[UUID], sync_id: FromPath[UUID], request: Request,
+                   ctx: Ctx) -> dict:
     principal = auth.current(request)
     row = await syncs.get(ctx.pool, tenant_id=principal.tenant_id, source_id=source_id,
                           sync_id=sync_id)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from litestar import Response, get
 from litestar.handlers import HTTPRouteHandler
+from litestar.params import FromPath
 
 from shared import errors
 
@@ -50,7 +51,7 @@ class Assets:
 
         @get(f"{PREFIX}/{{name:str}}", opt={"public": True}, include_in_schema=False,
              sync_to_thread=False)
-        def static_asset(name: str) -> Response:
+        def static_asset(name: FromPath[str]) -> Response:
             asset = files.get(name)
             if asset is None:
                 # An old hash after a deploy: the page that asked is stale and reloads anyway.

@@ -9,18 +9,19 @@ that their scripts fill from /v1/sources and /v1/admin/dlq, the same API a CLI o
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
 from litestar import Request, Response, Router, get, post
 from litestar.datastructures import Cookie
-from litestar.params import Parameter
+from litestar.di import NamedDependency
+from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, Template
 
 from gateway import auth, filetypes, paging
 from gateway.auth import login_throttle, users
-from gateway.context import Context
+from gateway.context import Context, Ctx
 from gateway.documents import listing as doc_listing
 from gateway.events import replay as ledger_replay
 from gateway.imports import clients as import_clients
@@ -96,8 +97,9 @@ def home() -> Redirect:
 
 
 @get("/login", opt={"public": True})
-async def login_form(request: Request, ctx: Context, next: str | None = None,
-                     signed_out: bool = False, expired: bool = False) -> Response:
+async def login_form(request: Request, ctx: Ctx, next: FromQuery[str | None] = None,
+                     signed_out: FromQuery[bool] = False,
+                     expired: FromQuery[bool] = False) -> Response:
     token = session.cookie_token(request)
     if token and await _valid(token, ctx):
         return Redirect(safe_next(next))
@@ -107,7 +109,7 @@ async def login_form(request: Request, ctx: Context, next: str | None = None,
 
 
 @post("/login", opt={"public": True}, status_code=303)
-async def login_submit(request: Request, ctx: Context) -> Response:
+async def login_submit(request: Request, ctx: Ctx) -> Response:
     form = await request.form()
     target = safe_next(form.get("next"))
     if not session.login_token_matches(request, form.get(session.FORM_FIELD)):
@@ -155,7 +157,7 @@ async def _valid(token: str, ctx: Context) -> bool:
 
 
 @post("/logout", opt={"public": True}, status_code=303)
-async def logout(request: Request, ctx: Context) -> Response:
+async def logout(request: Request, ctx: Ctx) -> Response:
     token = session.cookie_token(request)
     form = await request.form()
     if token and not session.csrf_matches(form.get(session.FORM_FIELD), token,
@@ -174,7 +176,7 @@ async def logout(request: Request, ctx: Context) -> Response:
 
 # ── pages for everyone signed in ────────────────────────────────────────────────────────────
 @get("/upload")
-async def upload(request: Request, ctx: Context) -> Template:
+async def upload(request: Request, ctx: Ctx) -> Template:
     settings = ctx.settings
     # The extensions the page checks before sending come from the gateway's own type table
     # (gateway/filetypes.py), so the browser and the server refuse the same files.
@@ -185,9 +187,9 @@ async def upload(request: Request, ctx: Context) -> Template:
 
 
 @get("/runs")
-async def runs(request: Request, ctx: Context, status: str | None = None,
-               page: int = paging.PAGE, filename: str | None = None,
-               source_id: str | None = None) -> Template:
+async def runs(request: Request, ctx: Ctx, status: FromQuery[str | None] = None,
+               page: int = paging.PAGE, filename: FromQuery[str | None] = None,
+               source_id: FromQuery[str | None] = None) -> Template:
     principal = auth.current(request)
     listing = await reads.runs_page(ctx.pool, tenant_id=principal.tenant_id,
                                     status=status or None, page=page, filename=filename,
@@ -196,7 +198,7 @@ async def runs(request: Request, ctx: Context, status: str | None = None,
 
 
 @get("/runs/{run_id:str}")
-async def run(run_id: str, request: Request, ctx: Context) -> Template:
+async def run(run_id: FromPath[str], request: Request, ctx: Ctx) -> Template:
     principal = auth.current(request)
     item = await reads.run(ctx.pool, tenant_id=principal.tenant_id,
                            run_id=_uuid(run_id, "ingestion run"))
@@ -205,8 +207,8 @@ async def run(run_id: str, request: Request, ctx: Context) -> Template:
 
 
 @get("/documents")
-async def documents(request: Request, ctx: Context, search: str | None = None,
-                    status: str | None = None, page: int = paging.PAGE) -> Template:
+async def documents(request: Request, ctx: Ctx, search: FromQuery[str | None] = None,
+                    status: FromQuery[str | None] = None, page: int = paging.PAGE) -> Template:
     principal = auth.current(request)
     search = (search or "").strip()[:200] or None
     state = status if status in doc_listing.STATES else "active"  # a hand-edited URL: default
@@ -217,8 +219,8 @@ async def documents(request: Request, ctx: Context, search: str | None = None,
 
 
 @get("/documents/{doc_id:str}")
-async def document(doc_id: str, request: Request, ctx: Context,
-                   page: int = paging.PAGE, chunk: int | None = None) -> Template:
+async def document(doc_id: FromPath[str], request: Request, ctx: Ctx,
+                   page: int = paging.PAGE, chunk: FromQuery[int | None] = None) -> Template:
     """`chunk` (a search hit's chunk index) opens the page of chunks that holds it; the link's
     `#chunk-N` then scrolls to it."""
     principal = auth.current(request)
@@ -232,8 +234,8 @@ async def document(doc_id: str, request: Request, ctx: Context,
 
 
 @get("/search", dependencies=search_routes.DEPENDENCIES)
-async def search_page(request: Request, ctx: Context, search: search_service.Runtime,
-                      q: str | None = None, mode: str = "hybrid") -> Template:
+async def search_page(request: Request, ctx: Ctx, search: NamedDependency[search_service.Runtime],
+                      q: FromQuery[str | None] = None, mode: FromQuery[str] = "hybrid") -> Template:
     """Search the tenant's documents (the service behind /v1/search); the Ask box's script
     calls /v1/ask (docs/decisions/0109)."""
     search.check_enabled()
@@ -254,7 +256,7 @@ async def search_page(request: Request, ctx: Context, search: search_service.Run
 
 # ── records imports (docs/decisions/0125-0127) ──────────────────────────────────────────────
 @get("/imports")
-async def imports(request: Request, ctx: Context) -> Template:
+async def imports(request: Request, ctx: Ctx) -> Template:
     """Upload a records file under a contract; the user's latest batches, kept live by
     imports_upload.js through /intake/batches/{id}."""
     principal = auth.current(request)
@@ -272,8 +274,8 @@ async def imports(request: Request, ctx: Context) -> Template:
 
 
 @get("/imports/{batch_id:str}")
-async def import_batch(batch_id: str, request: Request, ctx: Context, page: int = paging.PAGE,
-                       code: str | None = None) -> Template:
+async def import_batch(batch_id: FromPath[str], request: Request, ctx: Ctx, page: int = paging.PAGE,
+                       code: FromQuery[str | None] = None) -> Template:
     principal = auth.current(request)
     code = (code or "").strip()[:100] or None
     item = await reads.batch(ctx.pool, principal=principal, batch_id=_uuid(batch_id, "import"),
@@ -283,13 +285,13 @@ async def import_batch(batch_id: str, request: Request, ctx: Context, page: int 
 
 # ── admin pages ─────────────────────────────────────────────────────────────────────────────
 @get("/")
-async def overview(request: Request, ctx: Context) -> Template:
+async def overview(request: Request, ctx: Ctx) -> Template:
     """The admin's own tenant's figures, as /v1/metrics has them (docs/decisions/0061)."""
     return await _figures(request, ctx, "admin/overview.html", auth.current(request).tenant_id)
 
 
 @get("/fleet", guards=[auth.operator_only])
-async def fleet(request: Request, ctx: Context) -> Template:
+async def fleet(request: Request, ctx: Ctx) -> Template:
     """Operators: the fleet's figures, as /api/metrics has them."""
     return await _figures(request, ctx, "admin/fleet.html", None)
 
@@ -312,7 +314,7 @@ async def sources(request: Request) -> Template:
 
 
 @get("/sources/{source_id:str}")
-async def source(source_id: str, request: Request) -> Template:
+async def source(source_id: FromPath[str], request: Request) -> Template:
     return render(request, "admin/source.html", source_id=_uuid(source_id, "source"))
 
 
@@ -331,7 +333,7 @@ async def dead_letters(request: Request) -> Template:
 
 
 @get("/dlq/{message_id:str}", guards=[auth.operator_only])
-async def dead_letter(message_id: str, request: Request) -> Template:
+async def dead_letter(message_id: FromPath[str], request: Request) -> Template:
     return render(request, "admin/dlq_message.html", message_id=message_id, **_ALL_DLQ)
 
 
@@ -341,7 +343,7 @@ async def own_dead_letters(request: Request) -> Template:
 
 
 @get("/dead-letters/{message_id:str}")
-async def own_dead_letter(message_id: str, request: Request) -> Template:
+async def own_dead_letter(message_id: FromPath[str], request: Request) -> Template:
     return render(request, "admin/dlq_message.html", message_id=message_id, **_OWN_DLQ)
 
 
@@ -354,9 +356,9 @@ _EVENT_STATES = [("dead_letter", "Dead letter"), ("pending", "Pending"),
 @get("/events")
 async def events(request: Request,
                  # `state` is a name Litestar reserves for the app state.
-                 wanted_state: str | None = Parameter(query="state", default=None),
-                 source_system: str | None = None, type: str | None = None,
-                 error: str | None = None) -> Template:
+                 wanted_state: Annotated[str | None, QueryParameter(name="state")] = None,
+                 source_system: FromQuery[str | None] = None, type: FromQuery[str | None] = None,
+                 error: FromQuery[str | None] = None) -> Template:
     """The applied filter, from the URL: dead letters unless another state was chosen."""
     states = [value for value, _ in _EVENT_STATES]
     limit = ledger_replay.MAX_FILTER_CHARS
@@ -368,12 +370,12 @@ async def events(request: Request,
 
 
 @get("/events/{ledger_id:int}")
-async def event(ledger_id: int, request: Request) -> Template:
+async def event(ledger_id: FromPath[int], request: Request) -> Template:
     return render(request, "admin/events_detail.html", ledger_id=ledger_id)
 
 
 @get("/users")
-async def user_list(request: Request, ctx: Context) -> Template:
+async def user_list(request: Request, ctx: Ctx) -> Template:
     """The tenant's users; changes go through /v1/users from the page's script (CSRF header)."""
     listing = await users.list_users(ctx.pool, auth.current(request).tenant_id)
     return render(request, "admin/users.html", users=listing)
@@ -383,7 +385,7 @@ async def user_list(request: Request, ctx: Context) -> Template:
 # Webhooks (docs/decisions/0155): server-rendered from the same functions as /v1/webhooks;
 # add, delete and "send test event" go through that API from webhooks.js (CSRF header).
 @get("/webhooks")
-async def webhook_list(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+async def webhook_list(request: Request, ctx: Ctx, page: int = paging.PAGE) -> Template:
     window = paging.Window(page, reads.PAGE_SIZE)
     rows = await webhooks.listing(ctx.pool, auth.current(request).tenant_id,
                                   limit=window.limit + 1, offset=(page - 1) * window.limit)
@@ -393,7 +395,7 @@ async def webhook_list(request: Request, ctx: Context, page: int = paging.PAGE) 
 
 
 @get("/webhooks/{webhook_id:str}")
-async def webhook_log(webhook_id: str, request: Request, ctx: Context,
+async def webhook_log(webhook_id: FromPath[str], request: Request, ctx: Ctx,
                       page: int = paging.PAGE) -> Template:
     tenant_id, hook_id = auth.current(request).tenant_id, _uuid(webhook_id, "webhook")
     window = paging.Window(page, reads.PAGE_SIZE)
@@ -407,7 +409,7 @@ async def webhook_log(webhook_id: str, request: Request, ctx: Context,
 # Ad clients (issue 13, docs/decisions/0147): the list from the same function as GET
 # /v1/clients; clients.js adds one through POST /v1/clients (CSRF header).
 @get("/clients")
-async def client_list(request: Request, ctx: Context) -> Template:
+async def client_list(request: Request, ctx: Ctx) -> Template:
     listing = await import_clients.listing(ctx.pool, auth.current(request).tenant_id)
     return render(request, "admin/clients.html", clients=listing,
                   max_name=import_clients.MAX_NAME)
@@ -419,7 +421,7 @@ def records_home() -> Redirect:
 
 
 @get("/records/judgments")
-async def record_judgments(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+async def record_judgments(request: Request, ctx: Ctx, page: int = paging.PAGE) -> Template:
     filters = records.judgment_form(request.query_params)
     listing = await records.judgments(
         ctx.pool, tenant_id=auth.current(request).tenant_id, filters=filters,
@@ -428,7 +430,7 @@ async def record_judgments(request: Request, ctx: Context, page: int = paging.PA
 
 
 @get("/records/plaintiffs")
-async def record_plaintiffs(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+async def record_plaintiffs(request: Request, ctx: Ctx, page: int = paging.PAGE) -> Template:
     principal = auth.current(request)
     listing = await records.plaintiffs(
         ctx.pool, tenant_id=principal.tenant_id, filters=records.plaintiff_form(request.query_params),
@@ -439,7 +441,7 @@ async def record_plaintiffs(request: Request, ctx: Context, page: int = paging.P
 
 
 @get("/records/duplicates")
-async def record_duplicates(request: Request, ctx: Context, page: int = paging.PAGE) -> Template:
+async def record_duplicates(request: Request, ctx: Ctx, page: int = paging.PAGE) -> Template:
     listing = await records.duplicates(ctx.pool, tenant_id=auth.current(request).tenant_id,
                                        window=paging.Window(page, reads.PAGE_SIZE))
     return render(request, "records/duplicates.html", listing=listing)

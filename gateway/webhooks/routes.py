@@ -7,10 +7,11 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, post
+from litestar.params import FromPath, JSONBody
 from litestar.types import ControllerRouterHandler
 
 from gateway import auth, openapi, paging
-from gateway.context import Context
+from gateway.context import Ctx
 from gateway.webhooks import webhooks
 
 
@@ -21,7 +22,7 @@ class NewWebhookRequest:
 
 
 @post("/", status_code=201, responses=openapi.errors(400))
-async def create_webhook(data: NewWebhookRequest, request: Request, ctx: Context) -> Response:
+async def create_webhook(data: JSONBody[NewWebhookRequest], request: Request, ctx: Ctx) -> Response:
     """Register an endpoint for `event_types` (e.g. ["ingestion.complete"]). The answer carries
     the signing secret (`whsec_…`, Standard Webhooks) this once only: store it now."""
     principal = auth.current(request)
@@ -32,7 +33,7 @@ async def create_webhook(data: NewWebhookRequest, request: Request, ctx: Context
 
 
 @get("/", dependencies=paging.PAGES)
-async def list_webhooks(request: Request, ctx: Context, window: paging.Window) -> dict[str, Any]:
+async def list_webhooks(request: Request, ctx: Ctx, window: paging.Paged) -> dict[str, Any]:
     """This tenant's endpoints, newest first; never a secret."""
     rows = await webhooks.listing(ctx.pool, auth.current(request).tenant_id,
                                   limit=window.limit + 1, offset=(window.page - 1) * window.limit)
@@ -40,14 +41,14 @@ async def list_webhooks(request: Request, ctx: Context, window: paging.Window) -
 
 
 @delete("/{webhook_id:uuid}", status_code=204, responses=openapi.errors(404))
-async def delete_webhook(webhook_id: UUID, request: Request, ctx: Context) -> None:
+async def delete_webhook(webhook_id: FromPath[UUID], request: Request, ctx: Ctx) -> None:
     """Remove an endpoint and its delivery log; nothing more is sent to it."""
     await webhooks.delete(ctx.pool, auth.current(request).tenant_id, webhook_id)
 
 
 @get("/{webhook_id:uuid}/deliveries", dependencies=paging.PAGES, responses=openapi.errors(404))
-async def list_deliveries(webhook_id: UUID, request: Request, ctx: Context,
-                          window: paging.Window) -> dict[str, Any]:
+async def list_deliveries(webhook_id: FromPath[UUID], request: Request, ctx: Ctx,
+                          window: paging.Paged) -> dict[str, Any]:
     """The endpoint's delivery log, newest first: each event's status (pending, delivered,
     failed), attempts, last HTTP status and error."""
     rows = await webhooks.deliveries(ctx.pool, auth.current(request).tenant_id, webhook_id,
@@ -57,7 +58,7 @@ async def list_deliveries(webhook_id: UUID, request: Request, ctx: Context,
 
 
 @post("/{webhook_id:uuid}/test", status_code=202, responses=openapi.errors(404))
-async def send_test(webhook_id: UUID, request: Request, ctx: Context) -> dict[str, Any]:
+async def send_test(webhook_id: FromPath[UUID], request: Request, ctx: Ctx) -> dict[str, Any]:
     """Send a `webhook.test` event to this endpoint through the normal delivery path; follow it
     in the delivery log."""
     return await webhooks.send_test(ctx.pool, auth.current(request).tenant_id, webhook_id)
