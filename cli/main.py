@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from cli import ops
 from shared import logging as applog
@@ -116,13 +117,25 @@ def _gateway(args: argparse.Namespace) -> int:
 
     settings = GatewaySettings()
     applog.setup("gateway", settings.log_level)
-    uvicorn.run(create_app(settings), host=args.host or settings.host,
-                port=args.port or settings.port, loop="uvloop", http="httptools",
-                log_config=None, access_log=False, timeout_graceful_shutdown=10,
-                # X-Forwarded-For names the client only from TRUSTED_PROXIES (never by default:
-                # the sign-in throttle counts per client address).
-                proxy_headers=bool(settings.trusted_proxies),
-                forwarded_allow_ips=list(settings.trusted_proxies))
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app, host=args.host or settings.host, port=args.port or settings.port, loop="uvloop",
+        http="httptools", log_config=None, access_log=False, timeout_graceful_shutdown=10,
+        # X-Forwarded-For names the client only from TRUSTED_PROXIES (never by default: the
+        # sign-in throttle counts per client address).
+        proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=list(settings.trusted_proxies))
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            # Open live streams would hold the graceful shutdown for its whole timeout: end
+            # them, on the loop (a signal handler may run in the middle of a callback).
+            ctx = getattr(app.state, "ctx", None)
+            if ctx is not None and getattr(ctx, "live", None) is not None:
+                ctx.live.end_all_soon()
+
+    Server(config).run()
     return 0
 
 

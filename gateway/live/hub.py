@@ -64,6 +64,7 @@ class Hub:
         self._by_tenant: dict[UUID, set[Subscriber]] = {}
         self._count = 0
         self.listening = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         if registry is not None:
             Gauge("ingest_live_streams", "Live streams (GET /v1/live) open on this gateway.",
                   registry=registry).set_function(lambda: self._count)
@@ -90,6 +91,21 @@ class Hub:
         self._count -= 1
         if not subs:
             del self._by_tenant[sub.tenant_id]
+
+    def end_all_soon(self) -> None:
+        """``end_all`` on the hub's loop: safe from a signal handler or another thread."""
+        self._loop.call_soon_threadsafe(self.end_all)
+
+    def end_all(self) -> None:
+        """End every open stream now (the gateway is stopping): uvicorn waits for open
+        connections before it shuts down, and a stream never ends by itself. Browsers reconnect
+        with Last-Event-ID to another gateway, or to this one once it is back."""
+        for subs in list(self._by_tenant.values()):
+            for sub in list(subs):
+                sub.dropped = True
+                while not sub.queue.empty():
+                    sub.queue.get_nowait()
+                sub.queue.put_nowait(None)
 
     @property
     def open_streams(self) -> int:

@@ -5,6 +5,7 @@ no database connection each."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -168,3 +169,20 @@ def test_streams_are_capped_end_in_time_and_hold_no_database_connection(
         assert streams(gw.url, user.token).status == 200
     finally:
         gw.stop()
+
+
+def test_a_stopping_gateway_ends_its_open_streams_instead_of_waiting_for_them(
+        stack_env, out_dir, tenants, streams):
+    # Given a gateway with two open streams (streams otherwise last LIVE_STREAM_MAX_S, 600 s)
+    gw = stack.start_gateway(stack_env, out_dir, name="gateway-stopping")
+    user = tenants.user()
+    open_ = [streams(gw.url, user.token) for _ in range(2)]
+
+    # When it is told to stop (SIGTERM, as a deploy or `make run`'s Ctrl-C does)
+    started = time.monotonic()
+    assert gw.stop() in (0, -15)  # uvicorn re-raises the signal once it has shut down
+
+    # Then it exits well inside uvicorn's 10 s graceful-shutdown timeout, and both streams
+    # ended (their browsers reconnect elsewhere with Last-Event-ID)
+    assert time.monotonic() - started < 5
+    assert all(s.ended.wait(5) for s in open_)
