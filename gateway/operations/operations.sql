@@ -258,7 +258,11 @@ WITH doomed AS (
 ), gone AS (
     DELETE FROM import_row_errors e USING doomed d
     WHERE NOT %(dry_run)s AND e.id = d.id
-    RETURNING 1
+    RETURNING e.batch_id
+), recount AS (
+    -- The totals taken at finish (migrations/0027) no longer hold: count live from now on.
+    UPDATE import_batches b SET error_totals = NULL
+    WHERE NOT %(dry_run)s AND b.batch_id IN (SELECT DISTINCT batch_id FROM gone)
 )
 SELECT (SELECT count(*) FROM doomed) AS matched, (SELECT count(*) FROM gone) AS removed;
 
