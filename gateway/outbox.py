@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -18,7 +17,7 @@ from uuid import UUID
 import orjson
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shared import db
+from shared import db, retry
 from shared.queue import Queue
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ class OutboxRelay:
 
     def _backoff(self, attempts: int) -> float:
         # Exponential with full jitter: gateways that lost SQS together do not return in step.
-        return random.uniform(0, min(self.max_backoff_s, 0.5 * 2 ** attempts))
+        return retry.full_jitter_s(attempts + 1, 0.5, self.max_backoff_s)
 
     def _send(self, rows: list[dict[str, Any]]) -> tuple[list[UUID], list[Failure], list[Failure]]:
         """Send one batch; return (sent run ids, retryable failures, rejected failures)."""

@@ -4,6 +4,7 @@ headers and raw body, answers the statuses it is told to (e.g. 500, 500, then 20
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -17,12 +18,13 @@ class Request:
 
 class Receiver:
     def __init__(self, statuses: list[int] | None = None, default: int = 200,
-                 hang_first: bool = False) -> None:
+                 hang_first: bool = False, delay_s: float = 0.0) -> None:
         self.requests: list[Request] = []
         # The first request gets no answer until stop(): a sender that dies mid-POST.
         self._hang = threading.Event() if hang_first else None
         self._statuses = list(statuses or [])
         self._default = default
+        self._delay_s = delay_s  # each answer waits this long after the request is recorded
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
@@ -44,6 +46,7 @@ class Receiver:
                 if hang and owner._hang is not None:
                     owner._hang.wait()
                     return
+                time.sleep(owner._delay_s)
                 self.send_response(status)
                 self.send_header("content-length", "0")
                 self.end_headers()
