@@ -53,7 +53,8 @@ def _bench(root: Path, pg: EmbeddedPostgres, moto: MotoServer, repeat: int) -> N
     # Only what the processes need to find each other: every window is the product's default.
     env = {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto.url, "SQS_QUEUE_URL": q_url,
            "SQS_DLQ_URL": dlq_url, "UPLOAD_STORE_URI": (root / "uploads").as_uri(),
-           "ARTIFACT_STORE_URI": (root / "artifacts").as_uri(), "LOG_LEVEL": "INFO"}
+           "ARTIFACT_STORE_URI": (root / "artifacts").as_uri(), "LOG_LEVEL": "INFO",
+           **stack.MOTO_ENV, **stack.OFFLINE_ENV}  # workers start from a clean environment
     held = {**env, "WORKER_PAUSE_AT_STAGE": "embed", "WORKER_PAUSE_FILE": str(flag)}
     _windows()
     logs = root / "logs"
