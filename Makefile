@@ -26,8 +26,11 @@ install: $(STAMP) ## create .venv and install the project with its dev tools
 run: $(STAMP) ## start the whole embedded stack (Postgres, SQS/S3, gateway, workers); Ctrl-C stops it
 	$(PY) -m cli.main dev
 
+# Test processes: one per core, at most two (docs/decisions/0164); TEST_WORKERS=0 runs in one.
+TEST_WORKERS ?= auto --maxprocesses=2
+
 test: $(STAMP) browser ## run every test against real Postgres, SQS/S3 and processes
-	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 browser: ## install Debian's chromium for the web UI tests (where apt-get exists; required under CI=true)
 	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null || \
