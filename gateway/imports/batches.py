@@ -139,12 +139,28 @@ async def get_batch_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx,
     if error_code:
         keys["code"] = error_code
     async with ctx.pool.connection() as conn:
-        total = await (await conn.execute(Q["count_errors" + suffix], keys)).fetchone()
-        rows = await (await conn.execute(Q["page_errors" + suffix], {
-            **keys, "limit": window.limit, "offset": (window.page - 1) * window.limit})).fetchall()
+        total = await (await conn.execute(Q["count_errors" + suffix], keys)).fetchone() or {}
+        rows = await _error_page(conn, suffix, keys, total.get("n", 0), total.get("settled"),
+                                 offset=(window.page - 1) * window.limit, limit=window.limit)
     with_raw = sees_raw(principal, batch)
-    return {"batchId": str(batch_id), "totalErrors": total["n"] if total else 0,
+    return {"batchId": str(batch_id), "totalErrors": total.get("n", 0),
             "errors": [_error(r, with_raw) for r in rows]}
+
+
+async def _error_page(conn: Any, suffix: str, keys: dict[str, Any], total: int,
+                      settled: bool | None, *, offset: int, limit: int) -> list[dict[str, Any]]:
+    """One page of errors in row order. A finished batch's error count is fixed, so a page in
+    its back half is read from the end: the deepest page costs what the first does (the
+    spec pages by number, which an OFFSET walk makes linear; docs/decisions/0165)."""
+    if offset >= total:
+        return []
+    if not settled or offset <= total // 2:
+        return await (await conn.execute(Q["page_errors" + suffix], {
+            **keys, "limit": limit, "offset": offset})).fetchall()
+    from_end = total - offset - limit  # entries after this page; negative: a short last page
+    rows = await (await conn.execute(Q[f"page_errors{suffix}_from_end"], {
+        **keys, "limit": limit + min(from_end, 0), "offset": max(from_end, 0)})).fetchall()
+    return rows[::-1]
 
 
 @get("/v1/imports", tags=["imports"], dependencies=paging.CURSORS)

@@ -49,7 +49,8 @@ SELECT CASE WHEN b.error_totals IS NOT NULL
             THEN (SELECT COALESCE(sum(value::bigint), 0)::bigint
                   FROM jsonb_each_text(b.error_totals))
             ELSE (SELECT count(*) FROM import_row_errors e WHERE e.batch_id = b.batch_id)
-       END AS n
+       END AS n,
+       b.error_totals IS NOT NULL AS settled
 FROM import_batches b
 WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s;
 
@@ -58,7 +59,8 @@ SELECT CASE WHEN b.error_totals IS NOT NULL
             THEN COALESCE((b.error_totals ->> %(code)s)::bigint, 0)
             ELSE (SELECT count(*) FROM import_row_errors e
                   WHERE e.batch_id = b.batch_id AND e.code = %(code)s)
-       END AS n
+       END AS n,
+       b.error_totals IS NOT NULL AS settled
 FROM import_batches b
 WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s;
 
@@ -79,6 +81,26 @@ JOIN import_batches b ON b.batch_id = e.batch_id
 WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s AND e.batch_id = %(batch_id)s
   AND e.code = %(code)s
 ORDER BY e.row_number, e.id
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: page_errors_from_end
+-- A page in the back half of a finished batch, read backwards from its last error: the index
+-- walk skips (total - offset - limit) entries instead of offset (docs/decisions/0165). The
+-- caller puts the rows back in row order.
+SELECT e.id, e.row_number, e.field, e.code, e.severity, e.message, e.raw
+FROM import_row_errors e
+JOIN import_batches b ON b.batch_id = e.batch_id
+WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s AND e.batch_id = %(batch_id)s
+ORDER BY e.row_number DESC, e.id DESC
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: page_errors_by_code_from_end
+SELECT e.id, e.row_number, e.field, e.code, e.severity, e.message, e.raw
+FROM import_row_errors e
+JOIN import_batches b ON b.batch_id = e.batch_id
+WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s AND e.batch_id = %(batch_id)s
+  AND e.code = %(code)s
+ORDER BY e.row_number DESC, e.id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: export_errors

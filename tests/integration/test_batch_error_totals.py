@@ -70,3 +70,55 @@ def test_totals_are_taken_at_finish_and_dropped_on_reopen_and_cleanup(gateway, t
     assert totals(conn, batch_id) == {"JUDGMENT_AMOUNT_INVALID": 1}
     reopen()
     assert totals(conn, batch_id) is None
+
+
+def pages(gateway, user, batch_id, limit: int, **params) -> list[list[tuple[int, str]]]:
+    """Every page of the batch's errors, as (row number, message) pairs, until one is empty."""
+    found, page = [], 1
+    with gateway.client(user.token) as client:
+        while True:
+            response = client.get(f"/intake/batches/{batch_id}/errors",
+                                  params={"page": page, "limit": limit, **params})
+            assert response.status_code == 200, response.text
+            rows = [(e["rowNumber"], e["errorMessage"]) for e in response.json()["errors"]]
+            if not rows:
+                return found
+            found.append(rows)
+            page += 1
+
+
+def test_every_page_is_in_row_order_whether_read_from_the_start_or_the_end(gateway, tenants,
+                                                                            conn):
+    # Given a batch with 97 errors over 90 rows (some rows have two, written out of order),
+    # every third of a rarer code
+    user = tenants.user()
+    with gateway.client(user.token) as client:
+        batch_id = records.upload(client, "p.csv", records.judgments_csv(3, seed="P")).json()[
+            "batch_id"]
+    records.walk(conn, batch_id, "processing")
+    written = [{"row_number": n, "message": f"row {n} #{k}",
+                "code": "JUDGMENT_DATE_INVALID" if n % 3 == 0 else "JUDGMENT_AMOUNT_INVALID"}
+               for n in range(90, 0, -1) for k in ((1, 2) if n % 13 == 0 else (1,))]
+    records.add_errors(conn, batch_id, written)
+    ordered = sorted(((e["row_number"], e["message"]) for e in written),
+                     key=lambda e: (e[0], e[1].endswith("#2")))
+    rare = [e for e in ordered if e[0] % 3 == 0]
+
+    # While it runs (counted live), and once it has failed (its totals fixed, so pages in the
+    # back half are read from the end), paging gives every error once, in row order, with a
+    # short last page
+    for status in ("processing", "failed"):
+        if status == "failed":
+            records.walk(conn, batch_id, "failed")
+        for limit in (10, 7, 97, 100):
+            got = pages(gateway, user, batch_id, limit)
+            assert [e for page in got for e in page] == ordered, (status, limit)
+            assert all(len(page) == limit for page in got[:-1])
+        got = pages(gateway, user, batch_id, 4, errorCode="JUDGMENT_DATE_INVALID")
+        assert [e for page in got for e in page] == rare, status
+
+    # and a page past the end is empty, not an error
+    with gateway.client(user.token) as client:
+        response = client.get(f"/intake/batches/{batch_id}/errors", params={"page": 99})
+    assert response.status_code == 200 and response.json()["errors"] == []
+    assert response.json()["totalErrors"] == len(written)

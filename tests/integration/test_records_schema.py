@@ -191,7 +191,11 @@ def test_errors_pages_and_counts_use_the_indexes(conn, new_batch, tenants):
     # Then a page is read in index order, with neither a sort nor a scan of the table
     for name, index, extra in (
             ("page_errors", "idx_import_row_errors_page", {}),
-            ("page_errors_by_code", "idx_import_row_errors_code", {"code": "JUDGMENT_RARE"})):
+            ("page_errors_by_code", "idx_import_row_errors_code", {"code": "JUDGMENT_RARE"}),
+            # the back half of a finished batch, read from its end (docs/decisions/0165)
+            ("page_errors_from_end", "idx_import_row_errors_page", {}),
+            ("page_errors_by_code_from_end", "idx_import_row_errors_code",
+             {"code": "JUDGMENT_RARE"})):
         plan = _plan(conn, BATCH_QUERIES[name], {**keys, **extra})
         assert index in plan and "Sort" not in plan and "Seq Scan on import_row_errors" not in plan, plan
     # and a rare code is counted through its index, never by scanning every batch's errors.
