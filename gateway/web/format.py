@@ -96,13 +96,45 @@ def _ordered(items: dict[str, Any]) -> list[tuple[str, Any]]:
     return sorted(items.items(), key=lambda kv: rank(kv[0]))
 
 
+# Words for the figures the workers record (worker/pipeline/runner.py, worker/records/
+# pipeline.py); static/runs.js holds the same table for live updates. A key not listed is
+# shown by its name, and a *_ms figure as a duration either way.
+STAT_LABELS = {
+    "docs_processed": "Documents processed", "chunks_created": "Chunks", "tokens_total": "Tokens",
+    "chars": "Characters", "pages": "Pages", "duration_ms": "Total time",
+    "stages": "Time per stage", "parse_ms": "Parsing", "db_ms": "Database writes",
+    "rows_total": "Rows", "rows_invalid": "Invalid rows", "rows_duplicate": "Duplicate rows",
+    "rows_inserted": "Rows inserted", "rows_updated": "Rows updated",
+    "rows_unchanged": "Rows unchanged",
+}
+
+
+def stat_label(key: str) -> str:
+    if key in STAT_LABELS:
+        return STAT_LABELS[key]
+    stage = dict(STAGES).get(key.removesuffix("_ms")) if key.endswith("_ms") else None
+    words = stage or key.removesuffix("_ms").replace("_", " ")
+    return words[:1].upper() + words[1:]
+
+
+def stat_text(key: str, value: Any) -> str:
+    if value is None:
+        return "—"
+    if key.endswith("_ms") and isinstance(value, int | float) and not isinstance(value, bool):
+        return duration(value / 1000)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
 def stats_entries(stats: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """A run's stats as (label, text) pairs; nested figures (stage times) on one line."""
-    def text(value: Any) -> str:
+    """A run's stats as (label, text) pairs in words; nested figures (the time per stage) on
+    one line."""
+    def text(key: str, value: Any) -> str:
         if isinstance(value, dict):
-            return ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in _ordered(value))
-        return "—" if value is None else str(value)
-    return [(key.replace("_", " "), text(value)) for key, value in _ordered(stats or {})]
+            return ", ".join(f"{stat_label(k)} {stat_text(k, v)}" for k, v in _ordered(value))
+        return stat_text(key, value)
+    return [(stat_label(key), text(key, value)) for key, value in _ordered(stats or {})]
 
 
 # The pipeline's stages in order, with words for people (worker/pipeline/runner.py's keys).

@@ -125,7 +125,12 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         assert statuses == ["Queued", "Running", "Succeeded"], statuses
         expect(page.locator('[data-field="progress_text"]')).to_have_text("100%")
         expect(page.locator('[data-field="processing"]')).not_to_have_text("—")
-        expect(page.locator('[data-field="stats"]')).to_contain_text("chunks created")
+        # in words, redrawn live by static/runs.js as format.stats_entries renders them
+        stats = page.locator('[data-field="stats"]')
+        expect(stats).to_contain_text("Chunks")
+        expect(stats).to_contain_text("Time per stage")
+        expect(stats).to_contain_text("Compute embeddings")
+        expect(stats).not_to_contain_text("_")
         expect(page.locator("[data-retry]")).to_be_hidden()
         browser.shot(page, out_dir, "05-run-succeeded")
 

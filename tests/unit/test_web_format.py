@@ -49,9 +49,16 @@ def test_run_timings_follow_the_spec():
         "queue_wait_s": None, "processing_s": None}
 
 
-def test_stats_are_listed_in_pipeline_order():
-    stats = {"stages": {"index_ms": 3, "read_ms": 1, "embed_ms": 2}, "tokens_total": 10,
-             "zeta": 1, "chunks_created": 2}
+def test_stats_are_listed_in_pipeline_order_in_words():
+    stats = {"stages": {"index_ms": 3, "read_ms": 1, "embed_ms": 2}, "tokens_total": 12500,
+             "zeta_count": 1, "chunks_created": 2, "duration_ms": 1500, "warm_up_ms": 40}
     assert format.stats_entries(stats) == [
-        ("chunks created", "2"), ("tokens total", "10"),
-        ("stages", "read ms: 1, embed ms: 2, index ms: 3"), ("zeta", "1")]
+        ("Chunks", "2"), ("Tokens", "12,500"), ("Total time", "1.5 s"),
+        ("Time per stage", "Read the file 1 ms, Compute embeddings 2 ms, Index for search 3 ms"),
+        ("Warm up", "40 ms"), ("Zeta count", "1")]
+
+
+def test_a_records_runs_stats_read_as_words():
+    stats = {"rows_total": 100000, "rows_invalid": 2000, "parse_ms": 2100, "db_ms": 830}
+    assert dict(format.stats_entries(stats)) == {
+        "Rows": "100,000", "Invalid rows": "2,000", "Parsing": "2.1 s", "Database writes": "830 ms"}
