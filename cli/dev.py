@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from cli.embedded import DataFolderVersionError, EmbeddedPostgres, MotoServer, free_port
+from cli.embedded import DataFolderVersionError, EmbeddedPostgres, MotoServer, Postmaster, free_port
 from cli.supervisor import Supervisor
 from shared import aws, db, errors, objectstore, queue
 from shared.db import migrate
@@ -80,6 +80,10 @@ def run(*, workers: int | None, port: int | None) -> int:
 
         supervisor.add("moto", _moto_starter(moto), moto_back, stop_last=True,
                        running=moto.proc)
+        # Same data folder and port: gateway and workers reconnect through their pools, and
+        # a crashed server recovers from its WAL on start (it is durable, ADR 0040).
+        supervisor.add("postgres", lambda: _restart_database(pg), stop_last=True,
+                       running=pg.postmaster())
         supervisor.add("gateway", lambda: _spawn("gateway", env))
         for i in range(workers):
             supervisor.add(f"worker-{i + 1}", lambda: _spawn("worker", env))
@@ -121,6 +125,11 @@ def _start_database(pg: EmbeddedPostgres) -> str:
     url = pg.ensure_database("ingest")
     migrate.apply(url)
     return url
+
+
+def _restart_database(pg: EmbeddedPostgres) -> Postmaster:
+    pg.start()
+    return pg.postmaster()
 
 
 def _write_private(path: Path, text: str) -> None:

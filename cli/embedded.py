@@ -15,6 +15,7 @@ import importlib.metadata
 import importlib.util
 import os
 import pwd
+import signal
 import socket
 import stat
 import subprocess
@@ -194,6 +195,11 @@ class EmbeddedPostgres:
         print(f"{self.data_dir}: trust authentication replaced by a password (scram-sha-256)",
               file=sys.stderr)
 
+    def postmaster(self) -> Postmaster:
+        """The running server's process, for `ingest dev` to watch (pg_ctl detaches it, so it
+        is nobody's child): its pid from postmaster.pid."""
+        return Postmaster(int((self.data_dir / "postmaster.pid").read_text().splitlines()[0]))
+
     def stop(self, mode: str = "fast") -> None:
         if (self.data_dir / "postmaster.pid").exists():
             with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
@@ -205,6 +211,49 @@ class EmbeddedPostgres:
             if not exists:
                 conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
+
+
+class Postmaster:
+    """A running Postgres server, with the few calls of subprocess.Popen that cli/supervisor.py
+    makes, in Postgres's terms: SIGTERM asks for a fast shutdown (Postgres reads SIGTERM as
+    "wait for every client to leave"), kill() for an immediate one."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not _alive(self.pid):
+            self.returncode = -1  # not our child: its exit status is not ours to read
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGINT if sig == signal.SIGTERM else sig)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("postgres", timeout or 0)
+            time.sleep(0.1)
+        return self.returncode or 0
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGQUIT)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: it exists
+    # A dead process whose parent has not reaped it yet still answers signal 0.
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
 
 
 # Loopback TCP only (the server opens no Unix socket), always with a password.

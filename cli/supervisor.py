@@ -1,10 +1,10 @@
 """Keep `ingest dev`'s children running: a child that exits is started again, with backoff.
 
 A child is a name and a function that starts it and returns its process (the gateway, a
-worker, moto). When one exits the supervisor logs it, waits (1 s, 2 s, 4 s … capped; the count
-resets once a child has stayed up for the cap), starts it again and runs its ``after_restart``
-hook (moto's re-creates the queues and republishes lost jobs). While stopping, nothing is
-restarted. See docs/decisions/0041-dev-stack-supervision.md.
+worker, moto, Postgres). When one exits the supervisor logs it, waits (1 s, 2 s, 4 s …
+capped; the count resets once a child has stayed up for the cap), starts it again and runs its
+``after_restart`` hook (moto's re-creates the queues and republishes lost jobs). While stopping,
+nothing is restarted. See docs/decisions/0041-dev-stack-supervision.md.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 log = logging.getLogger("cli.supervisor")
 
@@ -24,12 +25,25 @@ def backoff_s(failures: int, base_s: float, cap_s: float) -> float:
     return min(cap_s, base_s * 2 ** max(0, failures - 1))
 
 
+class Process(Protocol):
+    """What the supervisor needs of a child: subprocess.Popen's calls (Postgres, which pg_ctl
+    detaches, is watched through cli/embedded.Postmaster)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+    def send_signal(self, sig: int) -> None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
+
+
 @dataclass
 class Child:
     name: str
-    start: Callable[[], subprocess.Popen]
+    start: Callable[[], Process]
     after_restart: Callable[[], None] | None = None
-    proc: subprocess.Popen | None = None
+    proc: Process | None = None
     started_at: float = 0.0
     failures: int = 0
     restart_at: float | None = None
@@ -48,9 +62,9 @@ class Supervisor:
         self.children: list[Child] = []
         self.stopping = False
 
-    def add(self, name: str, start: Callable[[], subprocess.Popen],
+    def add(self, name: str, start: Callable[[], Process],
             after_restart: Callable[[], None] | None = None, *, stop_last: bool = False,
-            running: subprocess.Popen | None = None) -> Child:
+            running: Process | None = None) -> Child:
         """Watch a child: ``running`` if already started, else started now (a failure here is
         the caller's: the stack cannot come up). ``start`` is called again for each restart."""
         child = Child(name, start, after_restart, running or start(), time.monotonic(),
@@ -112,7 +126,7 @@ class Supervisor:
                         if c.proc is not None and c.stop_last == last], grace_s)
 
 
-def _terminate(procs: list[subprocess.Popen], grace_s: float) -> None:
+def _terminate(procs: list[Process], grace_s: float) -> None:
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

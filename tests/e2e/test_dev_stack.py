@@ -5,6 +5,7 @@ restarted. The fresh-clone `make run` → upload → Ctrl-C path is tests/e2e/te
 
 from __future__ import annotations
 
+import json
 import signal
 import stat
 from pathlib import Path
@@ -217,5 +218,61 @@ def test_a_child_that_dies_is_restarted_and_no_work_is_lost(stack_folder, out_di
         assert stack.interrupt() == 0
         devstack.assert_all_gone(children)
         assert len(stack.log.read_text().split("child restarted")) == 3
+    finally:
+        stack.kill()
+
+
+def _postmaster_pid(stack: devstack.DevStack) -> int | None:
+    try:
+        return int((stack.state / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _ready(stack: devstack.DevStack) -> int:
+    try:
+        return httpx.get(f"{stack.url}/health/ready", timeout=5).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+def test_postgres_killed_under_make_run_is_started_again_and_work_goes_on(stack_folder,
+                                                                          out_dir):
+    import psutil
+
+    stack = _start(stack_folder, out_dir, workers=1)
+    try:
+        token = stack.token()
+        url = stack.settings()["DATABASE_URL"]
+        with psycopg.connect(url, autocommit=True) as conn:
+            before = _upload(stack, token, "before.md")
+            _wait_succeeded(conn, before)
+
+        # When the Postgres server dies (kill -9: a crash, the OOM killer)
+        postmaster = psutil.Process(_postmaster_pid(stack))
+        postmaster.kill()
+        postmaster.wait(30)
+
+        # Then `ingest dev` starts it again on the same data and port, the gateway is ready
+        # again without a restart of its own, and an upload is processed end to end
+        wait_until(lambda: _postmaster_pid(stack) not in (None, postmaster.pid), timeout=120,
+                   interval=0.5, message="postgres started again")
+        wait_until(lambda: _ready(stack) == 200, timeout=60, interval=0.5,
+                   message="gateway ready again")
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert _status(conn, before) == "succeeded"  # durable: nothing committed was lost
+            _wait_succeeded(conn, _upload(stack, token, "after.md"))
+        lines = [json.loads(line) for line in stack.log.read_text().splitlines()
+                 if line.startswith("{")]
+        exited = {line["child"] for line in lines if line["event"] == "child exited; restarting it"}
+        assert exited == {"postgres"}, exited  # gateway and worker lived through it
+        assert any(line["event"] == "child restarted" and line["child"] == "postgres"
+                   for line in lines)
+
+        # And Ctrl-C still stops everything, the restarted server included
+        children = stack.children()
+        assert any(p.pid == _postmaster_pid(stack) for p in children)
+        assert stack.interrupt() == 0
+        devstack.assert_all_gone(children)
     finally:
         stack.kill()
