@@ -225,3 +225,30 @@ def test_worker_killed_mid_apply_applies_the_event_exactly_once(
     assert (row["process_state"], row["apply_attempt_count"]) == ("processed", 2)
     assert [(r["case_number"], r["amount"]) for r in judgments(conn, user.tenant_id)] == [
         ("CV-KILL", Decimal("5.00"))]
+
+
+def test_one_tenants_backlog_does_not_hold_back_another_tenants_events(
+        tenants, conn, stack_env, out_dir):
+    # Given 400 pending events of one tenant (a producer's flood), and then 5 of another
+    flood = tenants.user(tenant="flood").tenant_id
+    quiet = tenants.user(tenant="quiet").tenant_id
+    conn.execute(
+        "INSERT INTO event_ledger (tenant_id, source_system, source_event_id, type, payload, "
+        "payload_sha256) SELECT %s, 'jbi', 'f-' || g, 'judgment.upserted', "
+        "jsonb_build_object('File #', 'F-' || g, 'Plaintiff', 'Acme Collections LLC', "
+        "'Defendant', 'John Q. Public', 'Amount', '10.00', 'Entry Date', '2024-01-15'), "
+        "md5(g::text) || md5(g::text) FROM generate_series(1, 400) g", (flood,))
+    mine = [put(conn, quiet, f"q-{i}", judgment(f"Q-{i}")) for i in range(5)]
+
+    # When one worker applies them, 20 events a claim
+    drain(stack_env, out_dir, {"LEDGER_APPLY_BATCH": "20"})
+
+    # Then the second tenant's events were applied in the first claims, not after the flood
+    last_mine = max(event(conn, i)["processed_at"] for i in mine)
+    ahead = conn.execute("SELECT count(*) AS n FROM event_ledger WHERE tenant_id = %s AND "
+                         "processed_at < %s", (flood, last_mine)).fetchone()["n"]
+    assert ahead < 40, f"{ahead} of the flood's events were applied before the quiet tenant's"
+    # and everything was applied, each once
+    assert len(judgments(conn, quiet)) == 5 and len(judgments(conn, flood)) == 400
+    assert conn.execute("SELECT count(*) AS n FROM event_ledger WHERE process_state <> "
+                        "'processed' OR apply_attempt_count <> 1").fetchone()["n"] == 0

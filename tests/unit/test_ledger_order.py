@@ -32,3 +32,16 @@ def test_emitted_time_then_arrival():
 def test_full_jitter_stays_under_the_cap():
     delays = [applier.backoff_s(n, 1.0, 5.0) for n in range(1, 30) for _ in range(20)]
     assert all(0 <= d <= 5.0 for d in delays) and max(delays) > 2
+
+
+def test_the_next_claim_starts_after_the_last_tenant_served_round_the_circle():
+    from uuid import UUID
+
+    from worker.ledger.applier import last_served
+
+    a, b, c, d = (UUID(int=n) for n in (1, 2, 3, 4))
+    assert last_served(None, {c, a, b}) == c
+    # a claim that began after b served c and d, then wrapped round to a
+    assert last_served(b, {a, c, d}) == a
+    assert last_served(b, {c, d}) == d
+    assert last_served(d, {a, b}) == b

@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from shared import db, retry
 from shared.settings import WorkerSettings
@@ -38,6 +39,7 @@ class Applier(TableLoop):
         self.settings = settings
         self.applied = 0
         self._last_report = 0.0
+        self._after: UUID | None = None  # the tenant served last: the next claim starts past it
         stage, flag = settings.worker_pause_at_stage, settings.worker_pause_file
         self._pause = Path(flag) if stage == PAUSE_STAGE and flag else None
 
@@ -68,7 +70,9 @@ class Applier(TableLoop):
         conn = self.conn()
         claimed = conn.execute(Q["claim"], {
             "limit": self.settings.ledger_apply_batch,
-            "lease_s": self.settings.ledger_apply_lease_s}).fetchall()
+            "lease_s": self.settings.ledger_apply_lease_s, "after": self._after}).fetchall()
+        if claimed:
+            self._after = last_served(self._after, {row["tenant_id"] for row in claimed})
         for row in claimed:
             if self.stopping.is_set():
                 break  # unapplied claims come back when their lease ends
@@ -153,6 +157,15 @@ class Applier(TableLoop):
         log.info("ledger applier started", extra={
             "pending": backlog.get("pending"), "dead_letter": backlog.get("dead_letter"),
             "oldest_pending_s": round(float(oldest), 1) if oldest is not None else None})
+
+
+def last_served(after: UUID | None, tenants: set[UUID]) -> UUID:
+    """The last of ``tenants`` in the claim's round (those past ``after``, then from the start):
+    the next claim begins after it, so a claim that could not reach every tenant does not
+    serve the same first ones again."""
+    turn = sorted(t for t in tenants if after is None or t > after) + sorted(
+        t for t in tenants if after is not None and t <= after)
+    return turn[-1]
 
 
 def start(applier: Applier) -> threading.Thread:

@@ -10,16 +10,41 @@
 -- committed BEFORE the apply starts: an applier killed mid-apply has still used an attempt, so a
 -- crash loop ends in dead_letter. The lease (next_apply_at in the future) is what keeps other
 -- appliers off a claimed row once this statement's row lock is gone; an applier that dies
--- leaves the row pending, and it comes back when the lease ends. ORDER BY follows the claim
--- index (next_apply_at, ledger_id).
+-- leaves the row pending, and it comes back when the lease ends.
+-- Tenants share a claim (docs/decisions/0166): every tenant with pending rows gets an equal
+-- part of it, oldest first within the tenant, so one tenant's backlog cannot hold another's
+-- events back. The tenants are listed by a loose index scan of idx_event_ledger_pending_tenant
+-- (one probe per tenant), visited from just after %(after)s (the last tenant served) round to
+-- it, and the claim stops at %(limit)s rows.
+WITH RECURSIVE tenants AS (
+    (SELECT tenant_id FROM event_ledger WHERE process_state = 'pending'
+     ORDER BY tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.tenant_id FROM event_ledger e
+            WHERE e.process_state = 'pending' AND e.tenant_id > t.tenant_id
+            ORDER BY e.tenant_id LIMIT 1)
+    FROM tenants t WHERE t.tenant_id IS NOT NULL
+), share AS (
+    SELECT ceil(%(limit)s::numeric / greatest(count(*), 1))::int AS n
+    FROM tenants WHERE tenant_id IS NOT NULL
+), turn AS (
+    SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL
+    ORDER BY tenant_id <= %(after)s::uuid, tenant_id
+), due AS (
+    SELECT d.ledger_id
+    FROM turn t CROSS JOIN share
+    CROSS JOIN LATERAL (
+        SELECT ledger_id FROM event_ledger
+        WHERE tenant_id = t.tenant_id AND process_state = 'pending' AND next_apply_at <= now()
+        ORDER BY next_apply_at, ledger_id
+        LIMIT share.n
+        FOR UPDATE SKIP LOCKED) d
+    LIMIT %(limit)s
+)
 UPDATE event_ledger e
 SET apply_attempt_count = e.apply_attempt_count + 1,
     next_apply_at = now() + make_interval(secs => %(lease_s)s)
-FROM (SELECT ledger_id FROM event_ledger
-      WHERE process_state = 'pending' AND next_apply_at <= now()
-      ORDER BY next_apply_at, ledger_id
-      LIMIT %(limit)s
-      FOR UPDATE SKIP LOCKED) due
+FROM due
 WHERE e.ledger_id = due.ledger_id
 RETURNING e.ledger_id, e.tenant_id, e.source_system, e.source_event_id, e.source_sequence,
           e.source_emitted_at, e.type, e.payload, e.apply_attempt_count;
