@@ -130,10 +130,12 @@ def test_invalid_and_unknown_events_dead_letter_at_once(tenants, conn, stack_env
     row = event(conn, bad)
     assert (row["process_state"], row["apply_attempt_count"]) == ("dead_letter", 1)
     assert "JUDGMENT_AMOUNT" in row["process_error"]
-    for ledger_id in (unknown, metric):
-        row = event(conn, ledger_id)
-        assert row["process_state"] == "dead_letter"
-        assert row["process_error"].startswith("unknown type")
+    row = event(conn, unknown)
+    assert row["process_state"] == "dead_letter"
+    assert row["process_error"].startswith("unknown type")
+    row = event(conn, metric)  # an ad metric that names no platform
+    assert row["process_state"] == "dead_letter"
+    assert row["process_error"].startswith("payload.platform must be one of meta, google, tiktok")
     assert judgments(conn, user.tenant_id) == []
 
 
@@ -252,3 +254,76 @@ def test_one_tenants_backlog_does_not_hold_back_another_tenants_events(
     assert len(judgments(conn, quiet)) == 5 and len(judgments(conn, flood)) == 400
     assert conn.execute("SELECT count(*) AS n FROM event_ledger WHERE process_state <> "
                         "'processed' OR apply_attempt_count <> 1").fetchone()["n"] == 0
+
+
+def meta_row(spend: str, **extra) -> dict:
+    """One row of Meta's daily export, by its own column names."""
+    return {"platform": "meta", "Campaign name": "Spring sale", "Campaign ID": "120200001",
+            "Ad set name": "Lookalikes", "Ad set ID": "120200002", "Ad name": "Blue shoes",
+            "Ad ID": "120200003", "Day": "2024-03-01", "Amount spent (USD)": spend,
+            "Impressions": "1,200", "Clicks (all)": "34", "Results": "2", **extra}
+
+
+def facts(conn, tenant_id) -> list[dict]:
+    return conn.execute(
+        "SELECT m.platform, m.client_id, m.metric_date::text AS day, m.spend, m.impressions, "
+        "m.currency, c.external_id AS campaign, s.external_id AS ad_set, a.external_id AS ad "
+        "FROM daily_metrics m JOIN campaigns c ON c.id = m.campaign_id "
+        "LEFT JOIN ad_sets s ON s.id = m.ad_set_id LEFT JOIN ads a ON a.id = m.ad_id "
+        "WHERE m.tenant_id = %s ORDER BY m.platform, day", (tenant_id,)).fetchall()
+
+
+def test_ad_metric_events_apply_through_their_platforms_contract(tenants, conn, stack_env,
+                                                                 out_dir):
+    user = tenants.user()
+    client = conn.execute("INSERT INTO ad_clients (tenant_id, name) VALUES (%s, 'Acme Shoes') "
+                          "RETURNING client_id", (user.tenant_id,)).fetchone()["client_id"]
+    other_tenant = tenants.user(tenant="globex").tenant_id
+    theirs = conn.execute("INSERT INTO ad_clients (tenant_id, name) VALUES (%s, 'Globex') "
+                          "RETURNING client_id", (other_tenant,)).fetchone()["client_id"]
+    # Given a Meta row for a client (its export's column names), the same day again with a
+    # newer sequence and more spend, and an older one delivered last
+    first = put(conn, user.tenant_id, "m-1", meta_row("12.50", client_id=str(client)),
+                type="ad_metric.daily", source="meta-sync", sequence=1)
+    newer = put(conn, user.tenant_id, "m-3", meta_row("20.00", client_id=str(client)),
+                type="ad_metric.daily", source="meta-sync", sequence=3)
+    older = put(conn, user.tenant_id, "m-2", meta_row("15.00", client_id=str(client)),
+                type="ad_metric.daily", source="meta-sync", sequence=2)
+    # a Google row by field names, without a client, naming an ad group nothing created
+    google = put(conn, user.tenant_id, "g-1", {
+        "platform": "google", "campaign_external_id": "987", "campaign_name": "Brand",
+        "ad_set_external_id": "555", "metric_date": "2024-03-02", "spend": "3.10",
+        "currency": "EUR", "impressions": "40"}, type="ad_metric.daily", source="gads")
+    # and rows that can never apply: another tenant's client, a client id that is no UUID, a
+    # spend that is not money
+    foreign = put(conn, user.tenant_id, "x-1", meta_row("1.00", client_id=str(theirs)),
+                  type="ad_metric.daily", source="meta-sync")
+    garbled = put(conn, user.tenant_id, "x-2", meta_row("1.00", client_id="acme"),
+                  type="ad_metric.daily", source="meta-sync")
+    bad_spend = put(conn, user.tenant_id, "x-3", meta_row("lots"), type="ad_metric.daily",
+                    source="meta-sync")
+
+    # When a worker applies the ledger
+    worker = drain(stack_env, out_dir)
+
+    # Then the newest Meta figures stand, on the client's campaign, ad set and ad
+    assert [(event(conn, i)["process_state"], event(conn, i)["superseded"])
+            for i in (first, newer, older, google)] == [
+        ("processed", False), ("processed", False), ("processed", True), ("processed", False)]
+    assert facts(conn, user.tenant_id) == [
+        {"platform": "google", "client_id": None, "day": "2024-03-02", "spend": Decimal("3.1000"),
+         "impressions": 40, "currency": "EUR", "campaign": "987", "ad_set": None, "ad": None},
+        {"platform": "meta", "client_id": client, "day": "2024-03-01",
+         "spend": Decimal("20.0000"), "impressions": 1200, "currency": "USD",
+         "campaign": "120200001", "ad_set": "120200002", "ad": "120200003"}]
+    # and the Google fact was kept without its unknown ad group, which the log names
+    assert "AD_METRIC_AD_SET_NOT_FOUND" in worker.logs()
+    # while the rows that cannot apply are dead letters that say why, and wrote nothing
+    errors = {i: event(conn, i) for i in (foreign, garbled, bad_spend)}
+    assert all(e["process_state"] == "dead_letter" for e in errors.values())
+    assert "names no advertiser client of your tenant" in errors[foreign]["process_error"]
+    assert "client_id must be the id of one of your tenant's" in errors[garbled]["process_error"]
+    assert errors[bad_spend]["process_error"].startswith("AD_METRIC_SPEND_INVALID")
+    assert facts(conn, other_tenant) == []
+    assert conn.execute("SELECT count(*) AS n FROM campaigns WHERE tenant_id = %s",
+                        (user.tenant_id,)).fetchone()["n"] == 2

@@ -20,6 +20,7 @@ from typing import Any
 from uuid import UUID
 
 from shared import contracts, db
+from worker.ledger import ad_events
 from worker.records import stage
 
 Q = db.load_queries(Path(__file__).with_name("ledger.sql"))
@@ -79,6 +80,7 @@ class Validated:
     contract: contracts.Contract
     values: dict[str, Any]
     entity_key: str
+    context: dict[str, Any] | None = None  # an ad metric's platform and client
 
 
 @dataclass(frozen=True)
@@ -105,11 +107,16 @@ def is_older(event: Mapping[str, Any], head: Mapping[str, Any]) -> bool:
 def validate(event: Event) -> Validated:
     """The payload as one row of its type's contract; Rejected with the row's critical codes."""
     contract = CONTRACT_OF.get(event.type)
-    if contract is None:
+    if contract is None and event.type != ad_events.TYPE:
         raise Rejected(f"unknown type {event.type[:100]!r}: no contract applies it (known: "
-                       f"{', '.join(sorted(CONTRACT_OF))})")
+                       f"{', '.join(sorted([*CONTRACT_OF, ad_events.TYPE]))})")
     if not isinstance(event.payload, Mapping):
         raise Rejected("payload is not a JSON object of the contract's columns")
+    if contract is None:
+        try:
+            return Validated(*ad_events.validate(event.payload))
+        except ad_events.Rejected as exc:
+            raise Rejected(str(exc)) from None
     result = contracts.validate_row(contract, event.payload)
     if not result.valid:
         # Codes and sentences only: the values may be personal data (plaintiff names).
@@ -143,6 +150,11 @@ def apply(conn: db.Conn, event: Event, *, hold: Callable[[], None] = lambda: Non
 
 
 def _write(conn: db.Conn, event: Event, valid: Validated) -> str:
+    if valid.context is not None:
+        try:
+            return ad_events.write(conn, event.tenant_id, valid.values, valid.context)
+        except ad_events.Rejected as exc:
+            raise Rejected(str(exc)) from None
     params = {"tenant_id": event.tenant_id, "data": stage.to_json(valid.values),
               "source": event.source_system if event.source_system in RECORD_SOURCES
               else "manual",
@@ -160,9 +172,9 @@ class NotOurs(Exception):
     """Another applier claimed the row after us (our lease ran out): leave it to them."""
 
 
-# Event type → the contract its payload is a row of. `ad_metric.daily` has no contract yet
-# (shared/contracts holds judgments and plaintiffs only), so it dead-letters as unknown until
-# that contract lands; replay then applies it (docs/decisions/0139).
+# Event type → the contract its payload is a row of. `ad_metric.daily` (ad_events.TYPE) is a
+# row of its platform's variant of `ad_metrics`, which the payload names (worker/ledger/
+# ad_events.py).
 CONTRACT_OF: dict[str, contracts.Contract] = {
     "judgment.upserted": contracts.JUDGMENTS,
     "plaintiff.upserted": contracts.PLAINTIFFS,
