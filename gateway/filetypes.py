@@ -35,8 +35,8 @@ def source_type_for(filename: str, allowed: tuple[str, ...]) -> str:
     ext = ALIASES.get(ext, ext)
     if ext not in allowed:
         shown = ", ".join(sorted(allowed))
-        raise errors.UnsupportedType(
-            f"Files of type '.{ext or '?'}' are not supported; upload one of: {shown}.")
+        what = f"Files of type '.{ext}' are" if ext else "Files without an extension are"
+        raise errors.UnsupportedType(f"{what} not supported; upload one of: {shown}.")
     return ext
 
 

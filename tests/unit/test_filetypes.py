@@ -31,6 +31,10 @@ def test_source_type_for_refuses_other_extensions(filename):
     # The message lists what is accepted, so the user knows what to do.
     assert "pdf" in info.value.detail and "docx" in info.value.detail
     assert info.value.code == "unsupported_type"
+    # and names what it got in words: an extension, or that there is none
+    ext = filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
+    assert info.value.detail.startswith(
+        f"Files of type '.{ext}' are" if ext else "Files without an extension are")
 
 
 def test_source_type_respects_the_configured_allow_list():
