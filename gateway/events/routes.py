@@ -80,7 +80,13 @@ async def post_events(request: Request, ctx: Ctx) -> dict:
     """Up to EVENTS_MAX_BATCH events as a JSON array, sent with 'X-Api-Key'. The answer comes
     after the accepted events committed and gives each event's outcome, in order: new,
     duplicate (seen before, same payload), conflict (seen before with another payload; the
-    first is kept) or rejected (with a code; the others are still taken)."""
+    first is kept) or rejected (with a code; the others are still taken).
+
+    Workers then apply each event by its `type`: `judgment.upserted` and `plaintiff.upserted`
+    carry one row of that contract (GET /v1/contracts/{name}), keyed by its column or field
+    names; `ad_metric.daily` carries one row of a platform's daily export plus `platform`
+    (meta, google or tiktok) and, optionally, `client_id` (GET /v1/clients). Follow them at
+    GET /v1/events."""
     caller: keys.KeyCaller = request.state.key_caller
     settings = ctx.settings
     raw = _parse(await _read_body(request, settings.events_max_body_kb * 1024))
