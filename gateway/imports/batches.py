@@ -27,6 +27,19 @@ from gateway.imports import intake
 from shared import db, errors
 
 Q = db.load_queries(Path(__file__).with_name("batches.sql"))
+# A page in the back half of a finished batch is the same query walked backwards from its last
+# error (docs/decisions/0165); the caller puts the rows back in row order.
+_ROW_ORDER = "ORDER BY e.row_number, e.id"
+
+
+def _walked_backwards(name: str) -> str:
+    if _ROW_ORDER not in Q[name]:
+        raise RuntimeError(f"batches.sql {name} no longer orders by {_ROW_ORDER!r}; update "
+                           "gateway/imports/batches.py with it")
+    return Q[name].replace(_ROW_ORDER, "ORDER BY e.row_number DESC, e.id DESC")
+
+
+FROM_END = {suffix: _walked_backwards("page_errors" + suffix) for suffix in ("", "_by_code")}
 STATUSES = ("pending", "processing", "staging_complete", "promoting", "completed", "partial",
             "failed")
 EXPORT_CHUNK = 5000
@@ -158,7 +171,7 @@ async def _error_page(conn: Any, suffix: str, keys: dict[str, Any], total: int,
         return await (await conn.execute(Q["page_errors" + suffix], {
             **keys, "limit": limit, "offset": offset})).fetchall()
     from_end = total - offset - limit  # entries after this page; negative: a short last page
-    rows = await (await conn.execute(Q[f"page_errors{suffix}_from_end"], {
+    rows = await (await conn.execute(FROM_END[suffix], {
         **keys, "limit": limit + min(from_end, 0), "offset": max(from_end, 0)})).fetchall()
     return rows[::-1]
 

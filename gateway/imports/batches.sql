@@ -83,26 +83,6 @@ WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s AND e.batch_id =
 ORDER BY e.row_number, e.id
 LIMIT %(limit)s OFFSET %(offset)s;
 
--- name: page_errors_from_end
--- A page in the back half of a finished batch, read backwards from its last error: the index
--- walk skips (total - offset - limit) entries instead of offset (docs/decisions/0165). The
--- caller puts the rows back in row order.
-SELECT e.id, e.row_number, e.field, e.code, e.severity, e.message, e.raw
-FROM import_row_errors e
-JOIN import_batches b ON b.batch_id = e.batch_id
-WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s AND e.batch_id = %(batch_id)s
-ORDER BY e.row_number DESC, e.id DESC
-LIMIT %(limit)s OFFSET %(offset)s;
-
--- name: page_errors_by_code_from_end
-SELECT e.id, e.row_number, e.field, e.code, e.severity, e.message, e.raw
-FROM import_row_errors e
-JOIN import_batches b ON b.batch_id = e.batch_id
-WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s AND e.batch_id = %(batch_id)s
-  AND e.code = %(code)s
-ORDER BY e.row_number DESC, e.id DESC
-LIMIT %(limit)s OFFSET %(offset)s;
-
 -- name: export_errors
 -- The CSV export reads the errors in keyset chunks after (row_number, id), so a slow client
 -- never holds a connection, and deep chunks cost what the first does.

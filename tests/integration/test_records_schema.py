@@ -11,10 +11,14 @@ from pathlib import Path
 import pytest
 from psycopg import errors as pg_errors
 
+from gateway.imports import batches
 from shared import db
 
-BATCH_QUERIES = db.load_queries(
-    Path(__file__).parents[2] / "gateway" / "imports" / "batches.sql")
+BATCH_QUERIES = {
+    **db.load_queries(Path(__file__).parents[2] / "gateway" / "imports" / "batches.sql"),
+    # the same pages walked backwards (docs/decisions/0165)
+    "page_errors_from_end": batches.FROM_END[""],
+    "page_errors_by_code_from_end": batches.FROM_END["_by_code"]}
 
 
 @pytest.fixture
