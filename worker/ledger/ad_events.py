@@ -23,6 +23,7 @@ from uuid import UUID
 
 from shared import contracts, db
 from shared.contracts import ad_metrics
+from worker.ledger import Rejected
 from worker.records import ad_promote, stage
 
 TYPE = "ad_metric.daily"
@@ -36,10 +37,6 @@ _GROUP = """WITH grp AS (
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), """
 _WARNINGS_START, _WARNINGS_END = "), warned AS (", "), resolved AS ("
-
-
-class Rejected(Exception):
-    """The event can never apply as it is: dead-letter it with this sentence."""
 
 
 def _one_row(name: str) -> str:

@@ -19,7 +19,7 @@ from uuid import UUID
 from shared import db, retry
 from shared.settings import WorkerSettings
 from worker.background import TableLoop
-from worker.ledger import apply, metrics
+from worker.ledger import Rejected, apply, metrics
 
 log = logging.getLogger(__name__)
 Q = apply.Q
@@ -97,7 +97,7 @@ class Applier(TableLoop):
         except apply.NotOurs:
             log.info("ledger event claimed by another applier meanwhile", extra=context)
             return
-        except apply.Rejected as exc:
+        except Rejected as exc:
             self._settle(conn, event, "dead_letter", context, error=str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - every other failure is retried, then dead

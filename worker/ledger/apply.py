@@ -20,7 +20,7 @@ from typing import Any
 from uuid import UUID
 
 from shared import contracts, db
-from worker.ledger import ad_events
+from worker.ledger import Rejected, ad_events
 from worker.records import stage
 
 Q = db.load_queries(Path(__file__).with_name("ledger.sql"))
@@ -45,10 +45,6 @@ UPSERT_PLAINTIFF = _one_row("upsert_plaintiffs")
 # The vendors judgments and plaintiffs may name (their tables' CHECK); another source system's
 # events are stored as 'manual', with the event named in source_reference.
 RECORD_SOURCES = ("simplicity", "jbi", "manual")
-
-
-class Rejected(Exception):
-    """The event can never apply as it is (unknown type, invalid payload): dead-letter now."""
 
 
 @dataclass(frozen=True)
@@ -106,17 +102,15 @@ def is_older(event: Mapping[str, Any], head: Mapping[str, Any]) -> bool:
 
 def validate(event: Event) -> Validated:
     """The payload as one row of its type's contract; Rejected with the row's critical codes."""
-    contract = CONTRACT_OF.get(event.type)
-    if contract is None and event.type != ad_events.TYPE:
+    known = (*CONTRACT_OF, ad_events.TYPE)
+    if event.type not in known:
         raise Rejected(f"unknown type {event.type[:100]!r}: no contract applies it (known: "
-                       f"{', '.join(sorted([*CONTRACT_OF, ad_events.TYPE]))})")
+                       f"{', '.join(sorted(known))})")
     if not isinstance(event.payload, Mapping):
         raise Rejected("payload is not a JSON object of the contract's columns")
-    if contract is None:
-        try:
-            return Validated(*ad_events.validate(event.payload))
-        except ad_events.Rejected as exc:
-            raise Rejected(str(exc)) from None
+    if event.type == ad_events.TYPE:
+        return Validated(*ad_events.validate(event.payload))
+    contract = CONTRACT_OF[event.type]
     result = contracts.validate_row(contract, event.payload)
     if not result.valid:
         # Codes and sentences only: the values may be personal data (plaintiff names).
@@ -151,10 +145,7 @@ def apply(conn: db.Conn, event: Event, *, hold: Callable[[], None] = lambda: Non
 
 def _write(conn: db.Conn, event: Event, valid: Validated) -> str:
     if valid.context is not None:
-        try:
-            return ad_events.write(conn, event.tenant_id, valid.values, valid.context)
-        except ad_events.Rejected as exc:
-            raise Rejected(str(exc)) from None
+        return ad_events.write(conn, event.tenant_id, valid.values, valid.context)
     params = {"tenant_id": event.tenant_id, "data": stage.to_json(valid.values),
               "source": event.source_system if event.source_system in RECORD_SOURCES
               else "manual",
