@@ -97,8 +97,8 @@ def _ordered(items: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 # Words for the figures the workers record (worker/pipeline/runner.py, worker/records/
-# pipeline.py); static/runs.js holds the same table for live updates. A key not listed is
-# shown by its name, and a *_ms figure as a duration either way.
+# pipeline.py); the run page hands this table to static/runs.js for live updates. A key not
+# listed is shown by its name, and a *_ms figure as a duration either way.
 STAT_LABELS = {
     "docs_processed": "Documents processed", "chunks_created": "Chunks", "tokens_total": "Tokens",
     "chars": "Characters", "pages": "Pages", "duration_ms": "Total time",

@@ -21,6 +21,8 @@ def mount() -> tuple[Router, TemplateConfig]:
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(format.FILTERS)
     env.globals["asset"] = files.url
+    # The run page hands these to static/runs.js, which redraws its stats live in the same words.
+    env.globals["stat_labels"] = format.STAT_LABELS
     engine = JinjaTemplateEngine.from_environment(env)
     return pages.router(files), TemplateConfig(instance=engine)
 

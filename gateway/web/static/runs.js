@@ -282,18 +282,12 @@
     return Object.entries(obj).sort(([a], [b]) => rank(a) - rank(b) || (a < b ? -1 : a > b ? 1 : 0));
   }
 
-  // As gateway/web/format.STAT_LABELS, stat_label and stat_text.
-  const STAT_LABELS = {
-    docs_processed: "Documents processed", chunks_created: "Chunks", tokens_total: "Tokens",
-    chars: "Characters", pages: "Pages", duration_ms: "Total time",
-    stages: "Time per stage", parse_ms: "Parsing", db_ms: "Database writes",
-    rows_total: "Rows", rows_invalid: "Invalid rows", rows_duplicate: "Duplicate rows",
-    rows_inserted: "Rows inserted", rows_updated: "Rows updated", rows_unchanged: "Rows unchanged",
-  };
+  // As gateway/web/format.stat_label and stat_text; the labels are format.STAT_LABELS, which
+  // the page carries in the stats list's data-labels.
   const STAGE_WORDS = Object.fromEntries(STAGES);
 
-  function statLabel(key) {
-    if (STAT_LABELS[key]) return STAT_LABELS[key];
+  function statLabel(labels, key) {
+    if (labels[key]) return labels[key];
     const bare = key.endsWith("_ms") ? key.slice(0, -3) : key;
     const words = (key.endsWith("_ms") && STAGE_WORDS[bare]) || bare.replace(/_/g, " ");
     return words.charAt(0).toUpperCase() + words.slice(1);
@@ -307,10 +301,11 @@
   }
 
   function renderStats(dl, stats) {
+    const labels = JSON.parse(dl.dataset.labels || "{}");
     const entries = ordered(stats).map(([k, v]) => [
-      statLabel(k),
+      statLabel(labels, k),
       v !== null && typeof v === "object"
-        ? ordered(v).map(([a, b]) => statLabel(a) + " " + statText(a, b)).join(", ")
+        ? ordered(v).map(([a, b]) => statLabel(labels, a) + " " + statText(a, b)).join(", ")
         : statText(k, v),
     ]);
     if (!entries.length) entries.push(["—", "No stats yet; they appear when the run finishes."]);
