@@ -4,8 +4,6 @@ an edited file uploaded as a new version becomes version 2 of the same document.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.support import browser, ops, stack
@@ -75,9 +73,7 @@ def test_a_lost_job_is_retried_from_its_page_and_an_edited_file_becomes_version_
         # it within seconds of the database, where polling alone would wait 15 s
         wait_until(lambda: _status(conn, first["run_id"]) == "succeeded", timeout=120,
                    message="retried run succeeded")
-        shown_by = time.monotonic() + 5
         expect(page.locator(STATUS)).to_have_text("Succeeded", timeout=5_000)
-        assert time.monotonic() <= shown_by
         assert page.evaluate("window.samePage === true"), "the page was reloaded"
         # and its one attempt is the retry, which a worker picked up and finished
         attempts = page.locator("[data-field=attempts] tr")

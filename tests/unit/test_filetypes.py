@@ -23,18 +23,20 @@ def test_source_type_for_allowed_extensions(filename, expected):
     assert filetypes.source_type_for(filename, ALL) == expected
 
 
-@pytest.mark.parametrize("filename", ["setup.exe", "photo.jpg", "doc.doc", "noext", "", "pdf",
-                                      "a.pdf.exe", "trailing.", "x.docm"])
-def test_source_type_for_refuses_other_extensions(filename):
+@pytest.mark.parametrize(("filename", "said"), [
+    ("setup.exe", "Files of type '.exe' are"), ("photo.jpg", "Files of type '.jpg' are"),
+    ("doc.doc", "Files of type '.doc' are"), ("noext", "Files without an extension are"),
+    ("", "Files without an extension are"), ("pdf", "Files without an extension are"),
+    ("a.pdf.exe", "Files of type '.exe' are"), ("trailing.", "Files without an extension are"),
+    ("x.docm", "Files of type '.docm' are")])
+def test_source_type_for_refuses_other_extensions(filename, said):
     with pytest.raises(errors.UnsupportedType) as info:
         filetypes.source_type_for(filename, ALL)
     # The message lists what is accepted, so the user knows what to do.
     assert "pdf" in info.value.detail and "docx" in info.value.detail
     assert info.value.code == "unsupported_type"
     # and names what it got in words: an extension, or that there is none
-    ext = filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
-    assert info.value.detail.startswith(
-        f"Files of type '.{ext}' are" if ext else "Files without an extension are")
+    assert info.value.detail.startswith(said)
 
 
 def test_source_type_respects_the_configured_allow_list():
