@@ -154,8 +154,8 @@ async def _bare(url: str, tenant_id: uuid.UUID, args: argparse.Namespace) -> flo
 
 def _settle_intake_events(url: str, tenant_id: uuid.UUID) -> None:
     """(a) and (b) leave hundreds of thousands of pending events whose payloads are not
-    judgments. Left pending, the apply worker would dead-letter them all before it reached (c)'s
-    events (claims are oldest first), and (c) would time that instead of applying."""
+    judgments. Left pending, the apply worker would dead-letter them beside (c)'s events (each
+    claim shares its rows between the tenants, ADR 0166), and (c) would time that too."""
     with db.connect(url, autocommit=True) as conn:
         conn.execute("DELETE FROM event_ledger WHERE tenant_id = %s", (tenant_id,))
         conn.execute("VACUUM ANALYZE event_ledger")

@@ -99,7 +99,7 @@ def run(database_url: str, s3: Any, *, upload_store_uri: str, artifact_store_uri
                      report)
             if policy.artifact_retention_s >= 0:
                 _artifacts(conn, s3, policy, dry_run, report)
-            _import_rows(conn, policy, dry_run, report)
+            _expired_rows(conn, policy, dry_run, report)
         finally:
             conn.execute(Q["cleanup_unlock"], {"key": _LOCK_KEY})
     log.info("cleanup pass finished", extra={**report.summary(), "dry_run": dry_run})
@@ -213,13 +213,13 @@ def _supported(uri: str) -> bool:
     return urlparse(uri).scheme in ("file", "s3")
 
 
-# ── records imports ─────────────────────────────────────────────────────────────────────────
+# ── rows past their retention: records imports and completion events ────────────────────────
 IMPORT_ROWS_CHUNK = 10_000
 
 
-def _import_rows(conn: db.Conn, policy: Policy, dry_run: bool, report: Report) -> None:
-    """Staged rows of finished batches, old row errors and old settled events, in chunks (each its own commit, so
-    a big purge never holds long locks); a dry run counts what would go."""
+def _expired_rows(conn: db.Conn, policy: Policy, dry_run: bool, report: Report) -> None:
+    """Staged rows of finished batches, old row errors and old settled events, in chunks (each
+    its own commit, so a big purge never holds long locks); a dry run counts what would go."""
     for query, retention, counter in (("expired_staged_rows", policy.staged_retention_s,
                                        "staged_rows"),
                                       ("expired_row_errors", policy.row_errors_retention_s,
