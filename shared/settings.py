@@ -98,7 +98,11 @@ class GatewaySettings(CommonSettings):
     dev_user_id: str | None = None
 
     upload_max_size_mb: float = 50
-    allowed_types: tuple[str, ...] = ("pdf", "docx", "html", "txt", "md")
+    # Document types /v1/ingest, the upload page and S3 syncs accept (README lists them;
+    # worker/pipeline/formats/ reads each; docs/decisions/0210).
+    allowed_types: tuple[str, ...] = ("pdf", "docx", "html", "txt", "md", "pptx", "xlsx", "xls",
+                                      "csv", "eml", "msg", "epub", "odt", "rtf", "json", "png",
+                                      "jpeg", "tiff", "webp")
 
     # Records imports (gateway/imports/, docs/decisions/0090): the size cap of one records file
     # and the types POST /v1/imports accepts.
@@ -255,6 +259,14 @@ class WorkerSettings(CommonSettings):
     # file that crashes, hangs or bloats its parser fails its own run, never the worker.
     extract_timeout_s: float = Field(default=120.0, gt=0)
     extract_memory_mb: int = Field(default=1024, ge=64)
+    # What one document may hold (worker/pipeline/formats/common.Limits): pages (PDF pages,
+    # slides, image frames), members of a container (zip entries, e-mail parts), spreadsheet
+    # cells, and pages OCR may read; OCR adds this many seconds per page to extract_timeout_s.
+    extract_max_pages: int = Field(default=2000, ge=1)
+    extract_max_members: int = Field(default=10_000, ge=1)
+    extract_max_cells: int = Field(default=2_000_000, ge=1)
+    extract_max_ocr_pages: int = Field(default=300, ge=0)
+    extract_ocr_page_s: float = Field(default=20.0, gt=0)
     # Test-only pause point: with both set, a job entering this stage waits while the file
     # exists, so fault tests hold a job in flight deterministically. Empty = off. Records
     # stages: parse (after a chunk), promote (inside its transaction), fail (before it is written).

@@ -76,7 +76,8 @@ class Pipeline:
                     path, job.source_type,
                     max_uncompressed_bytes=self.settings.max_uncompressed_mb << 20,
                     timeout_s=self.settings.extract_timeout_s,
-                    memory_bytes=self.settings.extract_memory_mb << 20, check=step.check)
+                    memory_bytes=self.settings.extract_memory_mb << 20, check=step.check,
+                    limits=_limits(self.settings), ocr_page_s=self.settings.extract_ocr_page_s)
         with step("chunk", 0.2), self._chunk_lock:
             chunks = self.chunker.split(doc)
         if not chunks:
@@ -133,7 +134,7 @@ class Pipeline:
         body = orjson.dumps({
             "run_id": job.run_id, "doc_id": job.doc_id, "doc_version_id": doc_version_id,
             "content_hash": job.content_hash, "source_type": job.source_type,
-            "pages": doc.pages, "text": doc.text,
+            "pages": doc.pages, "text": doc.text, "title": doc.title, "url": doc.url,
             "chunks": [{"ordinal": c.ordinal, "char_start": c.char_start, "char_end": c.char_end,
                         "page": c.page, "token_count": c.token_count} for c in chunks],
         })
@@ -188,6 +189,13 @@ class _Stepper:
         if self.abort is not None and self.abort.is_set():
             raise runs.Aborted("the worker is shutting down")
         self.lease.check()
+
+
+def _limits(settings: WorkerSettings) -> extract.Limits:
+    return extract.Limits(
+        max_uncompressed_bytes=settings.max_uncompressed_mb << 20,
+        max_pages=settings.extract_max_pages, max_members=settings.extract_max_members,
+        max_cells=settings.extract_max_cells, max_ocr_pages=settings.extract_max_ocr_pages)
 
 
 def _stats(doc: extract.Extracted, chunks: list[chunk.Chunk], timings: dict[str, int]) -> dict:

@@ -15,7 +15,7 @@ import email
 import email.policy
 import logging
 from collections.abc import Callable
-from email.message import EmailMessage
+from email.message import EmailMessage, MIMEPart
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,7 @@ def _eml(message: EmailMessage, budget: _Budget, read_attachment: ReadAttachment
             payload = inner.as_bytes() if isinstance(inner, EmailMessage) else b""
             name = part.get_filename() or f"attachment {number}.eml"
         else:
-            payload = part.get_payload(decode=True) or b""
+            payload = _payload(part)
         budget.take(len(payload))
         doc.add(*_attachment(name, payload, read_attachment, depth, budget.limits.max_depth))
     return doc
@@ -95,12 +95,17 @@ def _header(message: EmailMessage, name: str) -> str:
     return common.one_line(str(value)) if value else ""
 
 
-def _text_of(part: EmailMessage) -> str:
+def _text_of(part: MIMEPart) -> str:
     try:
         content = part.get_content()
     except (LookupError, UnicodeError):  # an unknown charset: read the bytes as we read text
-        content = common.decode_text(part.get_payload(decode=True) or b"")
+        content = common.decode_text(_payload(part))
     return content if isinstance(content, str) else common.decode_text(bytes(content))
+
+
+def _payload(part: MIMEPart) -> bytes:
+    payload = part.get_payload(decode=True)
+    return payload if isinstance(payload, bytes) else b""
 
 
 def _attachment(name: str, payload: bytes, read_attachment: ReadAttachment, depth: int,
