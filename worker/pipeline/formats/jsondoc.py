@@ -3,9 +3,8 @@ one block per top-level record, so a record and its fields stay in one chunk."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
-
-import orjson
 
 from worker.pipeline.formats import common
 
@@ -14,10 +13,14 @@ _MAX_DEPTH = 64
 
 def read(data: bytes, limits: common.Limits) -> common.Doc:
     try:
-        value = orjson.loads(common.decode_text(data).lstrip("\ufeff"))
-    except orjson.JSONDecodeError as exc:
+        # The standard library, not orjson: integers past 64 bits are valid JSON too.
+        value = json.loads(common.decode_text(data).lstrip("\ufeff"))
+    except json.JSONDecodeError as exc:
         raise common.not_a("JSON file", f"it does not parse ({exc.msg} at line {exc.lineno}); "
                            "fix it or upload it as .txt.") from exc
+    except RecursionError as exc:
+        raise common.not_a("JSON file we can read", "it nests too deeply; flatten it or upload "
+                           "it as .txt.") from exc
     doc = common.Doc()
     if isinstance(value, dict):
         records = [(_key("", str(k)), v) for k, v in value.items()]
@@ -37,13 +40,13 @@ def read(data: bytes, limits: common.Limits) -> common.Doc:
 
 def _key(prefix: str, key: str) -> str:
     plain = key.replace("_", "").replace("-", "").isalnum()
-    name = key if plain else orjson.dumps(key).decode()
+    name = key if plain else json.dumps(key, ensure_ascii=False)
     return f"{prefix}.{name}" if prefix else name
 
 
 def _flatten(path: str, value: object, depth: int) -> Iterator[str]:
     if depth > _MAX_DEPTH:
-        yield f"{path}: {common.one_line(orjson.dumps(value).decode())}"
+        yield f"{path}: {common.one_line(json.dumps(value, ensure_ascii=False))}"
     elif isinstance(value, dict):
         if not value:
             yield f"{path}: {{}}"

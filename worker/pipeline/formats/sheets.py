@@ -23,6 +23,7 @@ from worker.pipeline.formats import common
 BLOCK_CHARS = 700
 _FIX = "open it in Excel or LibreOffice Calc, save it as .xlsx and upload it again."
 _CSV_SNIFF = 64 * 1024
+_TITLE_ROWS = 3
 
 
 def read_workbook(path: Path, source_type: str, limits: common.Limits) -> common.Doc:
@@ -82,6 +83,12 @@ def row_ranges(rows: Iterable[Sequence[object]], *, level: int) -> Iterator[str]
     numbered = ((n, [_value(v) for v in row]) for n, row in enumerate(rows, start=1))
     numbered = ((n, row) for n, row in numbered if any(row))
     header = next(numbered, None)
+    # Title lines above the table (one filled cell in a wider sheet) are text, not its header.
+    for _ in range(_TITLE_ROWS):
+        if header is None or sum(map(bool, header[1])) != 1 or len(header[1]) < 2:
+            break
+        yield next(filter(None, header[1]))
+        header = next(numbered, None)
     if header is None:
         return
     head_row = header[1]
