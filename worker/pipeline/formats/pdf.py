@@ -130,14 +130,18 @@ def _find_bands(page: _Page, raw_lines: list[str], textpage: Any,
             # Its first visible character: the box says where the line really is.
             starts[i] = offset + len(line) - len(line.lstrip())
         offset += len(line) + 2
+    # The second line is looked at only when the first is in the band (one box per page on
+    # most pages of most documents: each box is a call into PDFium).
     for i in filled[:2]:
         _, low, _, high = textpage.get_charbox(starts[i])
-        if high >= top - band:
-            page.top.append((i, round(low)))
-    for i in filled[-2:]:
+        if high < top - band:
+            break
+        page.top.append((i, round(low)))
+    for i in reversed(filled[-2:]):
         _, low, _, _ = textpage.get_charbox(starts[i])
-        if low <= bottom + band:
-            page.bottom.append((i, round(low)))
+        if low > bottom + band:
+            break
+        page.bottom.append((i, round(low)))
 
 
 _ALNUM = re.compile(r"\w")
