@@ -292,6 +292,8 @@ class WorkerSettings(CommonSettings):
 
     chunk_target_tokens: int = 200
     chunk_max_tokens: int = 254
+    # A chunk below this many tokens is merged into a neighbour (ADR 0221); at most target / 2.
+    chunk_min_tokens: int = Field(default=64, ge=1)
     embed_batch_size: int = 32
     max_uncompressed_mb: int = 200
     # Embedding threads per process (torch or onnxruntime intra-op); 0 = the machine's cores.

@@ -30,12 +30,11 @@ QUOTE_CHARS = 320
 
 
 def relevant(fused: Sequence[Fused], found: Candidates, min_similarity: float) -> list[Fused]:
-    """The fused hits that are evidence: near enough in meaning, or matching every word."""
+    """The fused hits that are evidence: near enough in meaning."""
     keep = []
     for f in fused:
         distance = found.distance.get(f.chunk_id)
-        near = distance is not None and 1.0 - distance >= min_similarity
-        if near or f.text_rank is not None:
+        if distance is not None and 1.0 - distance >= min_similarity:
             keep.append(f)
     return keep
 
