@@ -40,7 +40,7 @@ WITH matched AS MATERIALIZED (
     SELECT greatest(coalesce(sum(chunk_count), 0), 1) AS n
     FROM document_versions WHERE tenant_id = %(tenant_id)s AND is_active
 ), idf AS (
-    SELECT t.id, ln(1 + (total.n - df.n + 0.5) / (df.n + 0.5)) AS idf
+    SELECT t.id, ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf
     FROM terms t
     CROSS JOIN total
     CROSS JOIN LATERAL (SELECT count(*) AS n FROM matched m WHERE m.tsv @@ t.one) df

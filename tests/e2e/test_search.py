@@ -42,7 +42,7 @@ SOURDOUGH_V1 = b"# Bread\n\nOur sourdough starter is fed with rye flour and warm
 SOURDOUGH_V2 = b"# Bread\n\nOur sourdough starter is now fed with spelt flour only.\n"
 GLOBEX = b"# Contract\n\nThe glacier survey contract with Globex pays nine thousand euros.\n"
 HIT_FIELDS = {"doc_id", "version", "chunk_index", "page", "title", "snippet", "score",
-              "text_rank", "vector_rank"}
+              "text_rank", "vector_rank", "text_score", "similarity", "heading_path"}
 
 
 @dataclass
@@ -164,23 +164,35 @@ def test_text_finds_a_word_and_vector_finds_a_paraphrase_sharing_none(world):
 
 
 def test_hybrid_hits_carry_both_ranks_and_the_fused_score(world):
-    hits = _hits(world, world.acme, q="glacier monitoring station", k=5)
+    from gateway.search import service
+
+    hits = _hits(world, world.acme, q="glacier monitoring station", k=5, group="chunk")
     assert hits and all(set(h) >= HIT_FIELDS for h in hits)
     top = hits[0]
     assert top["title"] == "glacier.md" and top["text_rank"] == 1 and top["vector_rank"]
-    assert top["score"] == pytest.approx(1 / 61 + 1 / (60 + top["vector_rank"]), abs=1e-6)
+    assert top["score"] == pytest.approx(
+        service.TEXT_WEIGHT / (service.RRF_K + 1)
+        + service.VECTOR_WEIGHT / (service.RRF_K + top["vector_rank"]), abs=1e-6)
+    assert top["text_score"] > 0 and 0 < top["similarity"] <= 1
+    assert top["heading_path"] == ["Station"]
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
     assert top["version"] == 1 and top["chunk_index"] == 0
 
 
-def test_group_document_returns_the_best_chunk_per_document(world):
-    chunks = _hits(world, world.acme, q="glacier", mode="text", k=20)
+def test_results_are_documents_by_default_with_their_other_chunks_nested(world):
+    chunks = _hits(world, world.acme, q="glacier", mode="text", k=20, group="chunk")
     assert _titles(chunks).count("glacier-log.md") >= 2
-    grouped = _hits(world, world.acme, q="glacier", mode="text", k=20, group="document")
+    assert all("other_chunks" not in h for h in chunks)
+    grouped = _hits(world, world.acme, q="glacier", mode="text", k=20)
     assert sorted(_titles(grouped)) == ["glacier-log.md", "glacier.md"]
-    best_log = next(h for h in chunks if h["title"] == "glacier-log.md")
-    assert next(h for h in grouped if h["title"] == "glacier-log.md")["chunk_index"] == \
-        best_log["chunk_index"]
+    log_chunks = [h for h in chunks if h["title"] == "glacier-log.md"]
+    log = next(h for h in grouped if h["title"] == "glacier-log.md")
+    assert log["chunk_index"] == log_chunks[0]["chunk_index"]
+    assert [o["chunk_index"] for o in log["other_chunks"]] == \
+        [h["chunk_index"] for h in log_chunks[1:]]
+    assert all(set(o) >= HIT_FIELDS - {"doc_id", "version", "title"} for o in log["other_chunks"])
+    # Each chunk of the log knows the heading it sits under.
+    assert {tuple(h["heading_path"]) for h in log_chunks} <= {(f"Log {i}",) for i in range(3)}
 
 
 def test_filters_narrow_to_documents_and_types(world):
