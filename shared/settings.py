@@ -169,12 +169,12 @@ class GatewaySettings(CommonSettings):
     # tokens: one thread is as fast as more, and leaves the other cores to Postgres (ADR 0158).
     search_embed_threads: int = Field(default=1, ge=1, le=64)
     # /v1/ask answers only when the best chunk stands out from the question's other nearest
-    # neighbours: its cosine similarity at least ASK_MIN_MARGIN above theirs (the median of
-    # neighbours 10-40) and at least ASK_MIN_SIMILARITY; a tenant with fewer than 40 chunks
-    # has no neighbours to compare with and needs ASK_SMALL_TENANT_SIMILARITY. Calibrated on
-    # the search evaluation (bench/search_quality.py, docs/decisions/0223).
-    ask_min_margin: float = Field(default=0.15, ge=0, le=2)
-    ask_min_similarity: float = Field(default=0.30, ge=-1, le=1)
+    # neighbours: (best − background) / (1 − background) ≥ ASK_MIN_LIFT, where background is
+    # the median cosine of neighbours 10-40, and best ≥ ASK_MIN_SIMILARITY; a tenant with fewer
+    # than 40 chunks has no neighbours to compare with and needs ASK_SMALL_TENANT_SIMILARITY.
+    # Calibrated on the search evaluation (bench/search_quality.py, docs/decisions/0223).
+    ask_min_lift: float = Field(default=0.23, ge=0, le=1)
+    ask_min_similarity: float = Field(default=0.25, ge=-1, le=1)
     ask_small_tenant_similarity: float = Field(default=0.35, ge=-1, le=1)
     # With a key, answers are written by the Anthropic Messages API; failures fall back to the
     # extractive answer (ADR 0107). The base URL lets tests and proxies stand in for the API.

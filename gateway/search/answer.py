@@ -39,17 +39,23 @@ async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
               request: service.SearchRequest) -> dict[str, Any]:
     settings = runtime.settings
     query = await runtime.query_vector(request.q)
-    # Chunks, not documents: each passage is cited on its own; the pool reaches NEIGHBOURS.
-    request = replace(request, group="chunk", k=max(request.k, NEIGHBOURS // 4))
+    # Chunks, not documents: each passage is cited on its own. The vector pool is what the
+    # evidence is judged on: at least NEIGHBOURS of the question's nearest chunks.
+    wide = replace(request, group="chunk", k=max(request.k, NEIGHBOURS // 4))
     async with pool.connection() as conn, conn.transaction():
         await conn.execute(service.Q["snapshot"])
-        found, fused = await runtime.retrieve(conn, tenant_id=tenant_id, request=request,
-                                              query=query)
+        found, _ = await runtime.retrieve(conn, tenant_id=tenant_id, request=wide,
+                                          query=query)
         verdict = evidence.judge(
-            [1.0 - d for d in found.distance.values()], min_margin=settings.ask_min_margin,
+            [1.0 - d for d in found.distance.values()], min_lift=settings.ask_min_lift,
             floor=settings.ask_min_similarity, small_tenant=settings.ask_small_tenant_similarity)
-        chosen = [f for f in fused if f.similarity is not None
-                  and f.similarity >= verdict.keep_above] if verdict.answerable else []
+        # Every neighbour that passes, most similar first: the evidence was judged by meaning,
+        # so it is cited that way (a provider reads up to request.k of them).
+        every = service.fuse(found.text, found.vector, k=len(found.vector) + len(found.text),
+                             text_score=found.text_score, distance=found.distance)
+        chosen = sorted((f for f in every if f.similarity is not None
+                         and f.similarity >= verdict.keep_above and verdict.answerable),
+                        key=lambda f: -(f.similarity or 0.0))[:request.k]
         passages = await service.hits(conn, tenant_id=tenant_id, q=request.q, fused=chosen)
     if not passages:
         return _abstain(request.q, verdict.reason or "no_evidence", facts=verdict.facts())

@@ -9,11 +9,14 @@ question's vector candidates (its nearest chunks of the tenant's active content)
 - ``best``: the highest cosine similarity;
 - ``background``: the median similarity of the neighbours ranked BACKGROUND_FROM to
   BACKGROUND_TO, the chunks that are near the question only as the corpus is;
-- the question is answerable when ``best − background ≥ ASK_MIN_MARGIN`` and
-  ``best ≥ ASK_MIN_SIMILARITY`` (a low floor). A tenant with fewer neighbours than
-  BACKGROUND_TO has no background to compare with: its best must reach ASK_SMALL_TENANT_SIMILARITY.
+- ``lift``: how much of the way from the background to a perfect match the best chunk goes,
+  ``(best − background) / (1 − background)``. A question with many relevant chunks raises its
+  own background; dividing by what is left above it keeps such a question answerable;
+- the question is answerable when ``lift ≥ ASK_MIN_LIFT`` and ``best ≥ ASK_MIN_SIMILARITY``
+  (a low floor). A tenant with fewer neighbours than BACKGROUND_TO has no background to compare
+  with: its best must reach ASK_SMALL_TENANT_SIMILARITY.
 
-The chunks cited are those within ASK_MIN_MARGIN of the background too, best first.
+The chunks cited are those whose own lift reaches ASK_MIN_LIFT, most similar first.
 
 A quote is a sentence, never a heading, a caption, a table row or boilerplate (a corresponding
 author, a copyright line, an address): the sentence of the passage nearest the question in
@@ -41,6 +44,7 @@ _BOILERPLATE = re.compile(
     r"click here|cookie|subscribe|terms of (use|service)|privacy policy|^\s*keywords?\s*:",
     re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"”’)\]]*\s+(?=[\"“(\[]?[A-Z0-9])")
+_ABBREVIATION = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|Prof|St|Sr|Jr|vs|etc|al|Fig|No|e\.g|i\.e)\.$")
 _LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
 
 
@@ -56,10 +60,13 @@ class Verdict:
         def rounded(value: float | None) -> float | None:
             return None if value is None else round(value, 4)
 
-        return {"best_similarity": rounded(self.best), "background": rounded(self.background)}
+        lift = None if self.best is None or self.background is None else \
+            (self.best - self.background) / (1.0 - self.background)
+        return {"best_similarity": rounded(self.best), "background": rounded(self.background),
+                "lift": rounded(lift)}
 
 
-def judge(similarities: Sequence[float], *, min_margin: float, floor: float,
+def judge(similarities: Sequence[float], *, min_lift: float, floor: float,
           small_tenant: float) -> Verdict:
     """The verdict on a question from its neighbours' cosine similarities (any order)."""
     sims = sorted(similarities, reverse=True)
@@ -70,7 +77,7 @@ def judge(similarities: Sequence[float], *, min_margin: float, floor: float,
         ok = best >= small_tenant
         return Verdict(ok, None if ok else "weak_evidence", best, None, small_tenant)
     background = statistics.median(sims[BACKGROUND_FROM:BACKGROUND_TO])
-    keep_above = max(floor, background + min_margin)
+    keep_above = max(floor, background + min_lift * (1.0 - background))
     ok = best >= keep_above
     return Verdict(ok, None if ok else "weak_evidence", best, background, keep_above)
 
@@ -85,11 +92,20 @@ def quotable(sentence: str) -> bool:
 
 def sentences(text: str) -> list[str]:
     """The passage's sentences in order, each on one line; lines are never joined."""
-    out = []
+    out: list[str] = []
+    new_line = True
     for line in text.split("\n"):
         line = _LIST_MARK.sub("", line).strip()
-        if line:
-            out += [" ".join(s.split()) for s in _SENTENCE_END.split(line) if s.strip()]
+        if not line:
+            continue
+        for piece in _SENTENCE_END.split(line):
+            piece = " ".join(piece.split())
+            if out and piece and _ABBREVIATION.search(out[-1]) and not new_line:
+                out[-1] += " " + piece  # "Dr. Smith": not the end of a sentence
+            elif piece:
+                out.append(piece)
+            new_line = False
+        new_line = True
     return out
 
 

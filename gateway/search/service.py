@@ -35,8 +35,8 @@ MAX_QUERY_CHARS = 500
 MAX_K = 50
 MAX_DOC_IDS = 20
 # Weighted reciprocal-rank fusion, tuned on one collection and checked on another (ADR 0222).
-RRF_K = 60
-TEXT_WEIGHT = 1.0
+RRF_K = 20
+TEXT_WEIGHT = 0.5
 VECTOR_WEIGHT = 1.0
 # A document hit nests at most this many of its other matching chunks.
 MAX_NESTED = 3
