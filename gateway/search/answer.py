@@ -58,7 +58,8 @@ async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
                         key=lambda f: -(f.similarity or 0.0))[:request.k]
         passages = await service.hits(conn, tenant_id=tenant_id, q=request.q, fused=chosen)
     if not passages:
-        return _abstain(request.q, verdict.reason or "no_evidence", facts=verdict.facts())
+        return _abstain(request.q, verdict.reason or "cited_content_deactivated",
+                        facts=verdict.facts())
     reply, fallback = None, None
     if settings.anthropic_api_key:  # no connection is held while the provider writes
         try:
@@ -98,13 +99,18 @@ async def _quotes(runtime: Runtime, question: list[float],
     candidates = [[s for s in evidence.sentences(p["text"]) if evidence.quotable(s)]
                   for p in passages]
     flat = [s for group in candidates for s in group]
-    vectors = await asyncio.gather(*(runtime.embedder.embed(s) for s in flat))
+    try:
+        vectors = await asyncio.gather(*(runtime.embedder.embed(s) for s in flat))
+    except (OSError, ValueError, RuntimeError) as exc:  # quote the first sentences instead
+        log.warning("sentences could not be embedded; quoting from the start",
+                    extra={"error": type(exc).__name__})
+        vectors = [[0.0] * len(question)] * len(flat)
     q = np.asarray(question)
     out, at = [], 0
     for passage, group in zip(passages, candidates, strict=True):
         if group:
             sims = [float(np.dot(q, vectors[at + i])) for i in range(len(group))]
-            best = int(np.argmax(sims))
+            best = int(np.argmax(sims))  # the first one when all are equal
             out.append({**passage, "quote": evidence.quote_from(group, best)})
         at += len(group)
     return out

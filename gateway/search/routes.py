@@ -83,10 +83,13 @@ class AskBody:
 async def ask(data: JSONBody[AskBody], request: Request, ctx: Ctx,
               search: NamedDependency[service.Runtime]) -> dict:
     """An answer to `question` from the caller's active documents, citing the chunks it rests
-    on (`citations`: chunk, document, version, page, quote), or `abstained: true` with "No
-    evidence for this in your documents." when no retrieved chunk is relevant enough. Written
-    by the configured LLM provider (`source: anthropic`) or quoted from the best passages
-    (`source: extractive`, also when the provider fails: `fallback` says why)."""
+    on (`citations`: chunk, document, version, page, heading path, quote), or `abstained: true`
+    with "No evidence for this in your documents.", a `reason` (no_candidates, weak_evidence,
+    provider_no_evidence, cited_content_deactivated, nothing_quotable) and the `evidence`
+    figures it was judged on, when no chunk stands out from the question's nearest neighbours.
+    Written by the configured LLM provider (`source: anthropic`) or quoted, sentence by
+    sentence, from the best passages (`source: extractive`, also when the provider fails:
+    `fallback` says why)."""
     search.check_enabled()
     wanted = service.validate(data.question, k=data.k, mode="hybrid", group="chunk",
                               filters=service.Filters(), allowed_types=search.settings.allowed_types)
