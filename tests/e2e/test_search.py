@@ -33,6 +33,10 @@ DOCS = {
     "odonata.md": f"# Odonata notes\n\n{PARAPHRASED}\n",
     "glacier.md": "# Station\n\nThe glacier monitoring station reports ice thickness each morning.\n",
     "turbine.md": "# Inspection\n\nThe quarterly turbine inspection found a cracked blade on unit seven.\n",
+    # A heading, a caption and an author line that match the question better than the answer.
+    "lichen.md": ("# Lichen cover and altitude\n\nFigure 2: Lichen cover by altitude.\n\n"
+                  "Corresponding author: lichen cover and altitude lab, Ana Lopez.\n\n"
+                  "Our survey found that lichen cover doubles with every 300 metres climbed.\n"),
     # Several chunks that all say "glacier": group=document must keep only the best one.
     "glacier-log.md": "".join(
         f"# Log {i}\n\nGlacier melt log entry {i}. {documents.prose(230, seed=10 + i)}\n\n"
@@ -326,6 +330,23 @@ def test_every_citation_names_an_active_chunk_of_the_callers_tenant(world):
     paraphrase = _ask(world.gateway, world.acme, "how fast do dragonflies fly")
     assert paraphrase["citations"][0]["doc_id"] == world.docs["odonata.md"]
     assert "50 km/h" in paraphrase["answer"]
+
+
+def test_an_answer_quotes_a_sentence_never_a_heading_caption_or_author_line(world):
+    answer = _ask(world.gateway, world.acme, "how does lichen cover change with altitude")
+    assert not answer["abstained"], answer
+    first = answer["citations"][0]
+    assert first["doc_id"] == world.docs["lichen.md"]
+    assert first["quote"] == "Our survey found that lichen cover doubles with every 300 metres climbed."
+    assert first["heading_path"] == ["Lichen cover and altitude"]
+    for line in ("Figure 2", "Corresponding author", "# Lichen"):
+        assert line not in answer["answer"]
+
+
+def test_an_abstention_says_why(world):
+    answer = _ask(world.gateway, world.acme, "what is the capital of France")
+    assert answer["abstained"] and answer["reason"] == "weak_evidence"
+    assert answer["evidence"]["best_similarity"] < 0.35
 
 
 def test_ask_bounds(world):

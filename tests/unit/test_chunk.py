@@ -281,10 +281,10 @@ def test_a_short_document_is_one_chunk_even_below_the_minimum(shipped_tokenizer)
     assert only.text == "# Note\n\nShort." and only.heading_path == ("Note",)
 
 
-sections = st.lists(st.tuples(st.integers(1, 4), st.integers(0, 140)), min_size=1, max_size=14)
+sections = st.lists(st.tuples(st.integers(1, 4), st.integers(0, 120)), min_size=1, max_size=10)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layout=sections, seed=st.integers(0, 1000), title=st.text(max_size=60))
 def test_any_layout_gives_standalone_chunks_within_the_cap(shipped_tokenizer, layout, seed,
                                                            title):
