@@ -41,7 +41,7 @@ VECTOR_WEIGHT = 1.0
 # A document hit nests at most this many of its other matching chunks.
 MAX_NESTED = 3
 # Each list contributes this many candidates to the fusion: a chunk ranked below them would
-# add less than 1/(60+200) to any score, below what separates the top k.
+# add less than 1/(20+200) to any score, below what separates the top k.
 MIN_POOL, MAX_POOL = 40, 200
 # pgvector's HNSW candidate list: the pool size, at least 100, at most pgvector's maximum of
 # 1000. At 40 (pgvector's default) the halfvec quality test's top 10 fell to 0.987 of the exact
