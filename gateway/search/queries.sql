@@ -12,27 +12,11 @@
 -- when the statement is planned (prepare=False), so the planner sees the real query.
 -- Score: each chunk's bm25 column holds the document side of BM25 per lexeme (migration 0055);
 -- the query side is each query lexeme's IDF, ln(1 + (N − df + 0.5) / (df + 0.5)), where df is
--- counted over the matched chunks (those are all the chunks that hold the lexeme: the tenant's
--- active content under the filters) and N is the tenant's active chunk count. The score is
--- the inner product of the two sparse vectors.
-WITH matched AS MATERIALIZED (
-    SELECT f.chunk_id, v.doc_id, f.tsv, f.bm25
-    FROM chunk_fts f
-    JOIN document_versions v ON v.doc_version_id = f.doc_version_id AND v.tenant_id = f.tenant_id
-    JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
-    WHERE f.tenant_id = %(tenant_id)s
-      AND v.is_active
-      AND f.tsv @@ (CASE WHEN %(syntax)s::boolean
-                         THEN websearch_to_tsquery('english', %(q)s::text)
-                         ELSE replace(strip(to_tsvector('english', %(q)s::text))::text,
-                                      ' ', ' | ')::tsquery END)
-      AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
-      AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
-      AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
-      AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
-      AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)
-), terms AS (
-    -- One tsquery per query lexeme, quoted by tsvector's own output.
+-- the count of the tenant's active chunks under the filters that hold the lexeme, and N the
+-- tenant's active chunk count. The score is the inner product of the two sparse vectors; the
+-- top n are kept by a bounded sort, nothing is materialized.
+WITH terms AS MATERIALIZED (
+    -- One tsquery per query lexeme, quoted by tsvector's own output; computed once each.
     SELECT search_term_id(t.lexeme) AS id,
            strip(array_to_tsvector(ARRAY[t.lexeme]))::text::tsquery AS one
     FROM unnest(to_tsvector('english', %(q)s::text)) AS t
@@ -40,18 +24,47 @@ WITH matched AS MATERIALIZED (
     SELECT greatest(coalesce(sum(chunk_count), 0), 1) AS n
     FROM document_versions WHERE tenant_id = %(tenant_id)s AND is_active
 ), idf AS (
+    -- df: the lexeme's chunks among the tenant's active content under the filters, counted
+    -- from the GIN index's bitmap (no tsvector is read).
     SELECT t.id, ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf
     FROM terms t
     CROSS JOIN total
-    CROSS JOIN LATERAL (SELECT count(*) AS n FROM matched m WHERE m.tsv @@ t.one) df
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n
+        FROM chunk_fts f
+        JOIN document_versions v ON v.doc_version_id = f.doc_version_id
+                                AND v.tenant_id = f.tenant_id
+        JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+        WHERE f.tenant_id = %(tenant_id)s
+          AND v.is_active
+          AND f.tsv @@ t.one
+          AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
+          AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
+          AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
+          AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
+          AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)) df
 ), query AS (
     SELECT format('{%%s}/1000000000',
                   string_agg(id || ':' || idf::real, ',' ORDER BY id))::sparsevec AS vec
     FROM (SELECT id, sum(idf) AS idf FROM idf GROUP BY id) per_dimension
 )
-SELECT m.chunk_id, m.doc_id, -(m.bm25 <#> query.vec) AS score
-FROM matched m, query
-ORDER BY m.bm25 <#> query.vec, m.chunk_id
+SELECT f.chunk_id, v.doc_id, -(f.bm25 <#> query.vec) AS score
+FROM chunk_fts f
+JOIN document_versions v ON v.doc_version_id = f.doc_version_id AND v.tenant_id = f.tenant_id
+JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+CROSS JOIN query
+WHERE f.tenant_id = %(tenant_id)s
+  AND v.is_active
+  AND f.tsv @@ (CASE WHEN %(syntax)s::boolean
+                     THEN websearch_to_tsquery('english', %(q)s::text)
+                     ELSE replace(strip(to_tsvector('english', %(q)s::text))::text,
+                                  ' ', ' | ')::tsquery END)
+  AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
+  AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
+  AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
+  AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
+  AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)
+ORDER BY f.bm25 <#> query.vec, f.chunk_id
 LIMIT %(n)s;
 
 -- name: vector_candidates
