@@ -18,7 +18,15 @@ C = [uuid.UUID(int=i) for i in range(10)]
 D = [uuid.UUID(int=100 + i) for i in range(10)]
 
 
-def test_fusion_adds_reciprocal_ranks_and_reports_both():
+@pytest.fixture
+def plain_rrf(monkeypatch):
+    """The textbook fusion (k = 60, equal weights), whatever the tuned constants are."""
+    monkeypatch.setattr(service, "RRF_K", 60)
+    monkeypatch.setattr(service, "TEXT_WEIGHT", 1.0)
+    monkeypatch.setattr(service, "VECTOR_WEIGHT", 1.0)
+
+
+def test_fusion_adds_reciprocal_ranks_and_reports_both(plain_rrf):
     text = [(C[1], D[1]), (C[2], D[2])]
     vector = [(C[2], D[2]), (C[3], D[3])]
     fused = service.fuse(text, vector, k=10)
@@ -38,7 +46,15 @@ def test_fusion_group_document_keeps_the_best_chunk_of_each_document():
     assert len(service.fuse(text, [], k=2)) == 2
 
 
-def test_documents_are_ranked_by_their_rank_among_documents_not_by_chunk_positions():
+def test_the_keyword_list_weighs_half_the_vector_list():
+    text = [(C[1], D[1]), (C[2], D[2])]
+    vector = [(C[2], D[2]), (C[3], D[3])]
+    fused = service.fuse(text, vector, k=10)
+    assert [f.chunk_id for f in fused] == [C[2], C[3], C[1]]
+    assert fused[0].score == pytest.approx(0.5 / 22 + 1 / 21)
+
+
+def test_documents_are_ranked_by_their_rank_among_documents_not_by_chunk_positions(plain_rrf):
     # D1 fills the top of the keyword list with three chunks; D2 is second there and first in
     # the vector list. By chunk ranks D2's text rank would be 4; among documents it is 2.
     text = [(C[1], D[1]), (C[2], D[1]), (C[3], D[1]), (C[4], D[2])]
