@@ -172,9 +172,14 @@ class GatewaySettings(CommonSettings):
     # CPU threads of the query model (EMBEDDING_VARIANT, like the workers). A query is a few
     # tokens: one thread is as fast as more, and leaves the other cores to Postgres (ADR 0158).
     search_embed_threads: int = Field(default=1, ge=1, le=64)
-    # /v1/ask cites a chunk only if its cosine similarity to the question is at least this,
-    # or it matches every word of the question; nothing passes = "no evidence" (ADR 0106).
-    ask_min_similarity: float = Field(default=0.35, ge=-1, le=1)
+    # /v1/ask answers only when the best chunk stands out from the question's other nearest
+    # neighbours: (best − background) / (1 − background) ≥ ASK_MIN_LIFT, where background is
+    # the median cosine of neighbours 10-40, and best ≥ ASK_MIN_SIMILARITY; a tenant with fewer
+    # than 40 chunks has no neighbours to compare with and needs ASK_SMALL_TENANT_SIMILARITY.
+    # Calibrated on the search evaluation (bench/search_quality.py, docs/decisions/0223).
+    ask_min_lift: float = Field(default=0.23, ge=0, le=1)
+    ask_min_similarity: float = Field(default=0.25, ge=-1, le=1)
+    ask_small_tenant_similarity: float = Field(default=0.35, ge=-1, le=1)
     # With a key, answers are written by the Anthropic Messages API; failures fall back to the
     # extractive answer (ADR 0107). The base URL lets tests and proxies stand in for the API.
     anthropic_api_key: str = ""
@@ -304,6 +309,8 @@ class WorkerSettings(CommonSettings):
 
     chunk_target_tokens: int = 200
     chunk_max_tokens: int = 254
+    # A chunk below this many tokens is merged into a neighbour (ADR 0221); at most target / 2.
+    chunk_min_tokens: int = Field(default=64, ge=1)
     embed_batch_size: int = 32
     max_uncompressed_mb: int = 200
     # Embedding threads per process (torch or onnxruntime intra-op); 0 = the machine's cores.

@@ -50,7 +50,8 @@ class Pipeline:
         self.fts_config = fts_config
         self.chunker = chunk.Chunker(
             embedder.tokenizer, target_tokens=settings.chunk_target_tokens,
-            max_tokens=settings.chunk_max_tokens, model_max_tokens=embedder.max_seq_length)
+            max_tokens=settings.chunk_max_tokens, model_max_tokens=embedder.max_seq_length,
+            min_tokens=settings.chunk_min_tokens)
         # One model per process, used by every slot: torch already spreads one encode over all
         # cores, and the tokenizers are not safe to share between concurrent calls.
         self._embed_lock = threading.Lock()
@@ -79,7 +80,7 @@ class Pipeline:
                     memory_bytes=self.settings.extract_memory_mb << 20, check=step.check,
                     limits=_limits(self.settings), ocr_page_s=self.settings.extract_ocr_page_s)
         with step("chunk", 0.2), self._chunk_lock:
-            chunks = self.chunker.split(doc)
+            chunks = self.chunker.split(doc, title=job.title)
         if not chunks:
             raise errors.NoTextFound("chunk: the document produced no text chunks; "
                                      "upload a version with a text layer.", stage="chunk")
@@ -136,7 +137,8 @@ class Pipeline:
             "content_hash": job.content_hash, "source_type": job.source_type,
             "pages": doc.pages, "text": doc.text, "title": doc.title, "url": doc.url,
             "chunks": [{"ordinal": c.ordinal, "char_start": c.char_start, "char_end": c.char_end,
-                        "page": c.page, "token_count": c.token_count} for c in chunks],
+                        "page": c.page, "token_count": c.token_count,
+                        "heading_path": c.heading_path, "context": c.context} for c in chunks],
         })
         key = f"{job.tenant_id}/{job.doc_id}/{doc_version_id}.json"
         return retry.transient()(self.artifacts.put_bytes)(key, body)
