@@ -153,7 +153,7 @@ def _bare_encode(texts: list[str]) -> float:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from worker.pipeline import embed
+    from shared.embedding import model as embed
 
     torch.set_num_threads(os.cpu_count() or 1)
     if _MODEL is None:
