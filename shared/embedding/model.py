@@ -93,6 +93,13 @@ class Embedder:
     def loaded(self) -> bool:
         return self._backend is not None
 
+    @property
+    def backend(self) -> backends.Backend:
+        """The loaded variant's bare forward pass (benches time it against the whole path)."""
+        self.load()
+        assert self._backend is not None
+        return self._backend
+
     def load(self) -> None:
         """Load the weights now (idempotent); the first call may export the ONNX model and,
         for ``auto``, time both variants (cached per machine)."""
