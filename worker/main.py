@@ -96,6 +96,7 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
             # either commits or rolls back with it.
         log.info("worker stopped", extra={"jobs_handled": consumer.processed})
         alerter.close(timeout=2)
+        handler.connections.close()
         pool.close()
 
 

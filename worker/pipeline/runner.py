@@ -24,7 +24,7 @@ from shared import db, errors, jobs, objectstore, retry
 from shared.embedding import model as embedding
 from shared.settings import WorkerSettings
 from worker import runs
-from worker.pipeline import chunk, embed, extract, index, parsers, read
+from worker.pipeline import chunk, embed, extract, index, parsers, read, writes
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ class Pipeline:
         # One model per process, shared by every slot through one queue: the chunks of all
         # documents in flight go through the same forward passes (ADR 0230).
         self.embeds = embed.EmbedQueue(embedder, capacity_tokens=settings.embed_queue_tokens)
+        # And one writer: the documents ready at once are committed together (ADR 0233).
+        self.writer = writes.GroupWriter(pool, fts_config=fts_config)
         # The tokenizers are not safe to share between concurrent calls.
         self._chunk_lock = threading.Lock()
 
@@ -117,9 +119,8 @@ class Pipeline:
         @retry.transient(attempts=self.settings.transient_retry_attempts)
         def attempt() -> tuple[int, dict[str, Any]]:
             step.check()
-            with self.pool.connection() as conn:
-                return index.write(conn, job, content, stats, started=started,
-                                   fts_config=self.fts_config, fence=lease.fence)
+            return self.writer.write(job, content, stats, started=started, fence=lease.fence,
+                                     check=step.check)
 
         return attempt()
 
