@@ -17,6 +17,7 @@ import resource
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -39,9 +40,14 @@ def _preload() -> list[str]:
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     name = getattr(spec, "name", None)
     by_name = [name] if name and not name.endswith("__main__") else []
-    return ["__main__", *by_name, "worker.pipeline.extract"]
+    return ["__main__", *by_name, "worker.pipeline.parsers", "worker.pipeline.extract"]
 
 
+# Imported in the forkserver too (preloaded), so its children inherit this: their set-up
+# re-runs the main module the server already imported, which runpy would report once per
+# document on stderr. Harmless by construction; silenced by its exact message.
+warnings.filterwarnings("ignore", category=RuntimeWarning,
+                        message=r"'[\w.]+' found in sys\.modules after import of package")
 _CONTEXT.set_forkserver_preload(_preload())
 _POLL_S = 0.2
 _READERS = {"pdf": "PDF", "docx": "DOCX", "html": "HTML", "txt": "text", "md": "Markdown"}
