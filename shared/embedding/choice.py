@@ -119,11 +119,12 @@ def choose(trials: Sequence[Trial]) -> Trial:
 def measure(forwards: Mapping[str, Forward], passes: Sequence[tuple[np.ndarray, np.ndarray]],
             *, reference: str = "torch", rounds: int = ROUNDS,
             clock: Callable[[], float] = time.perf_counter) -> list[Trial]:
-    """Time each variant over ``passes``: one warm-up pass each, then ``rounds`` full runs,
+    """Time each variant over ``passes``: a small warm-up pass each, then ``rounds`` full runs,
     the variants' order alternating per round so a burst of load from elsewhere hits both;
     each keeps its best run. Vectors of the first run are compared with ``reference``'s."""
+    ids, mask = passes[-1]
     for forward in forwards.values():
-        forward(*passes[0])  # first calls allocate; not what a running worker pays
+        forward(ids[:2], mask[:2])  # first calls allocate; not what a running worker pays
     best = {name: float("inf") for name in forwards}
     vectors: dict[str, np.ndarray] = {}
     for round_no in range(rounds):

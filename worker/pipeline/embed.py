@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 POLL_S = 0.2
 # A window is taken up to this many passes' worth of tokens, then sorted by length and cut:
 # sorting a few passes together is what keeps padding short when documents' lengths mix.
+# The next window is taken when the forward thread starts the current window's last pass:
+# late enough to hold what arrived meanwhile (full passes), early enough to be padded in time.
 WINDOW_PASSES = 4
-# Passes padded ahead of the forward thread: one running, one ready, one being padded.
-READY_PASSES = 2
 
 
 class Request:
@@ -62,6 +62,7 @@ class Pass:
     items: list[tuple[Request, int]]
     ids: np.ndarray
     mask: np.ndarray
+    last_of_window: bool = False
 
 
 @dataclass
@@ -85,12 +86,15 @@ class EmbedQueue:
         self.embedder = embedder
         self.batch_tokens = batch_tokens or embedder.batch_tokens
         # Room for a few passes: enough that the prep thread always finds a full window.
-        self.capacity_tokens = capacity_tokens or (WINDOW_PASSES + READY_PASSES) * self.batch_tokens
+        self.capacity_tokens = capacity_tokens or (WINDOW_PASSES + 2) * self.batch_tokens
         self.stats = QueueStats()
         self._cond = threading.Condition()
         self._waiting: list[Request] = []  # requests with ids queued but not yet taken
         self._queued_tokens = 0
-        self._ready: stdqueue.Queue[Pass | None] = stdqueue.Queue(maxsize=READY_PASSES)
+        self._ready: stdqueue.Queue[Pass | None] = stdqueue.Queue()
+        # Held by the prep thread from taking a window until the forward thread starts that
+        # window's last pass.
+        self._window_room = threading.Semaphore(1)
         self._threads: list[threading.Thread] = []
         self._closed = False
 
@@ -171,18 +175,24 @@ class EmbedQueue:
 
     def _prepare_forever(self) -> None:
         while True:
+            self._window_room.acquire()
             window = self._take()
             if window is None:
                 self._ready.put(None)
                 return
+            prepared = []
             for items in window:
                 try:
-                    prepared = Pass(items, *model.pad([r.sequences[i] for r, i in items]))
+                    prepared.append(Pass(items, *model.pad([r.sequences[i] for r, i in items])))
                 except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the pass
                     log.exception("embedding pass could not be padded")
                     _fail_items(items, exc)
-                    continue
-                self._ready.put(prepared)
+            if not prepared:
+                self._window_room.release()
+                continue
+            prepared[-1].last_of_window = True
+            for each in prepared:
+                self._ready.put(each)
 
     def _take(self) -> list[list[tuple[Request, int]]] | None:
         """The next window, cut into passes; waits for ids; None once closed and empty."""
@@ -235,6 +245,8 @@ class EmbedQueue:
             prepared = self._ready.get()
             if prepared is None:
                 return
+            if prepared.last_of_window:
+                self._window_room.release()  # the next window is taken while this pass runs
             try:
                 self._run(prepared)
             except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the pass
