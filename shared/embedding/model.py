@@ -41,8 +41,9 @@ Device = Literal["cpu", "cuda"]
 _ONNX_MODULES = frozenset({"Transformer", "Pooling", "Normalize"})
 # Padded tokens per forward pass when EMBED_BATCH_TOKENS is 0 (docs/decisions/0230). On a GPU,
 # big passes are what fill it (issue 27: 32 chunks a pass ran an H100 at 8 % of its forward
-# speed, 2,048 at 75 %); on the CPU, throughput is flat from 16 to 128 sequences a pass and a
-# smaller pass hands documents their vectors sooner (bench/embed.py --sweep).
+# speed, 2,048 at 75 %); on the CPU, the former 32 sequences a pass: a CPU gains little from
+# bigger passes, and a smaller pass hands documents their vectors sooner (bench/embed.py
+# --sweep measures it per machine).
 DEFAULT_BATCH_TOKENS = {"cuda": 2048 * 256, "cpu": 32 * 256}
 
 
