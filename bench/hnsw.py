@@ -74,7 +74,7 @@ class Loader:
                 run_id=run_id, doc_id=doc_id, tenant_id=self.tenant_id,
                 upload_uri=f"file:///bench/{run_id}", title="bench", source_type="md",
                 source_uri=f"upload://bench/{run_id}", original_filename="bench.md",
-                content_hash=f"sha256:{run_id.hex}", embedding_model=MODEL, embedding_dim=384,
+                content_hash="sha256:" + run_id.hex * 2, embedding_model=MODEL, embedding_dim=384,
                 submitted_at=datetime.now(UTC))))
 
     def load(self, pool: db.Pool, vecs: np.ndarray, per_doc: int) -> float:
