@@ -42,11 +42,13 @@ class CommonSettings(BaseSettings):
 
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     embedding_dim: int = 384
-    # How this process runs the model (docs/decisions/0110-0112): `torch` (fp32 on the CPU, fp16
-    # on cuda) or `onnx-int8` (an int8 ONNX export, made on first use and cached in
-    # EMBEDDING_CACHE_DIR). Same model, same vector space: versions of both are searched together.
-    # onnx-int8 is the default: 1.6-3.6x the embedding speed at cosine 0.99 to torch (ADR 0110).
-    embedding_variant: Literal["torch", "onnx-int8"] = "onnx-int8"
+    # How this process runs the model (docs/decisions/0110-0112, 0231): `torch` (fp32 on the CPU,
+    # fp16 on cuda), `onnx-int8` (an int8 ONNX export, made on first use and cached in
+    # EMBEDDING_CACHE_DIR), or `auto`: both timed at first load on a fixed sample and the faster
+    # one that agrees with fp32 (cosine >= 0.99) kept, the choice cached per machine beside the
+    # export. Same model, same vector space: versions of both are searched together. int8 is
+    # 1.6-3.6x faster on 2 cores, torch 1.8x faster on 16 (issue 27): hence auto by default.
+    embedding_variant: Literal["auto", "torch", "onnx-int8"] = "auto"
     embedding_device: Literal["cpu", "cuda"] = "cpu"
     embedding_cache_dir: str = ".ingest/models"
 
@@ -311,7 +313,12 @@ class WorkerSettings(CommonSettings):
     chunk_max_tokens: int = 254
     # A chunk below this many tokens is merged into a neighbour (ADR 0221); at most target / 2.
     chunk_min_tokens: int = Field(default=64, ge=1)
-    embed_batch_size: int = 32
+    # Padded tokens per forward pass of the embed queue, shared by every document in flight
+    # (docs/decisions/0230); 0 = by device: 2,048 x 256 on cuda, 32 x 256 on the CPU.
+    embed_batch_tokens: int = Field(default=0, ge=0)
+    # Tokens waiting in the embed queue at most (documents put more in as it drains; each gets
+    # at least one in); 0 = six passes' worth.
+    embed_queue_tokens: int = Field(default=0, ge=0)
     max_uncompressed_mb: int = 200
     # Embedding threads per process (torch or onnxruntime intra-op); 0 = the machine's cores.
     torch_threads: int = 0

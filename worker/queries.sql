@@ -7,6 +7,12 @@
 -- run_lock_key() (migrations/0008), the one definition every process shares.
 SELECT pg_try_advisory_lock(run_lock_key(%(run_id)s)) AS locked;
 
+-- name: unlock_all
+-- A job ended cleanly and its session is kept for the next job (docs/decisions/0232): release
+-- every session-level advisory lock it holds (the run's, a records job's tenant slot), exactly
+-- what closing the session would have released.
+SELECT pg_advisory_unlock_all();
+
 -- name: end_stuck_owner
 -- The owner's session lives but its heartbeat is older than the stale window: its process is
 -- wedged. Ending that session releases the lock (and makes the owner's own writes fail on the

@@ -23,7 +23,7 @@ from uuid import UUID
 from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 
-from gateway.search.embedding import QueryEmbedder, worker_model_loader
+from gateway.search.embedding import QueryEmbedder, model_loader
 from shared import db, errors
 from shared.settings import GatewaySettings
 
@@ -274,7 +274,7 @@ class Runtime:
         self.settings = settings
         # The workers' variant (ADR 0110: both share the model's space, so versions of either
         # are searched together), on the CPU threads SEARCH_EMBED_THREADS (ADR 0158).
-        self.embedder = embedder or QueryEmbedder(settings.embedding_model, worker_model_loader(
+        self.embedder = embedder or QueryEmbedder(settings.embedding_model, model_loader(
             variant=settings.embedding_variant, cache_dir=settings.embedding_cache_dir,
             threads=settings.search_embed_threads))
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pgvector.psycopg import register_vector
 
+from shared.embedding import model as embed
 from tests.support import documents, stack, submit
-from worker.pipeline import embed
 
 pytestmark = pytest.mark.slow
 

@@ -12,15 +12,16 @@ import pytest
 from sentence_transformers import SentenceTransformer
 from transformers import AutoTokenizer
 
+from shared.embedding import model as embed
 from tests.support import documents
-from worker.pipeline import chunk, embed, extract
+from worker.pipeline import chunk, extract
 
 slow = pytest.mark.slow  # loads the model once for the module, a few seconds
 
 
 @pytest.fixture(scope="module")
 def embedder() -> embed.Embedder:
-    return embed.load_embedder()
+    return embed.load_embedder(variant="torch")
 
 
 @slow
@@ -119,8 +120,8 @@ def test_vectors_from_the_chunkers_ids_are_the_librarys_vectors(embedder, tmp_pa
 
 def test_making_an_embedder_loads_no_weights_and_no_torch():
     # A worker builds its pipeline at start; only a document job may pay for torch (ADR 0112).
-    code = ("import sys; from worker import main; from worker.pipeline import embed; "
-            "e = embed.load_embedder(); "
+    code = ("import sys; from worker import main; from shared.embedding import model; "
+            "e = model.load_embedder(cache_dir='/nonexistent'); "
             "assert not e.loaded and e.dim == 384 and e.max_seq_length == 256; "
             "assert 'torch' not in sys.modules, 'torch imported'; "
             "assert 'onnxruntime' not in sys.modules, 'onnxruntime imported'")

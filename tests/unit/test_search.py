@@ -206,8 +206,8 @@ def test_a_failed_pass_fails_each_of_its_queries_and_the_next_pass_still_runs():
 
 
 def test_the_gateway_embeds_queries_with_the_workers_variant(monkeypatch, tmp_path):
+    from shared.embedding import model as embed
     from shared.settings import GatewaySettings
-    from worker.pipeline import embed
 
     asked: list[dict] = []
 
@@ -230,5 +230,5 @@ def test_the_gateway_embeds_queries_with_the_workers_variant(monkeypatch, tmp_pa
                                search_embed_threads=1)
     runtime = service.Runtime(settings)
     assert asyncio.run(runtime.query_vector("q")) == ([1.0, 1.0], "m")
-    assert asked == [{"model": settings.embedding_model, "batch_size": 32,
+    assert asked == [{"model": settings.embedding_model, "batch_tokens": 32 * 256,
                       "variant": "onnx-int8", "cache_dir": str(tmp_path), "threads": 1}]
