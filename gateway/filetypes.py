@@ -24,6 +24,12 @@ CONTENT_TYPES = {
 ALIASES = {"htm": "html", "markdown": "md", "ndjson": "jsonl"}
 # How much of the file the content check looks at.
 SNIFF_BYTES = 8192
+# Records files (the import path only): spreadsheets save "Unicode text" and Google Ads its
+# "Excel CSV" as UTF-16 with a byte-order mark, some tools as UTF-32 or UTF-16 without one.
+# Their NUL bytes are text, not a binary's (docs/decisions/0170).
+RECORDS_TYPES = ("csv", "jsonl")
+_UNICODE_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+                 (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 _HTML_START = re.compile(rb"^\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body|meta|title|div|p|h[1-6])\b",
                          re.IGNORECASE | re.DOTALL)
@@ -58,6 +64,8 @@ def _looks_like(source_type: str, head: bytes, *, complete: bool) -> bool:
         return b"%PDF-" in head[:1024]
     if source_type == "docx":
         return head.startswith(b"PK\x03\x04")
+    if source_type in RECORDS_TYPES and (codec := _wide_unicode(head)) is not None:
+        return _is_wide_text(head, codec, complete=complete)
     if not _is_text(head, complete=complete):
         return False
     if source_type == "html":
@@ -74,3 +82,31 @@ def _is_text(head: bytes, *, complete: bool) -> bool:
     except UnicodeDecodeError:
         # Not UTF-8: accept legacy single-byte text that has no control characters.
         return not re.search(rb"[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f]", head)
+
+
+def _wide_unicode(head: bytes) -> str | None:
+    """The codec of a UTF-16/32 text: by its byte-order mark, else UTF-16 recognisable by the
+    NUL high bytes of mostly-Latin text; None for anything else."""
+    for bom, codec in _UNICODE_BOMS:
+        if head.startswith(bom):
+            return codec
+    pairs = len(head) // 2
+    if pairs < 2:
+        return None
+    even = sum(1 for i in range(0, pairs * 2, 2) if head[i] == 0)
+    odd = sum(1 for i in range(1, pairs * 2, 2) if head[i] == 0)
+    if odd >= 0.6 * pairs and even <= 0.1 * pairs:
+        return "utf-16-le"
+    if even >= 0.6 * pairs and odd <= 0.1 * pairs:
+        return "utf-16-be"
+    return None
+
+
+def _is_wide_text(head: bytes, codec: str, *, complete: bool) -> bool:
+    """Whether the head decodes in ``codec`` into text without control characters (a NUL in
+    the text itself is no text file). A head cut mid-character is fine unless complete."""
+    try:
+        text = codecs.getincrementaldecoder(codec)().decode(head, final=complete)
+    except UnicodeDecodeError:
+        return False
+    return not re.search(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]", text)
