@@ -106,8 +106,8 @@ def _count(field: str, label: str) -> Column:
     upper = field.upper()
     return Column(
         field, (field,), f"{label}: a whole number, 0 or more; thousands separators allowed; "
-        "empty, or a column the export lacks, is no value (NULL), not 0.", normalise=n.count,
-        number=True, ambiguous=_ambiguous(field, label),
+        "an empty cell is 0, a column the export lacks is no value (NULL).", normalise=n.count,
+        number=True, default=0, ambiguous=_ambiguous(field, label),
         invalid=Rule(f"AD_METRIC_{upper}_INVALID", CRITICAL,
                      f"{label} must be a whole number such as 12,345."),
         checks=(Rule(f"AD_METRIC_{upper}_NEGATIVE", CRITICAL, f"{label} cannot be negative.",
@@ -121,7 +121,7 @@ def _measure(field: str, label: str, description: str) -> Column:
     upper = field.upper()
     return Column(
         field, (field,), description, normalise=n.decimal_number, number=True,
-        ambiguous=_ambiguous(field, label),
+        default=Decimal(0), ambiguous=_ambiguous(field, label),
         invalid=Rule(f"AD_METRIC_{upper}_INVALID", CRITICAL,
                      f"{label} must be a number such as 12 or 3.5."),
         checks=(Rule(f"AD_METRIC_{upper}_NEGATIVE", CRITICAL, f"{label} cannot be negative.",
@@ -173,11 +173,12 @@ COLUMNS = (
                Rule("AD_METRIC_METRIC_DATE_TOO_OLD", CRITICAL,
                     "The day is before 2000-01-01 (a misread date).",
                     broken=lambda v: v < EARLIEST))),
+    # Required as a column (header_check); an empty cell is 0, as a day without delivery.
     Column("spend", ("spend",), "Amount spent in the account's currency, rounded half up to "
-           "cents; currency signs and the file's thousands convention allowed; empty is 0.",
-           required=True, normalise=n.money, unit_field="currency", default=Decimal("0.00"),
+           "cents; currency signs and the file's thousands convention allowed; the column is "
+           "required, an empty cell is 0.",
+           normalise=n.money, unit_field="currency", default=Decimal("0.00"),
            number=True, ambiguous=_ambiguous("spend", "Spend"),
-           missing=Rule("AD_METRIC_SPEND_MISSING", CRITICAL, "The spend column is required."),
            invalid=Rule("AD_METRIC_SPEND_INVALID", CRITICAL,
                         "Spend must be a number such as 1,234.56."),
            checks=(Rule("AD_METRIC_SPEND_NEGATIVE", CRITICAL, "Spend cannot be negative.",
@@ -388,11 +389,18 @@ DAY_STEPS = {
 
 
 def header_check(contract: Contract, match: HeaderMatch) -> Issue | None:
-    """A file whose rows can name no day and no period: the batch fails with the platform's
-    steps to export it with one (never a guessed day)."""
+    """A file without a spend column, or whose rows can name no day and no period: the batch
+    fails, for the latter with the platform's steps to export it with one (never a guessed
+    day)."""
     from shared.contracts import codes
 
     index = match.index
+    if "spend" not in index:
+        rule = codes.MISSING_COLUMN
+        spend = contract.column("spend").headers
+        return Issue(None, "spend", rule.code, rule.severity,
+                     f"Required column {spend[0]!r} (the amount spent) was not found in the "
+                     "header.")
     if "metric_date" in index or ("reporting_starts" in index and "reporting_ends" in index):
         return None
     if match.context.get("period") is not None:

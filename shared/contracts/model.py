@@ -99,7 +99,8 @@ class Column:
     # A header naming this column may end in a unit, `Amount spent (USD)`: the field named
     # here (e.g. ``currency``) takes that unit in every row that has no value of its own.
     unit_field: str | None = None
-    # The value of an empty cell when the field is not required (e.g. 0 for a metric).
+    # The value of an empty cell when the field is not required (e.g. 0 for a metric); a
+    # column the file does not have at all is None whatever its default.
     default: Any = None
     # A number: ``normalise(text, decimal)`` takes the file's decimal separator (`.`, `,` or
     # None: unknown), and a value that reads two ways under an unknown one is ``ambiguous``.
@@ -425,11 +426,16 @@ def validate_row(contract: Contract, raw: Sequence[str] | Mapping[str, Any],
     if isinstance(raw, Mapping):
         cells, numbers = _cells_of_mapping(contract, raw)
         texts = [cells.get(c.name, "") for c in contract.columns]
+        present = [c.name in cells for c in contract.columns]
+        # JSON is a machine's format: its numbers have a decimal point unless the upload said.
+        decimal = decimal or "."
     else:
         if match is None:
             raise TypeError("a CSV row needs the HeaderMatch of its file")
         width = len(raw)  # a short row's missing cells read as empty
         texts = [raw[p] if 0 <= p < width else "" for p in match.positions]
+        present = [p >= 0 or c.name in match.implied
+                   for c, p in zip(contract.columns, match.positions, strict=True)]
         if match.implied:
             texts = [t if t and t.strip() else match.implied.get(c.name, t)
                      for c, t in zip(contract.columns, texts, strict=True)]
@@ -442,7 +448,7 @@ def validate_row(contract: Contract, raw: Sequence[str] | Mapping[str, Any],
                 _add(hygiene["COLUMN_CONFLICT"], row_number, name, errors, warnings)
     empty = contract.empty_markers
     values: dict[str, Any] = {}
-    for column, text in zip(contract.columns, texts, strict=True):
+    for column, text, given in zip(contract.columns, texts, present, strict=True):
         text = text.strip() if text else ""
         if (empty and text in empty) or (text and not meaningful(text)):
             text = ""
@@ -452,7 +458,9 @@ def validate_row(contract: Contract, raw: Sequence[str] | Mapping[str, Any],
         elif not text:
             if column.required and column.missing is not None:
                 _add(column.missing, row_number, column.name, errors, warnings)
-            value = column.default
+            # An empty cell of a column the file has is its default (a metric's 0); a column
+            # the file does not have is no value at all (NULL, never 0).
+            value = column.default if given else None
         else:
             value = _normalised(column, text, "." if column.name in numbers else decimal)
             if value is INVALID or value is AMBIGUOUS:

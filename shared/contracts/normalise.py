@@ -88,7 +88,7 @@ _MONEY = re.compile(rf"([+-]?)\s*(?:[A-Z]{{1,2}}\$|[A-Z]{{3}}|{_SIGN})?\s*(.*?)\
 _GROUP_SPACE = re.compile(r"(?<=[0-9])[ '’](?=[0-9]{3}(?:[^0-9]|$))")
 _READINGS = {
     sep: (re.compile(rf"[+-]?(?:[0-9]+(?:{re.escape(sep)}[0-9]*)?|{re.escape(sep)}[0-9]+)"),
-          re.compile(rf"[+-]?[0-9]{{1,3}}(?:{re.escape(group)}[0-9]{{3}})+"
+          re.compile(rf"[+-]?[1-9][0-9]{{0,2}}(?:{re.escape(group)}[0-9]{{3}})+"
                      rf"(?:{re.escape(sep)}[0-9]+)?"), group)
     for sep, group in ((".", ","), (",", "."))}
 _SCIENTIFIC = re.compile(r"[+-]?[0-9]+(?:[.,][0-9]+)?[eE][+-]?[0-9]+")

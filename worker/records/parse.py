@@ -170,6 +170,7 @@ class Reader:
         self.encoding = detect_encoding(path)
         self._fh: TextIO = open(path, encoding=self.encoding.codec, newline="")  # noqa: SIM115
         self.parsed: ParsedFile | None = None
+        self._pending: list[list[str]] = []
 
     def close(self) -> None:
         self._fh.close()
@@ -204,7 +205,7 @@ class Reader:
         assert self.parsed is not None
         skipped = self.parsed.skipped
         furniture = self._furniture_test()
-        ahead: list[list[str]] = []
+        ahead: list[list[str]] = list(self._pending)
         while len(ahead) < LOOKAHEAD_ROWS and (cells := self._next_csv(reader)) is not None:
             ahead.append(cells)
         self._learn_decimal(ahead)
@@ -224,24 +225,29 @@ class Reader:
     def _find_header(self, reader: Any) -> tuple[list[str], list[str]]:
         """The header row: the first non-blank line, or, for an export with title lines
         (``contract.preamble_lines``), the first of that many more lines that names every
-        required column; the lines above it are its titles. When none does, the first line
-        is the header (and fails as such)."""
-        first: list[str] | None = None
-        seen: list[list[str]] = []
+        required column and the most of the contract's columns; the lines above it are its
+        titles. When none names any, the first line is the header (and fails as such)."""
+        lines: list[list[str]] = []
         for _ in range(self.contract.preamble_lines + 1):
             line = self._next_csv(reader)
             while line is not None and not any(c.strip() for c in line):
                 line = self._next_csv(reader)  # blank lines before the header
             if line is None:
                 break
-            if first is None:
-                first = line
-            if not contracts.match_header(self.contract, line).missing:
-                return line, [" ".join(c for c in t if c.strip()) for t in seen]
-            seen.append(line)
-        if first is None:
+            lines.append(line)
+        if not lines:
             raise _empty(Counter())
-        return first, []
+        best, named = 0, 0
+        for i, line in enumerate(lines):
+            match = contracts.match_header(self.contract, line)
+            if not match.missing and len(match.index) > named:
+                best, named = i, len(match.index)
+        if named == 0:
+            best = 0
+        # Lines read past the header are rows: hand them back to the row loop.
+        self._pending = lines[best + 1:]
+        titles = [" ".join(c for c in t if c.strip()) for t in lines[:best]]
+        return lines[best], titles
 
     def _furniture_test(self) -> Callable[[Sequence[str]], str | None] | None:
         """Why a row is no record (a total, the export's summary, a note), or None."""
