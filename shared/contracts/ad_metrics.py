@@ -256,7 +256,11 @@ DAY_MISSING = Rule("AD_METRIC_DAY_MISSING", CRITICAL,
                    "belong to are unknown.")
 PERIOD_TOO_OLD = Rule("AD_METRIC_PERIOD_INVALID", CRITICAL,
                       "The reporting range starts before 2000-01-01 or ends in the future.")
-DERIVED_RULES = ((None, DAY_MISSING), (None, PERIOD_TOO_OLD))
+UNNAMED = Rule("AD_METRIC_UNNAMED_SUMMED", WARNING,
+               "The row names no entity at the export's own level (e.g. a Google ad without a "
+               "name or id); its figures were added to its parent's (ad group, campaign) with "
+               "the other unnamed rows of that parent.")
+DERIVED_RULES = ((None, DAY_MISSING), (None, PERIOD_TOO_OLD), (None, UNNAMED))
 # Objectives whose results are conversions (Meta's API names and Ads Manager's words), and
 # the words of a result indicator or type that name a conversion event when no objective is
 # given. Anything else (reach, link clicks, profile visits, messaging conversations…) is a
@@ -334,16 +338,35 @@ def _grain(values: dict[str, Any], context: Mapping[str, Any]) -> list[tuple[Rul
     return []
 
 
-def derive(values: dict[str, Any], context: Mapping[str, Any]) -> list[tuple[Rule, str | None]]:
+def derive(values: dict[str, Any], context: Mapping[str, Any],
+           row: int = 1) -> list[tuple[Rule, str | None]]:
     """The day or period, name paths, breakdown and conversions of a valid row."""
     issues = _grain(values, context)
     _paths(values)
     slices = [f"{b}={values[b]}" for b in BREAKDOWNS if values.get(b)]
+    if _unnamed(values, context.get("fields")):
+        # Nothing tells this row from its unnamed siblings: each is a slice of the parent.
+        slices.append(f"row={row}")
+        issues.append((UNNAMED, None))
     values["breakdown"] = PART.join(slices) if slices else None
     if values.get("conversions") is None and values.get("results") is not None \
             and is_conversion(values.get("result_indicator"), values.get("objective")):
         values["conversions"] = values["results"]
     return issues
+
+
+def _unnamed(values: Mapping[str, Any], fields: frozenset[str] | None) -> bool:
+    """Whether the row names a parent but not the entity of the export's deepest level (a
+    Google ad report's responsive search ads: `Ad name` is `--`, and no Ad ID column)."""
+    if not fields:
+        return False
+    levels = [(i, nm) for _, i, nm in LEVELS if i in fields or nm in fields]
+    if len(levels) < 2:
+        return False
+    deepest, parents = levels[-1], levels[:-1]
+    if values.get(deepest[0]) or values.get(deepest[1]):
+        return False
+    return any(values.get(i) or values.get(nm) for i, nm in parents)
 
 
 def _level_key(values: Mapping[str, Any], level: str, id_field: str) -> str:

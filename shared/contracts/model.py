@@ -174,9 +174,9 @@ class Contract:
     furniture: bool = False
     # Values computed from the whole validated row (ad metrics: name paths, the day or the
     # period, conversions from results), and the issues that only the whole row shows.
-    # Called with the values and the file's context (HeaderMatch.context).
-    derive: Callable[[dict[str, Any], Mapping[str, Any]], list[tuple[Rule, str | None]]] | None \
-        = None
+    # Called with the values, the file's context (HeaderMatch.context) and the row's number.
+    derive: Callable[[dict[str, Any], Mapping[str, Any], int],
+                     list[tuple[Rule, str | None]]] | None = None
     # A header that cannot be imported as is (an ad report without a day or a period): the
     # batch-level issue saying how to export it, or None (HeaderMatch → Issue | None).
     header_check: Callable[[Any, Any], Any] | None = None
@@ -492,7 +492,8 @@ def validate_row(contract: Contract, raw: Sequence[str] | Mapping[str, Any],
         if all(values.get(f) is not None for f in row_rule.fields) and row_rule.broken(values):
             _add(row_rule.rule, row_number, None, errors, warnings)
     if contract.derive is not None and not errors:
-        for rule, name in contract.derive(values, match.context if match is not None else {}):
+        context = match.context if match is not None else {}
+        for rule, name in contract.derive(values, context, row_number):
             _add(rule, row_number, name, errors, warnings)
     return RowResult(row_number, values, errors, warnings)
 

@@ -330,7 +330,8 @@ class Reader:
                        titles: Sequence[str]) -> None:
         match = contracts.match_header(self.contract, header)
         period = next((p for t in titles if (p := n.report_period(t)) is not None), None)
-        match = replace(match, context={"period": period, "titles": tuple(titles)})
+        match = replace(match, context={"period": period, "titles": tuple(titles),
+                                        "fields": frozenset(match.index)})
         issues = contracts.header_issues(self.contract, match) if header else []
         critical = [i for i in issues if i.severity is contracts.Severity.CRITICAL]
         if critical:
