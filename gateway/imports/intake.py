@@ -94,8 +94,7 @@ class InvalidForcePartial(errors.InvalidRequest):
 
 
 class InvalidDecimalSeparator(errors.InvalidRequest):
-    """decimal_separator must be `.` (1,234.56), `,` (1.234,56) or auto (detected from the
-    file's numbers, the default)."""
+    """decimal_separator must be `.` (1,234.56), `,` (1.234,56) or auto (the default)."""
 
     code = "invalid_decimal_separator"
 
