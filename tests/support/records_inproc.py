@@ -25,14 +25,17 @@ from worker.records.pipeline import RecordsPipeline
 
 
 class Importer:
-    def __init__(self, database_url: str, conn: psycopg.Connection, folder: Path) -> None:
+    def __init__(self, database_url: str, conn: psycopg.Connection, folder: Path, *,
+                 pause_at: str = "", pause_file: Path | None = None) -> None:
         self.conn = conn
         self.store = folder / "uploads"
         self.store.mkdir(parents=True, exist_ok=True)
         self.settings = WorkerSettings(
             database_url=database_url, upload_store_uri=self.store.as_uri(),
             heartbeat_interval_s=5, running_stale_after_s=600, records_tenant_slots=3,
-            ledger_apply_enabled=False, webhook_dispatch_enabled=False)
+            ledger_apply_enabled=False, webhook_dispatch_enabled=False,
+            # The worker's test-only pause point (worker/records/pipeline.py _Check.hold).
+            worker_pause_at_stage=pause_at, worker_pause_file=str(pause_file or ""))
         self.handler = IngestHandler(self.settings, pipeline=None,  # type: ignore[arg-type]
                                      records=RecordsPipeline(self.settings, s3=None))
 
