@@ -66,6 +66,8 @@ def _looks_like(source_type: str, head: bytes, *, complete: bool) -> bool:
         return head.startswith(b"PK\x03\x04")
     if source_type in RECORDS_TYPES and (codec := _wide_unicode(head)) is not None:
         return _is_wide_text(head, codec, complete=complete)
+    if source_type in RECORDS_TYPES and _is_text_with_stray_nuls(head, complete=complete):
+        return True  # a NUL in a cell is that row's error (worker), not a binary file
     if not _is_text(head, complete=complete):
         return False
     if source_type == "html":
@@ -110,3 +112,12 @@ def _is_wide_text(head: bytes, codec: str, *, complete: bool) -> bool:
     except UnicodeDecodeError:
         return False
     return not re.search(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]", text)
+
+
+def _is_text_with_stray_nuls(head: bytes, *, complete: bool) -> bool:
+    """UTF-8 text with a few NUL bytes (under 1 %): a records file with a bad cell. A binary
+    (a PDF, a zip, an image) has far more, and is no valid UTF-8 besides."""
+    nuls = head.count(b"\x00")
+    if not nuls or nuls * 100 >= len(head) or head.startswith((b"%PDF-", b"PK\x03\x04")):
+        return False
+    return _is_text(head.replace(b"\x00", b""), complete=complete)
