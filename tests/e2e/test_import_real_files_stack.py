@@ -126,7 +126,12 @@ def test_personal_data_reaches_no_log_on_any_error_path(gateway, tenants, conn, 
     assert {"PLAINTIFF_ZIP_INVALID", "PLAINTIFF_STATUS_INVALID", "PLAINTIFF_EMAIL_INVALID",
             "PLAINTIFF_CASE_NUMBER_NOT_FOUND", "PLAINTIFF_DUPLICATE", "PLAINTIFF_TEXT_UNSTORABLE",
             "PLAINTIFF_CASE_NUMBER_MIXED_SCRIPT", "BATCH_MALFORMED_CSV",
-            "PLAINTIFF_ROW_UNREADABLE", "BATCH_ERROR_BUDGET_EXCEEDED"} <= codes
+            "PLAINTIFF_ROW_UNREADABLE"} <= codes
+    run_codes = {r["batch_id"]: r["error_code"] for r in conn.execute(
+        "SELECT batch_id::text, error_code FROM ingestion_runs WHERE tenant_id = %s",
+        (user.tenant_id,))}
+    assert (run_codes[ids["budget"]], run_codes[ids["promotion"]]) == (
+        "BATCH_ERROR_BUDGET_EXCEEDED", "unexpected_error")
     # (Postgres did log the promotion's error: the test reads the log it means to search)
     pg_log = server_log.read_bytes()[start:].decode("utf-8", errors="replace")
     assert "test trigger refused a plaintiff row" in pg_log
