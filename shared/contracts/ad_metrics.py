@@ -294,14 +294,17 @@ def is_conversion(indicator: str | None, objective: str | None) -> bool:
 
 
 def _token(values: Mapping[str, Any], id_field: str, name_field: str) -> str:
-    if values.get(id_field):
-        return "#" + values[id_field]
-    return n.fold(values[name_field]) if values.get(name_field) else ""
+    """A parent's part of a name path: its folded name, so the path is the same whether the
+    export has ids or not; `#id` only for a parent the row names by id alone."""
+    if values.get(name_field):
+        return n.fold(values[name_field])
+    return "#" + values[id_field] if values.get(id_field) else ""
 
 
 def _paths(values: dict[str, Any]) -> None:
     """Each level's name path (its and its parents' folded names, a parent named only by id
-    as `#id`), hashed; None for a level the row does not name by name."""
+    as `#id`), hashed; None for a level the row does not name by name. The same names give
+    the same path with ids or without, so ids seen later attach (docs/decisions/0173)."""
     tokens: list[str] = []
     for level, id_field, name_field in LEVELS:
         named = values.get(name_field)

@@ -272,3 +272,51 @@ def test_meta_export_without_data_fails_saying_so(importer, conn, tenants):
     batch = importer.run(tenant, path.read_bytes(), "ad_metrics", platform="meta")
     assert (batch["status"], batch["run_error_code"]) == ("failed", "BATCH_EMPTY_FILE")
     assert batch["rejection_reason"] == "The file contains no data rows, only 1 note."
+
+
+# ── entities: names first, ids later ──────────────────────────────────────────────────────
+def test_ids_seen_later_attach_to_the_entities_the_names_made(importer, conn, tenants):
+    from tests.support import ad_exports
+
+    facts = ad_exports.grid(2, 3, 6, 2)
+    tenant = tenants.user("names-then-ids").tenant_id
+    # Given a names-only Meta export (its default columns), imported
+    first = importer.run(tenant, ad_exports.meta_download(facts), "ad_metrics", platform="meta")
+    assert (first["status"], first["entity_keys"]) == ("completed", "names")
+    counts = {t: conn.execute(f"SELECT count(*) AS n, count(external_id) AS ids FROM {t} "
+                              "WHERE tenant_id = %s", (tenant,)).fetchone()
+              for t in ("campaigns", "ad_sets", "ads")}
+    assert {t: (c["n"], c["ids"]) for t, c in counts.items()} == {
+        "campaigns": (2, 0), "ad_sets": (3, 0), "ads": (6, 0)}
+
+    # When the same figures come again with the ID columns
+    second = importer.run(tenant, ad_exports.meta_download(facts, ids=True), "ad_metrics",
+                          platform="meta")
+
+    # Then the ids attached to the same campaigns, ad sets and ads, and no fact doubled
+    assert (second["status"], second["entity_keys"]) == ("completed", "ids")
+    after = {t: conn.execute(f"SELECT count(*) AS n, count(external_id) AS ids FROM {t} "
+                             "WHERE tenant_id = %s", (tenant,)).fetchone()
+             for t in ("campaigns", "ad_sets", "ads")}
+    assert {t: (c["n"], c["ids"]) for t, c in after.items()} == {
+        "campaigns": (2, 2), "ad_sets": (3, 3), "ads": (6, 6)}
+    assert (second["rows_inserted"], second["rows_unchanged"]) == (0, len(facts))
+    assert stored(conn, tenant).rows == len(facts)
+    # and a names-only export after that still finds them
+    third = importer.run(tenant, ad_exports.meta_download(facts) + b"\n", "ad_metrics",
+                         platform="meta")
+    assert (third["status"], third["rows_inserted"]) == ("completed", 0)
+
+
+def test_google_download_from_the_generator_reads_like_the_real_ones(importer, conn, tenants):
+    # The generator (tests/support/ad_exports.py) writes what the real files hold: UTF-16,
+    # tabs, title lines with the range, `Currency code` twice, a Total row.
+    from tests.support import ad_exports
+
+    facts = ad_exports.grid(2, 4, 4, 3)
+    tenant = tenants.user("generated-google").tenant_id
+    batch = importer.run(tenant, ad_exports.google_download(facts), "ad_metrics",
+                         platform="google")
+    assert (batch["status"], batch["file_encoding"], batch["report_grain"]) == (
+        "completed", "UTF-16LE with BOM", "day")
+    assert stored(conn, tenant).spend == sum(Decimal(f.spend) for f in facts)
