@@ -7,13 +7,12 @@ pipeline reaches (walked through the status machine, so its trigger accepts them
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import csv
 import hashlib
 import io
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 
 import httpx
 import orjson
