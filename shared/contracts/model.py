@@ -87,8 +87,9 @@ class Column:
     headers: tuple[str, ...]
     description: str
     required: bool = False
-    # Text (trimmed, never empty) → value, or INVALID. None keeps the trimmed text.
-    normalise: Callable[[str], Any] | None = None
+    # Text (trimmed, never empty) → value, or INVALID. None keeps the trimmed text. A number's
+    # normaliser also takes the file's decimal separator (``number``).
+    normalise: Callable[..., Any] | None = None
     missing: Rule | None = None   # an empty required cell (or a normalised value that is empty)
     invalid: Rule | None = None   # the normaliser answered INVALID
     checks: tuple[Rule, ...] = ()  # run in order on the normalised value
@@ -373,8 +374,9 @@ def match_header(contract: Contract, header_names: Sequence[str]) -> HeaderMatch
 
 def _preference(column: Column, key: str) -> int:
     names = [header_key(h) for h in (*column.headers, column.name)]
+    unit = _UNIT_SUFFIX.fullmatch(key)
     for rank, name in enumerate(names):
-        if key == name or (_UNIT_SUFFIX.fullmatch(key) and _UNIT_SUFFIX.fullmatch(key)[1] == name):
+        if key == name or (unit is not None and unit[1] == name):
             return rank
     return len(names)
 
@@ -493,8 +495,8 @@ def validate_row(contract: Contract, raw: Sequence[str] | Mapping[str, Any],
             _add(row_rule.rule, row_number, None, errors, warnings)
     if contract.derive is not None and not errors:
         context = match.context if match is not None else {}
-        for rule, name in contract.derive(values, context, row_number):
-            _add(rule, row_number, name, errors, warnings)
+        for rule, field_name in contract.derive(values, context, row_number):
+            _add(rule, row_number, field_name, errors, warnings)
     return RowResult(row_number, values, errors, warnings)
 
 
