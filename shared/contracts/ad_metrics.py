@@ -511,8 +511,10 @@ AD_METRICS = Contract(
         {"campaign_external_id": "120210000000000001", "campaign_name": "Spring sale",
          "ad_set_external_id": "120210000000000101", "ad_set_name": "US 25-44",
          "ad_external_id": "120210000000001001", "ad_name": "Video 15s",
-         "metric_date": "2024-03-01", "spend": "1,234.56", "impressions": "104,220",
-         "clicks": "1,873", "conversions": "42", "currency": "USD"},
+         # Numbers that read one way only (104,220 alone could be 104.22 in a comma-decimal
+         # file: docs/decisions/0172), so the sample reads without a convention.
+         "metric_date": "2024-03-01", "spend": "1,234.56", "impressions": "104220",
+         "clicks": "1873", "conversions": "42", "currency": "USD"},
     ),
 )
 
