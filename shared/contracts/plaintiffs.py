@@ -73,8 +73,9 @@ PLAINTIFFS = Contract(
     description="Plaintiffs from a vendor export, each linked to a judgment by case number.",
     columns=COLUMNS,
     key=NaturalKey(("name", "address_line1", "zip"),
-                   "name | address line 1 | ZIP, each trimmed and upper-cased",
-                   part=lambda v: v.strip().upper() if v else ""),
+                   "name | address line 1 | ZIP, each trimmed and folded (NFKC, full case "
+                   "folding, upper case: Café Ünited = CAFÉ ÜNITED)",
+                   part=lambda v: n.fold(v) if v else ""),
     # The plaintiff first, then its link to the judgment with the same normalised case number.
     targets=(Target("plaintiffs", ("dedupe_key",)),
              Target("plaintiff_judgments", ("plaintiff_id", "judgment_id"))),
