@@ -44,7 +44,7 @@ BARE_UPSERTS = (
     SELECT DISTINCT ON (campaign_external_id) %(tenant_id)s::uuid, 'meta', campaign_external_id,
            campaign_name
     FROM bare_stage ORDER BY campaign_external_id, row_number DESC
-    ON CONFLICT ON CONSTRAINT campaigns_natural_key DO UPDATE SET name = EXCLUDED.name
+    ON CONFLICT ON CONSTRAINT campaigns_lookup_key DO UPDATE SET name = EXCLUDED.name
     WHERE c.name IS DISTINCT FROM EXCLUDED.name""",
     """INSERT INTO ad_sets AS a (tenant_id, platform, external_id, name, campaign_id)
     SELECT s.t, s.p, s.x, s.n, c.id FROM (
@@ -53,7 +53,7 @@ BARE_UPSERTS = (
         FROM bare_stage ORDER BY ad_set_external_id, row_number DESC) s (t, p, x, n, cx)
     JOIN campaigns c ON c.tenant_id = s.t AND c.platform = 'meta' AND c.external_id = s.cx
          AND c.client_id IS NULL
-    ON CONFLICT ON CONSTRAINT ad_sets_natural_key DO UPDATE SET name = EXCLUDED.name
+    ON CONFLICT ON CONSTRAINT ad_sets_lookup_key DO UPDATE SET name = EXCLUDED.name
     WHERE a.name IS DISTINCT FROM EXCLUDED.name""",
     """INSERT INTO ads AS a (tenant_id, platform, external_id, name, ad_set_id)
     SELECT s.t, s.p, s.x, s.n, st.id FROM (
@@ -62,7 +62,7 @@ BARE_UPSERTS = (
         FROM bare_stage ORDER BY ad_external_id, row_number DESC) s (t, p, x, n, sx)
     JOIN ad_sets st ON st.tenant_id = s.t AND st.platform = 'meta' AND st.external_id = s.sx
          AND st.client_id IS NULL
-    ON CONFLICT ON CONSTRAINT ads_natural_key DO UPDATE SET name = EXCLUDED.name
+    ON CONFLICT ON CONSTRAINT ads_lookup_key DO UPDATE SET name = EXCLUDED.name
     WHERE a.name IS DISTINCT FROM EXCLUDED.name""",
     """INSERT INTO daily_metrics AS m (tenant_id, platform, metric_date, campaign_id, ad_set_id,
                                       ad_id, spend, impressions, clicks, conversions, currency)

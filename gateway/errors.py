@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
@@ -58,7 +59,7 @@ def app_error(_: Request, exc: errors.AppError) -> Response:
     return Response({**_body(exc.code, exc.detail), **extra}, status_code=status, headers=headers)
 
 
-def http_error(_: Request, exc: HTTPException) -> Response:
+def http_error(request: Request, exc: HTTPException) -> Response:
     detail = exc.detail
     code = _HTTP_CODES.get(exc.status_code, "internal_error" if exc.status_code >= 500 else "error")
     if isinstance(exc, ValidationException) and exc.extra:
@@ -68,7 +69,8 @@ def http_error(_: Request, exc: HTTPException) -> Response:
             detail = f"{first.get('key', 'request')}: {first.get('message', detail)}"
         # page/limit/cursor out of their declared bounds (gateway/paging.py).
         if all(isinstance(p, dict) and p.get("key") in paging.PARAMS for p in problems):
-            code, detail = paging.InvalidPaging.code, f"{detail}. {paging.InvalidPaging.__doc__}"
+            # A listing without cursors must not send the client after a next_cursor.
+            code, detail = paging.InvalidPaging.code, f"{detail}. {paging.advice(_route_deps(request))}"
     return Response(_body(code, detail), status_code=exc.status_code, headers=exc.headers)
 
 
@@ -89,3 +91,10 @@ def internal_error(_: Request, exc: Exception) -> Response:
 
 HANDLERS = {errors.AppError: app_error, HTTPException: http_error, UnicodeError: bad_value,
             db.BAD_VALUE: bad_value, Exception: internal_error}
+
+
+def _route_deps(request: Request) -> dict[str, Any] | None:
+    try:
+        return dict(request.route_handler.dependencies or {})
+    except (AttributeError, KeyError):  # no route matched (a 400 before routing)
+        return None

@@ -37,9 +37,23 @@ _VERSION = "c1"
 
 
 class InvalidPaging(errors.InvalidRequest):
-    """page must be 1 to 1000 and limit 1 to 100; follow next_cursor to read further."""
+    """page must be 1 to 1000 and limit 1 to 100."""
 
     code = "invalid_paging"
+
+
+# What a listing with cursors adds to that advice; a listing of pages only has none to follow.
+CURSOR_ADVICE = "follow next_cursor to read further"
+
+
+def advice(route_dependencies: dict[str, Any] | None) -> str:
+    """The sentence a 400 for out-of-bounds paging ends with, for the route that refused it:
+    only a listing that issues cursors says to follow them."""
+    base = (InvalidPaging.__doc__ or "").strip().rstrip(".")
+    window = (route_dependencies or {}).get("window")
+    if window is not None and window is CURSORS["window"]:
+        return f"{base}; {CURSOR_ADVICE}."
+    return f"{base}."
 
 
 class InvalidCursor(InvalidPaging):
@@ -49,7 +63,7 @@ class InvalidCursor(InvalidPaging):
 
 
 PAGE = Parameter(int, ge=1, le=MAX_PAGE, default=1, required=False,
-                 description=f"Page number, 1 to {MAX_PAGE}; further pages by `cursor`.")
+                 description=f"Page number, 1 to {MAX_PAGE}.")
 LIMIT = Parameter(int, ge=1, le=MAX_LIMIT, default=DEFAULT_LIMIT, required=False,
                   description=f"Items per page, 1 to {MAX_LIMIT}.")
 CURSOR = Parameter(str, min_length=1, max_length=MAX_CURSOR_CHARS, default=None, required=False,

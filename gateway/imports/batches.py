@@ -77,7 +77,22 @@ def batch_status(row: dict[str, Any]) -> dict[str, Any]:
         "completedAt": _iso(row["completed_at"]),
         "source": row["source"],
         "sourceReference": row["source_reference"],
+        "file": file_read(row),
     } | ad_metrics(row)
+
+
+def file_read(row: dict[str, Any]) -> dict[str, Any]:
+    """How the worker read the file (docs/decisions/0170): the encoding, delimiter and decimal
+    separator it used (null until it read the file), the option the upload gave, and the rows
+    it skipped as export furniture, by reason."""
+    return {
+        "encoding": row.get("file_encoding"),
+        "delimiter": row.get("file_delimiter"),
+        "decimalSeparator": row.get("decimal_separator_read"),
+        "decimalSeparatorOption": row.get("decimal_separator") or "auto",
+        "rowsSkipped": row.get("rows_skipped") or 0,
+        "skippedReasons": row.get("skipped_reasons") or {},
+    }
 
 
 def ad_metrics(row: dict[str, Any]) -> dict[str, Any]:
@@ -92,8 +107,19 @@ def ad_metrics(row: dict[str, Any]) -> dict[str, Any]:
         "adSetsUpserted": row["ad_sets_upserted"],
         "adsUpserted": row["ads_upserted"],
         "dailyMetricsUpserted": row["daily_metrics_upserted"],
+        "periodMetricsUpserted": row.get("period_metrics_upserted") or 0,
         "affectedDates": [d.isoformat() for d in row["affected_dates"]],
+        # ids | names | ids_and_names: how campaigns, ad sets and ads were identified.
+        "entityKeys": row.get("entity_keys"),
+        # day | period | all_time, and the period's first and last day (docs/decisions/0174).
+        "reportGrain": row.get("report_grain"),
+        "reportPeriod": {"start": _day(row.get("report_period_start")),
+                         "end": _day(row.get("report_period_end"))},
     }}
+
+
+def _day(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
 
 
 def _listed(row: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +130,8 @@ def _listed(row: dict[str, Any]) -> dict[str, Any]:
 
 def _error(row: dict[str, Any], with_raw: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"rowNumber": row["row_number"], "errorCode": row["code"],
-                           "errorMessage": row["message"]}
+                           "errorMessage": row["message"], "severity": row["severity"],
+                           "field": row["field"]}
     if with_raw:
         out["rawData"] = row["raw"]
     return out
@@ -143,8 +170,9 @@ async def get_batch_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx,
                            window: paging.Paged,
                            error_code: ErrorCode = None) -> dict[str, Any]:
     """A batch's row errors and warnings in row order (BatchErrorsResult), `page`/`limit` at a
-    time; `totalErrors` counts all that match `errorCode`. `rawData` only for the tenant's
-    admins and the uploader."""
+    time, each with its `severity`; `totalErrors` counts the errors (critical) and
+    `totalWarnings` the warnings that match `errorCode`. `rawData` only for the tenant's admins
+    and the uploader."""
     principal = auth.current(request)
     batch = await _batch(ctx, principal.tenant_id, batch_id)
     keys: dict[str, Any] = {"tenant_id": principal.tenant_id, "batch_id": batch_id}
@@ -156,7 +184,8 @@ async def get_batch_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx,
         rows = await _error_page(conn, suffix, keys, total.get("n", 0), total.get("settled"),
                                  offset=(window.page - 1) * window.limit, limit=window.limit)
     with_raw = sees_raw(principal, batch)
-    return {"batchId": str(batch_id), "totalErrors": total.get("n", 0),
+    return {"batchId": str(batch_id), "totalErrors": total.get("errors", 0),
+            "totalWarnings": total.get("warnings", 0),
             "errors": [_error(r, with_raw) for r in rows]}
 
 
@@ -204,7 +233,8 @@ async def export_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx) ->
     batch = await _batch(ctx, principal.tenant_id, batch_id)
     with_raw = sees_raw(principal, batch)
     rows = _export_rows(ctx, principal.tenant_id, batch_id, with_raw)
-    return Stream(rows, media_type="text/csv; charset=utf-8", headers={
+    # Litestar adds "; charset=utf-8" to a text/* type itself: named here too, it came twice.
+    return Stream(rows, media_type="text/csv", headers={
         "Content-Disposition": f'attachment; filename="batch-{batch_id}-errors.csv"'})
 
 

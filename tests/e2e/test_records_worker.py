@@ -178,14 +178,15 @@ def test_budget_just_over_threshold_fails_and_promotes_nothing(gateway, tenants,
 
     row = batch(conn, over)
     assert row["status"] == "failed"
-    assert row["rejection_reason"] == "Error rate 11.0% exceeded limit 10.0% (11/100 rows invalid)"
+    assert row["rejection_reason"] == "11 % (11 of 100 rows) exceeded the limit of 10 %"
     # the invalid rows are recorded with their raw row, and nothing reached judgments
     bad = [e for e in errors(conn, over) if e["severity"] == "critical"]
     assert len(bad) == 11 and {e["code"] for e in bad} == {"JUDGMENT_AMOUNT_INVALID"}
     assert bad[0]["raw"]["Amount"] == "not-money"
     all_bad = batch(conn, everything)
     assert all_bad["status"] == "failed"
-    assert all_bad["rejection_reason"] == "Error rate 100.0% exceeded limit 10.0% (5/5 rows invalid)"
+    assert all_bad["rejection_reason"] == ("None of the file's 5 rows is valid, so nothing can "
+                                           "be promoted; see the row errors.")
     assert judgment_count(conn, user.tenant_id) == 0
     # and the API says retrying cannot help: the rows must be fixed
     assert_fix_the_file(gateway, user, row["run_id"], "BATCH_ERROR_BUDGET_EXCEEDED")

@@ -49,6 +49,22 @@ def test_absurd_page_or_limit_is_a_400_on_every_api_listing(gateway, tenants):
     assert last.status_code == 200 and last.json()["items"] == [], last.text
 
 
+def test_only_a_listing_with_cursors_says_to_follow_next_cursor(gateway, tenants):
+    # A 400 must not send a client after a next_cursor that the endpoint never gives (issue 20).
+    admin = tenants.user(role="admin")
+    with gateway.client(admin.token) as client:
+        pages_only = [client.get(path, params={"page": "0"}) for path in (
+            f"/intake/batches/{uuid.uuid4()}/errors", "/v1/sources",
+            f"/v1/sources/{uuid.uuid4()}/syncs")]
+        with_cursors = [client.get(path, params={"page": "0"}) for path in (
+            "/v1/imports", "/v1/ingestion-runs", "/v1/documents")]
+    for response in pages_only + with_cursors:
+        assert (response.status_code, response.json()["code"]) == (400, "invalid_paging")
+    assert all("next_cursor" not in r.json()["detail"] for r in pages_only), [
+        r.json()["detail"] for r in pages_only]
+    assert all("follow next_cursor" in r.json()["detail"] for r in with_cursors)
+
+
 @pytest.mark.parametrize("path", ["/runs", "/documents"])
 def test_absurd_page_on_a_web_page_is_an_html_400(gateway, tenants, path):
     # Given a signed-in reader of the web UI

@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from shared import db, retry
+from shared import logging as applog
 from shared.settings import WorkerSettings
 from worker.background import TableLoop
 from worker.ledger import Rejected, apply, metrics
@@ -117,7 +118,8 @@ class Applier(TableLoop):
 
     def _settle(self, conn: db.Conn, event: apply.Event, how: str, context: dict[str, Any],
                 *, error: str, delay_s: float = 0.0) -> None:
-        error = error[:MAX_ERROR_CHARS]
+        # A database error's DETAIL holds the row's values: never into the table.
+        error = applog.scrub(error)[:MAX_ERROR_CHARS]
         params = {**event.keys, "error": error, "delay_s": delay_s, "entity_key": None}
         query = "dead_letter" if how == "dead_letter" else "retry_later"
         with conn.transaction():

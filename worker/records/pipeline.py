@@ -22,7 +22,7 @@ from shared.contracts import ad_metrics
 from shared.settings import WorkerSettings
 from worker import runs
 from worker.pipeline import read
-from worker.records import ad_promote, parse, promote, rowlog, stage
+from worker.records import ad_promote, fileread, parse, promote, rowlog, stage
 from worker.records.parse import BatchRejected
 
 log = logging.getLogger(__name__)
@@ -150,9 +150,10 @@ class RecordsPipeline:
         total = 0
         issues_log = rowlog.RowIssueLog(job.batch_id)
         with read.open_upload(self._upload(job), self.s3) as path, \
-                parse.Reader(path, contract, job.file_format) as reader:
+                parse.Reader(path, contract, job.file_format,
+                             decimal=fileread.decimal_option(conn, target)) as reader:
             chunk = stage.Chunk(previous=resume)
-            for number, cells, raw in reader.rows():
+            for number, cells, raw in fileread.rows(conn, target, reader):
                 if number == 1 and resume == 0 and reader.parsed is not None:
                     chunk.add_batch_issues(reader.parsed.warnings)
                 total = number
@@ -171,6 +172,9 @@ class RecordsPipeline:
             if len(chunk) or chunk.issues:
                 db_s += _timed(stage.write, conn, target, chunk)
                 issues_log.chunk(chunk)
+            db_s += _timed(fileread.finish, conn, target, reader)
+        if contract.name == "ad_metrics":  # repeats and slices, before the budget counts
+            db_s += _timed(ad_promote.prepare, conn, target)
         staged_at = time.monotonic()
         parse_ms = round((staged_at - started - db_s) * 1000)
         counts = promote.finish_staging(conn, target, contract, total, parse_ms)

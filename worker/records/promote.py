@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 from shared import contracts, db
 from shared.contracts import codes, plaintiffs
 from worker import runs
-from worker.records.completion import emit_ingestion_complete
+from worker.records.completion import commit_time, emit_ingestion_complete
 from worker.records.parse import BatchRejected
 from worker.records.stage import Target
 
@@ -60,12 +60,36 @@ def finish_staging(conn: db.Conn, target: Target, contract: contracts.Contract,
 
 def check_budget(counts: Counts, threshold: Decimal, force_partial: bool) -> None:
     """Over budget (invalid % strictly above the threshold) fails the batch before any
-    production write, unless force_partial; a file with no valid row at all cannot complete."""
+    production write, unless force_partial; a file with no valid row at all cannot complete,
+    whatever the threshold or force_partial (spec §7.2)."""
+    if counts.total and counts.invalid >= counts.total:
+        rule = codes.NO_VALID_ROWS
+        reason = (f"None of the file's {counts.total:,} rows is valid, so nothing can be "
+                  "promoted; see the row errors.")
+        raise BatchRejected(reason, stage="budget", code=rule.code,
+                            issues=[contracts.Issue(None, None, rule.code, rule.severity, reason)])
     rate = Decimal(counts.invalid * 100) / counts.total if counts.total else Decimal(0)
     if rate > threshold and not force_partial:
-        reason = (f"Error rate {rate:.1f}% exceeded limit {threshold:.1f}% "
-                  f"({counts.invalid}/{counts.total} rows invalid)")
-        raise BatchRejected(reason, stage="budget", code=BUDGET_CODE)
+        raise BatchRejected(budget_reason(counts, threshold), stage="budget", code=BUDGET_CODE)
+
+
+def budget_reason(counts: Counts, threshold: Decimal) -> str:
+    """`10.01 % (1,001 of 10,000 rows) exceeded the limit of 10 %`: the rate with as few
+    decimals as show it above the limit (two at least where it is not whole)."""
+    rate = Decimal(counts.invalid * 100) / counts.total
+    shown = _percent(rate, 2)
+    for places in range(3, 9):
+        if Decimal(shown) > threshold:
+            break
+        shown = _percent(rate, places)
+    return (f"{shown} % ({counts.invalid:,} of {counts.total:,} rows) exceeded the limit of "
+            f"{_percent(threshold, 2)} %")
+
+
+def _percent(value: Decimal, places: int) -> str:
+    """`10.01`, `10`, `12.5`: rounded down to ``places``, trailing zeros dropped."""
+    text = f"{value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_DOWN):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
@@ -91,10 +115,12 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
                   "unchanged": written["distinct_rows"] - written["inserted"] - written["updated"]}
         status = "partial" if batch["force_partial"] and counts.invalid else "completed"
         db_ms = db_ms_before + round((time.monotonic() - started) * 1000)
+        finished_at = commit_time(conn)  # the end, not the transaction's start (now())
         conn.execute(Q["finish_batch"], {**target.keys, **result, "status": status,
-                                         "db_ms": db_ms})
+                                         "db_ms": db_ms, "finished_at": finished_at})
         done = conn.execute(Q["succeed_run"], {
             "run_id": target.run_id, "tenant_id": target.tenant_id, "fence": target.fence,
+            "finished_at": finished_at,
             "stats": Jsonb({**stats, **result, "status": status, "rows_total": counts.total,
                             "rows_invalid": counts.invalid,
                             "rows_duplicate": counts.duplicate})}).fetchone()
@@ -106,7 +132,8 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
             status=status, client_id=None, platform=None, affected_dates=[], metrics={
                 "total_rows": counts.total, "promoted_rows": written["distinct_rows"],
                 "failed_rows": counts.invalid,
-                f"{contract.name}_upserted": result["inserted"] + result["updated"]})
+                f"{contract.name}_upserted": result["inserted"] + result["updated"]},
+            at=finished_at)
     return {**result, "partial": int(status == "partial")}
 
 

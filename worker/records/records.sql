@@ -101,8 +101,7 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND severity = 'crit
 INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
 SELECT %(tenant_id)s, batch_id, row_number, NULL, %(code)s, 'warning', %(message)s, data
 FROM (SELECT batch_id, row_number, data,
-             row_number() OVER (PARTITION BY regexp_replace(upper(trim(data->>'case_number')),
-                                                            '[^A-Z0-9]', '', 'g')
+             row_number() OVER (PARTITION BY records_case_key(data->>'case_number')
                                 ORDER BY row_number) AS seen
       FROM import_staged_rows WHERE batch_id = %(batch_id)s) s
 WHERE seen > 1;
@@ -113,10 +112,8 @@ WHERE seen > 1;
 INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
 SELECT %(tenant_id)s, batch_id, row_number, NULL, %(code)s, 'warning', %(message)s, data
 FROM (SELECT batch_id, row_number, data,
-             row_number() OVER (PARTITION BY md5(
-                 coalesce(upper(trim(data->>'name')), '') || '|' ||
-                 coalesce(upper(trim(data->>'address_line1')), '') || '|' ||
-                 coalesce(upper(trim(data->>'zip')), ''))
+             row_number() OVER (PARTITION BY plaintiff_dedupe_key(
+                 data->>'name', data->>'address_line1', data->>'zip')
                  ORDER BY row_number) AS seen
       FROM import_staged_rows WHERE batch_id = %(batch_id)s) s
 WHERE seen > 1;
@@ -162,10 +159,10 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'stagin
 -- amended-judgment rule), so an unchanged row is neither written nor returned. xmax = 0 marks
 -- a row this statement inserted.
 WITH src AS (
-    SELECT DISTINCT ON (regexp_replace(upper(trim(data->>'case_number')), '[^A-Z0-9]', '', 'g'))
+    SELECT DISTINCT ON (records_case_key(data->>'case_number'))
            data
     FROM import_staged_rows WHERE batch_id = %(batch_id)s
-    ORDER BY regexp_replace(upper(trim(data->>'case_number')), '[^A-Z0-9]', '', 'g'), row_number
+    ORDER BY records_case_key(data->>'case_number'), row_number
 ), written AS (
     INSERT INTO judgments AS j (tenant_id, case_number, plaintiff_name, defendant_name, amount,
                                 filed_date, court, county, source, source_reference, batch_id)
@@ -194,10 +191,8 @@ FROM written;
 -- name: upsert_plaintiffs
 WITH src AS (
     SELECT DISTINCT ON (k) data FROM (
-        SELECT data, row_number, md5(
-            coalesce(upper(trim(data->>'name')), '') || '|' ||
-            coalesce(upper(trim(data->>'address_line1')), '') || '|' ||
-            coalesce(upper(trim(data->>'zip')), '')) AS k
+        SELECT data, row_number, plaintiff_dedupe_key(
+            data->>'name', data->>'address_line1', data->>'zip') AS k
         FROM import_staged_rows WHERE batch_id = %(batch_id)s) s
     ORDER BY k, row_number
 ), written AS (
@@ -229,12 +224,10 @@ FROM written;
 INSERT INTO plaintiff_judgments (tenant_id, plaintiff_id, judgment_id, batch_id)
 SELECT DISTINCT %(tenant_id)s::uuid, p.id, j.id, %(batch_id)s::uuid
 FROM import_staged_rows s
-JOIN plaintiffs p ON p.tenant_id = %(tenant_id)s AND p.dedupe_key = md5(
-        coalesce(upper(trim(s.data->>'name')), '') || '|' ||
-        coalesce(upper(trim(s.data->>'address_line1')), '') || '|' ||
-        coalesce(upper(trim(s.data->>'zip')), ''))
+JOIN plaintiffs p ON p.tenant_id = %(tenant_id)s AND p.dedupe_key = plaintiff_dedupe_key(
+        s.data->>'name', s.data->>'address_line1', s.data->>'zip')
 JOIN judgments j ON j.tenant_id = %(tenant_id)s AND j.case_number_normalized =
-        regexp_replace(upper(trim(s.data->>'case_number')), '[^A-Z0-9]', '', 'g')
+        records_case_key(s.data->>'case_number')
 WHERE s.batch_id = %(batch_id)s
 ON CONFLICT DO NOTHING;
 
@@ -249,19 +242,21 @@ FROM import_staged_rows s
 WHERE s.batch_id = %(batch_id)s
   AND NOT EXISTS (SELECT 1 FROM judgments j
                   WHERE j.tenant_id = %(tenant_id)s AND j.case_number_normalized =
-                        regexp_replace(upper(trim(s.data->>'case_number')), '[^A-Z0-9]', '', 'g'));
+                        records_case_key(s.data->>'case_number'));
 
 -- name: finish_batch
+-- completed_at: the promotion's commit time (the caller's commit_time), not its start.
 UPDATE import_batches
 SET status = %(status)s, rows_inserted = %(inserted)s, rows_updated = %(updated)s,
     rows_unchanged = %(unchanged)s, db_duration_ms = %(db_ms)s,
-    parse_duration_ms = COALESCE(parse_duration_ms, 0), completed_at = now(), updated_at = now()
+    parse_duration_ms = COALESCE(parse_duration_ms, 0), completed_at = %(finished_at)s,
+    updated_at = %(finished_at)s
 WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'promoting';
 
 -- name: succeed_run
 UPDATE ingestion_runs
 SET status = 'succeeded', stats = %(stats)s, stage = 'done', progress = 1,
-    finished_at = now(), updated_at = now()
+    finished_at = %(finished_at)s, updated_at = %(finished_at)s
 WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
   AND takeover_count = %(fence)s
 RETURNING run_id;
