@@ -23,7 +23,6 @@ from pathlib import Path
 
 import common  # first: sets the environment before boto3 loads
 import httpx  # noqa: E402
-from records import bench_env  # noqa: E402
 
 from gateway import auth  # noqa: E402
 from shared import contracts, db  # noqa: E402
@@ -145,7 +144,7 @@ def main() -> None:
     with common.stack("bench-ad-metrics-") as (root, pg, moto):
         url = pg.ensure_database("bench")
         migrate.apply(url)
-        env = bench_env(root, url, moto)
+        env = common.stack_env(root, url, moto)
         path = root / "meta-export.csv"
         path.write_bytes(data)
         with db.connect(url, autocommit=True) as conn:
