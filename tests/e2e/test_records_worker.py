@@ -83,6 +83,14 @@ def judgment_count(conn, tenant_id) -> int:
                         (tenant_id,)).fetchone()["n"]
 
 
+def visible_judgments(gateway, user) -> int:
+    """What GET /v1/records/judgments counts: the judgments a reader sees."""
+    with gateway.client(user.token) as client:
+        response = client.get("/v1/records/judgments", params={"limit": 1})
+    assert response.status_code == 200, response.text
+    return response.json()["total"]
+
+
 # ── the good path ───────────────────────────────────────────────────────────────────────────
 def test_good_judgments_file_completes_with_its_rows(gateway, tenants, conn, stack_env, out_dir):
     # Given a judgments file with its columns in another order and a BOM
@@ -358,10 +366,11 @@ def test_sigkill_mid_parse_resumes_after_the_last_staged_row(gateway, tenants, c
     assert judgment_count(conn, user.tenant_id) == 34_300
 
 
-def test_sigkill_mid_promotion_writes_nothing_and_the_rerun_completes(gateway, tenants, conn,
-                                                                      stack_env, out_dir,
-                                                                      tmp_path):
-    # Given a batch held inside its promotion transaction (its upserts done, not committed)
+def test_sigkill_mid_promotion_shows_nothing_and_the_rerun_completes(gateway, tenants, conn,
+                                                                     stack_env, out_dir,
+                                                                     tmp_path):
+    # Given a batch held inside its promotion's last transaction: its slices committed (the
+    # rows are in the table), the flip's writes done, not committed (docs/decisions/0180)
     user = tenants.user()
     batch_id = submit(gateway, user, judgments(500))
     wait_until(lambda: published(conn, batch_id), timeout=30, message="job published")
@@ -371,16 +380,17 @@ def test_sigkill_mid_promotion_writes_nothing_and_the_rerun_completes(gateway, t
     wait_until(lambda: conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE query "
                                     "LIKE '%%INSERT INTO judgments%%' AND state = "
                                     "'idle in transaction'").fetchone()["n"] >= 1
-               and batch(conn, batch_id)["status"] == "staging_complete", timeout=120,
+               and batch(conn, batch_id)["status"] == "promoting", timeout=120,
                message="promotion held uncommitted")
+    assert judgment_count(conn, user.tenant_id) == 500
 
     # When the worker is killed there
     first.signal(signal.SIGKILL)
     first.proc.wait(30)
 
-    # Then nothing was half-written: no judgment, the batch not yet promoting-committed
-    assert judgment_count(conn, user.tenant_id) == 0
-    assert batch(conn, batch_id)["status"] == "staging_complete"
+    # Then a reader sees none of them: the batch is not completed
+    assert visible_judgments(gateway, user) == 0
+    assert batch(conn, batch_id)["status"] == "promoting"
 
     # and a takeover runs the promotion again to completion
     second = stack.start_worker(stack_env, out_dir, name="worker-2")
@@ -392,3 +402,4 @@ def test_sigkill_mid_promotion_writes_nothing_and_the_rerun_completes(gateway, t
     row = batch(conn, batch_id)
     assert (row["rows_inserted"], row["run_status"]) == (500, "succeeded")
     assert judgment_count(conn, user.tenant_id) == 500
+    assert visible_judgments(gateway, user) == 500
