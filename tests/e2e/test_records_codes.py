@@ -63,6 +63,9 @@ JUDGMENTS = Case(
                                                  "Defendant": "ACME, L.L.C."},
         # Row 1's case number spelt another way, with another amount: row 1 must win.
         "JUDGMENT_DUPLICATE": {"File #": "2024 cv 0001", "Amount": "999.00"},
+        # Python keys `ß` as SS, the table's generated key (Postgres upper(), C locale) as
+        # nothing: its CHECK refuses the row at promotion (docs/decisions/0186).
+        "JUDGMENT_NOT_STORED": {"File #": "ß"},
     },
     identity=lambda cells: n.case_number_key(cells["File #"]),
     promoted="SELECT case_number_normalized AS id FROM judgments WHERE tenant_id = %(tenant_id)s",
@@ -90,6 +93,9 @@ PLAINTIFFS = Case(
         # Row 1's name, address and ZIP, spelt in another case and spacing.
         "PLAINTIFF_DUPLICATE": {"Plaintiff": " plaintiff 1 HOLDINGS ", "Address": "1 MAIN ST"},
         "PLAINTIFF_CASE_NUMBER_NOT_FOUND": {"File #": "CV-404"},
+        # Full-width digits pass the contract's ZIP pattern (\d is any digit) and not the
+        # table's CHECK ([0-9]): refused at promotion (docs/decisions/0186).
+        "PLAINTIFF_NOT_STORED": {"ZIP": "１２３４５"},
     },
     identity=lambda cells: cells["Address"],
     promoted="SELECT address_line1 AS id FROM plaintiffs WHERE tenant_id = %(tenant_id)s",

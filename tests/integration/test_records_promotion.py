@@ -251,3 +251,55 @@ def visible_links(database_url: str, tenant_id) -> int:
     with db.connect(database_url, autocommit=True) as other:
         rows = other.execute(service.Q["list_plaintiffs"], params).fetchall()
     return sum(len(r["case_numbers"]) for r in rows)
+
+
+def test_a_row_the_database_refuses_is_that_rows_error_and_the_rest_is_promoted(
+        conn, tenants, database_url):
+    # Given staged rows the contract passed but the judgments table refuses: a negative
+    # amount, a case number of 101 characters, one with no letter or digit to key on (one of
+    # them amends a stored judgment, so the flip meets it), among good rows
+    tenant = tenants.user().tenant_id
+    stored(conn, tenant, "OLD-1", "100.00")
+    rows = [judgment(f"OK-{i}") for i in range(120)]
+    rows[7] = judgment("BAD-1", "-5.00")
+    rows[70] = judgment("C" * 101)
+    rows[90] = judgment("-#-")
+    rows[100] = judgment("OLD-1", "-1.00")
+    target = staged_batch(conn, tenant, "judgments", rows)
+
+    # When it is promoted
+    result = run_promotion(conn, target, "judgments")
+
+    # Then each refused row has its error (code, field), the rest is on view, the batch is
+    # partial and counts them invalid
+    errors = conn.execute("SELECT row_number, field, code, severity, raw IS NOT NULL AS raw "
+                          "FROM import_row_errors WHERE batch_id = %s ORDER BY row_number",
+                          (target.batch_id,)).fetchall()
+    assert [(e["row_number"], e["field"], e["code"], e["severity"], e["raw"]) for e in errors] == [
+        (8, "amount", "JUDGMENT_NOT_STORED", "critical", True),
+        (71, "case_number", "JUDGMENT_NOT_STORED", "critical", True),
+        (91, "case_number", "JUDGMENT_NOT_STORED", "critical", True),
+        (101, "amount", "JUDGMENT_NOT_STORED", "critical", True)]
+    view = reader_view(database_url, tenant)
+    assert len(view) == 117 and view["OLD-1"] == Decimal("100.00")
+    batch = conn.execute("SELECT status, rows_invalid, rows_valid, rows_inserted FROM "
+                         "import_batches WHERE batch_id = %s", (target.batch_id,)).fetchone()
+    assert batch == {"status": "partial", "rows_invalid": 4, "rows_valid": 116,
+                     "rows_inserted": 116}
+    assert result["partial"] == 1
+    staged = conn.execute("SELECT count(*) AS n FROM import_staged_rows WHERE batch_id = %s",
+                          (target.batch_id,)).fetchone()["n"]
+    assert staged == 116
+
+
+def test_refusals_past_the_error_budget_fail_the_batch_and_show_nothing(conn, tenants,
+                                                                        database_url):
+    tenant = tenants.user().tenant_id
+    rows = [judgment(f"OK-{i}") if i % 5 else judgment(f"NEG-{i}", "-1.00") for i in range(60)]
+    target = staged_batch(conn, tenant, "judgments", rows)
+
+    with pytest.raises(promote.BatchRejected) as refused:
+        run_promotion(conn, target, "judgments")
+
+    assert refused.value.batch_code == promote.BUDGET_CODE
+    assert reader_view(database_url, tenant) == {}

@@ -24,10 +24,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from shared import contracts, db
-from shared.contracts import codes, plaintiffs
+from shared.contracts import codes, judgments, plaintiffs
 from worker import runs
 from worker.records.completion import emit_ingestion_complete
 from worker.records.parse import BatchRejected
@@ -60,19 +61,26 @@ class Counts:
 
 @dataclass(frozen=True)
 class Statements:
-    """A records contract's promotion: its slice insert, its amends finder, its flip upsert."""
+    """A records contract's promotion: its slice insert, its amends finder, its flip upsert,
+    the table they write, and the rule of a row that table refuses."""
 
     insert: str
     amends: str
     upsert: str
+    table: str
+    refused: contracts.Rule
     links: bool = False
 
 
 PROMOTIONS = {
-    "judgments": Statements("insert_judgments", "judgment_amends", "upsert_judgments"),
+    "judgments": Statements("insert_judgments", "judgment_amends", "upsert_judgments",
+                            "judgments", judgments.NOT_STORED),
     "plaintiffs": Statements("insert_plaintiffs", "plaintiff_amends", "upsert_plaintiffs",
-                             links=True),
+                             "plaintiffs", plaintiffs.NOT_STORED, links=True),
 }
+# What the database says of one row's values (a check, a NOT NULL, a number too large, a
+# date out of range): that row is refused, the others promoted (docs/decisions/0186).
+ROW_REFUSALS = (psycopg.errors.IntegrityError, psycopg.errors.DataError)
 
 
 def finish_staging(conn: db.Conn, target: Target, contract: contracts.Contract,
@@ -120,13 +128,21 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
     after = _begin(conn, params)
     while after < counts.total:
         upto = min(after + SLICE_ROWS, counts.total)
-        _slice(conn, statements, {**params, "after": after, "upto": upto})
+        _slice(conn, contract, statements, {**params, "after": after, "upto": upto})
         after = upto
         tick(after / counts.total)
     with conn.transaction():
-        written = _one(conn.execute(Q[statements.upsert], params).fetchone())
+        written = _write(conn, contract, statements, statements.upsert,
+                         {**params, "after": 0, "upto": counts.total})
         hold()
-        status = "partial" if batch["force_partial"] and counts.invalid else "completed"
+        # Rows the database refused are invalid now: the budget decides again, and the
+        # batch is partial (some valid rows could not be promoted, DESIGN.md).
+        now = _one(conn.execute(Q["promotion_counts"], {
+            **target.keys, "code": statements.refused.code}).fetchone())
+        counts = Counts(now["rows_total"], now["rows_invalid"], now["rows_duplicate"])
+        check_budget(counts, batch["error_threshold_percent"], batch["force_partial"])
+        status = ("partial" if (batch["force_partial"] and counts.invalid) or now["refused"]
+                  else "completed")
         db_ms = db_ms_before + round((time.monotonic() - started) * 1000)
         result = _one(conn.execute(Q["finish_batch"], {
             **target.keys, "status": status, "inserted": written["inserted"],
@@ -162,12 +178,13 @@ def _begin(conn: db.Conn, params: dict[str, Any]) -> int:
     return int(row["promoted_upto"])
 
 
-def _slice(conn: db.Conn, statements: Statements, params: dict[str, Any]) -> None:
+def _slice(conn: db.Conn, contract: contracts.Contract, statements: Statements,
+           params: dict[str, Any]) -> None:
     """One slice in one transaction: its new records, its amends marked for the flip, its
     links and warnings (plaintiffs), and the cursor; LeaseLost (rolled back) if the batch or
     the run is no longer ours."""
     with conn.transaction():
-        counted = _one(conn.execute(Q[statements.insert], params).fetchone())
+        counted = _write(conn, contract, statements, statements.insert, params)
         if counted["inserted"] < counted["candidates"]:
             rows = [r["row_number"] for r in conn.execute(Q[statements.amends], params)]
             if rows:
@@ -209,6 +226,63 @@ def _fail(conn: db.Conn, target: Target, reason: str, stage: str,
         "error": reason, "error_code": code, "stats": Jsonb(stats), "stage": stage}).fetchone()
     if done is None:
         raise _NotOurs  # rolls the batch back too: whoever owns the run decides
+
+
+def _write(conn: db.Conn, contract: contracts.Contract, statements: Statements, query: str,
+           params: dict[str, Any]) -> dict[str, Any]:
+    """A slice's insert or the flip's upsert over rows (after, upto]. When the database
+    refuses a row's values, the rows it refuses are found by halving the range (each try
+    rolled back), each becomes invalid with the contract's code, and the rest is written."""
+    try:
+        with conn.transaction():
+            return _one(conn.execute(Q[query], params).fetchone())
+    except ROW_REFUSALS:
+        refused = _refused(conn, query, params, params["after"], params["upto"])
+        if not refused:
+            raise  # not one row's values: the batch's problem
+    for row, error in refused:
+        _refuse(conn, contract, statements, params, row, error)
+    return _one(conn.execute(Q[query], params).fetchone())
+
+
+class _Tried(Exception):
+    """Rolls a probe back once it has succeeded."""
+
+
+def _refused(conn: db.Conn, query: str, params: dict[str, Any], after: int,
+             upto: int) -> list[tuple[int, psycopg.Error]]:
+    try:
+        with conn.transaction():
+            conn.execute(Q[query], {**params, "after": after, "upto": upto})
+            raise _Tried
+    except _Tried:
+        return []
+    except ROW_REFUSALS as exc:
+        if upto - after == 1:
+            return [(upto, exc)]
+    middle = (after + upto) // 2
+    return (_refused(conn, query, params, after, middle)
+            + _refused(conn, query, params, middle, upto))
+
+
+def _refuse(conn: db.Conn, contract: contracts.Contract, statements: Statements,
+            params: dict[str, Any], row: int, error: psycopg.Error) -> None:
+    """The row is invalid now, with the contract's code and the field the database named.
+    The error's own text may quote the row's values: only the constraint's name is kept."""
+    constraint = error.diag.constraint_name
+    field = error.diag.column_name
+    if constraint and not field:
+        columns = [r["name"] for r in conn.execute(Q["constraint_columns"], {
+            "constraint": constraint, "table": statements.table})]
+        field = next((c.removesuffix("_normalized") for c in columns), None)
+    if field and field not in {c.name for c in contract.columns}:
+        field = None
+    rule = statements.refused
+    why = f" ({constraint})" if constraint else ""
+    conn.execute(Q["refuse_row"], {
+        "batch_id": params["batch_id"], "tenant_id": params["tenant_id"], "row": row,
+        "field": field, "code": rule.code, "message": rule.message.replace(
+            "table)", f"table{why})", 1)})
 
 
 def _one(row: dict[str, Any] | None) -> dict[str, Any]:

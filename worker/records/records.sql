@@ -349,6 +349,40 @@ WHERE b.batch_id = %(batch_id)s AND b.tenant_id = %(tenant_id)s AND b.status = '
                 AND r.status = 'running' AND r.takeover_count = %(fence)s)
 RETURNING promoted_upto;
 
+-- name: refuse_row
+-- A staged row the database refused at promotion (docs/decisions/0186): no longer staged (the
+-- stage holds valid rows), an error of its own with its values, and counted invalid.
+WITH gone AS (
+    DELETE FROM import_staged_rows
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND row_number = %(row)s
+    RETURNING row_number, data
+), recorded AS (
+    INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
+                                   message, raw)
+    SELECT %(tenant_id)s, %(batch_id)s, row_number, %(field)s, %(code)s, 'critical',
+           %(message)s, data
+    FROM gone
+)
+UPDATE import_batches
+SET rows_invalid = rows_invalid + (SELECT count(*) FROM gone),
+    rows_valid = rows_valid - (SELECT count(*) FROM gone), updated_at = now()
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
+
+-- name: constraint_columns
+-- The columns a constraint of a table names, to say which field a refused row broke.
+SELECT a.attname AS name
+FROM pg_constraint c
+JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
+WHERE c.conname = %(constraint)s AND c.conrelid = %(table)s::regclass;
+
+-- name: promotion_counts
+-- The flip's view of the batch: rows refused at promotion are invalid now, and say so.
+SELECT rows_total, rows_invalid, rows_duplicate,
+       EXISTS (SELECT 1 FROM import_row_errors e
+               WHERE e.batch_id = b.batch_id AND e.code = %(code)s) AS refused
+FROM import_batches b
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
+
 -- name: upsert_judgments
 -- The flip's writes: the amends (rows whose case number was stored), upserted on the
 -- normalised case number; an existing judgment changes only when a value differs (the
@@ -359,6 +393,7 @@ RETURNING promoted_upto;
 WITH src AS (
     SELECT data FROM import_staged_rows
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND amends AND NOT is_duplicate
+      AND row_number > %(after)s AND row_number <= %(upto)s
 ), written AS (
     INSERT INTO judgments AS j (tenant_id, case_number, plaintiff_name, defendant_name, amount,
                                 filed_date, court, county, source, source_reference, batch_id)
@@ -392,6 +427,7 @@ FROM written;
 WITH src AS (
     SELECT data FROM import_staged_rows
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND amends AND NOT is_duplicate
+      AND row_number > %(after)s AND row_number <= %(upto)s
 ), written AS (
     INSERT INTO plaintiffs AS p (tenant_id, name, address_line1, city, state, zip, phone, email,
                                  contact_name, status, source, source_reference, batch_id)
