@@ -80,39 +80,43 @@ def stack_env(root: Path, url: str, moto: Any) -> dict[str, str]:
 
 
 class RssPeak:
-    """Peak resident memory of a process and its children (a worker's parse processes count
-    as the worker's), sampled every 50 ms, over what they held when sampling started."""
+    """Peak memory of a process over what it held when sampling started (its RSS), and of its
+    child processes (a worker's validation processes: their PSS, so pages they share with the
+    server they were forked from count once), sampled every 50 ms."""
 
     def __init__(self, pid: int) -> None:
         import psutil
 
         self._psutil = psutil
         self.proc = psutil.Process(pid)
-        self.base = self._rss()
+        self.base = self.proc.memory_info().rss
         self.peak = self.base
+        self.children_peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
-    def _rss(self) -> int:
-        total = self.proc.memory_info().rss
+    def _children(self) -> int:
+        total = 0
         for child in self.proc.children(recursive=True):
             with contextlib.suppress(self._psutil.Error):
-                total += child.memory_info().rss
+                total += child.memory_full_info().pss
         return total
 
     def _sample(self) -> None:
         while not self._stop.wait(0.05):
             try:
-                self.peak = max(self.peak, self._rss())
+                self.peak = max(self.peak, self.proc.memory_info().rss)
+                self.children_peak = max(self.children_peak, self._children())
             except self._psutil.Error:
                 return
 
-    def stop(self) -> float:
-        """The growth in MiB, and stop sampling."""
+    def stop(self) -> str:
+        """What to print: the worker's growth and its children's peak, in MiB."""
         self._stop.set()
         self._thread.join()
-        return (self.peak - self.base) / 2**20
+        return (f"worker peak RSS growth {(self.peak - self.base) / 2**20:.1f} MiB; its child "
+                f"processes (validation pool) peak PSS {self.children_peak / 2**20:.1f} MiB")
 
 
 def load_average() -> str:

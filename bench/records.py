@@ -6,6 +6,7 @@
     python bench/records.py --statistics             # no, fresh and stale statistics
     python bench/records.py --errors-only            # the errors endpoint on 100,000 errors
     python bench/records.py --parse --rows 1000000   # parse alone: rows/s, no database
+    python bench/records.py --options                # promotion options of ADR 0180, timed
 
 The stack is durable as `make run`'s (fsync, full-page writes; ADR 0040), with Postgres's own
 settings. `judgments` is seeded with --seed rows (default 1,500,000) of the product's tenant,
@@ -32,6 +33,11 @@ while the stage held a large batch of another tenant, since deleted), and prints
 normalisation, the worker's reader and contract validation in its own thread, and the same with
 the worker's validation processes (RECORDS_VALIDATE_PROCESSES), checking that both worker paths
 give the same staged rows and codes.
+
+--options times the ways ADR 0180 weighs to write --rows new judgments onto the seeded table:
+one transaction (the upsert the product used to run), slices of 10,000 rows each committed, COPY
+straight into the table, the three trigram GINs dropped and rebuilt around the insert, and an
+unlogged table built first; the total and the longest transaction of each.
 
 Then `GET /intake/batches/{id}/errors` on a batch with 100,000 row errors (COPYed straight into
 Postgres, no import): first pages, the middle and the deepest page, and an errorCode filter,
@@ -93,13 +99,13 @@ SELECT %(tenant_id)s, 'SEED-CV-' || lpad(i::text, 8, '0'), 'Plaintiff ' || (i %%
 FROM generate_series(0, %(rows)s - 1) i"""
 
 
-def seed(conn, tenant_id: uuid.UUID, rows: int) -> None:  # type: ignore[no-untyped-def]
+def seed(conn, tenant_id: uuid.UUID, rows: int, *, bare: bool = True) -> None:  # type: ignore[no-untyped-def]
     """``rows`` judgments of the tenant in judgments and the same in bare_judgments (LIKE
     judgments INCLUDING ALL). Loaded with the plain indexes dropped and rebuilt after (set-up
     time, not measured; a rebuilt index is what both tables have)."""
     started = time.monotonic()
     conn.execute("CREATE TABLE bare_judgments (LIKE judgments INCLUDING ALL)")
-    for table in ("judgments", "bare_judgments"):
+    for table in ("judgments", "bare_judgments")[:2 if bare else 1]:
         plain = conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes i WHERE tablename = %s AND NOT EXISTS "
             "(SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)", (table,)).fetchall()
@@ -111,7 +117,7 @@ def seed(conn, tenant_id: uuid.UUID, rows: int) -> None:  # type: ignore[no-unty
         conn.execute("RESET maintenance_work_mem")
     conn.execute("VACUUM ANALYZE judgments")
     conn.execute("VACUUM ANALYZE bare_judgments")
-    print(f"seeded {rows:,} judgments into judgments and bare_judgments "
+    print(f"seeded {rows:,} judgments into judgments{' and bare_judgments' if bare else ''} "
           f"({time.monotonic() - started:.0f} s, not measured)")
 
 
@@ -205,6 +211,8 @@ def main() -> None:
     parser.add_argument("--errors-only", action="store_true",
                         help="only the errors endpoint on a batch of 100,000 row errors")
     parser.add_argument("--parse", action="store_true", help="parse alone, rows/s (no database)")
+    parser.add_argument("--options", action="store_true",
+                        help="the promotion options of ADR 0180, timed on the seeded table")
     parser.add_argument("--processes", type=int, default=2,
                         help="validation processes for --parse (default 2)")
     args = parser.parse_args()
@@ -218,6 +226,9 @@ def main() -> None:
         url = pg.ensure_database("bench")
         migrate.apply(url)
         env = common.stack_env(root, url, moto)
+        if args.options:
+            promotion_options(url, args.rows[0], args.seed)
+            return
         if not args.errors_only:
             run(root, url, env, args)
         errors_endpoint(root, url, env)
@@ -244,7 +255,7 @@ def run(root: Path, url: str, env: dict[str, str], args: argparse.Namespace) -> 
             else:
                 compare(root, url, conn, gateway, token, user.tenant_id, args)
         finally:
-            print(f"worker peak RSS growth (with its child processes): {rss.stop():.1f} MiB")
+            print(rss.stop())
             print(common.load_average())
             worker.stop()
             gateway.stop()
@@ -317,6 +328,97 @@ def stale_stage(conn, rows: int) -> None:  # type: ignore[no-untyped-def]
     conn.execute("DELETE FROM import_staged_rows WHERE batch_id = %s", (batch_id,))
 
 
+# ── the promotion options of ADR 0180 ───────────────────────────────────────────────────────
+OPTION_COLUMNS = ("tenant_id", "case_number", "plaintiff_name", "defendant_name", "amount",
+                  "filed_date", "court", "county", "source")
+OPTION_ROWS = """SELECT %(tenant_id)s::uuid AS tenant_id, %(tag)s || '-CV-' || lpad(i::text, 8, '0')
+       AS case_number, 'Acme Collections LLC' AS plaintiff_name, 'Defendant ' || (i %% 997)
+       AS defendant_name, (1000 + i %% 90000)::numeric(12, 2) AS amount,
+       date '2024-01-01' + (i %% 300) AS filed_date, 'Supreme Court' AS court,
+       'Kings County' AS county, 'manual' AS source
+FROM generate_series(%(first)s::int, %(last)s::int) i"""
+UPSERT_TAIL = """ON CONFLICT (tenant_id, case_number_normalized) DO UPDATE
+SET amount = EXCLUDED.amount WHERE j.amount IS DISTINCT FROM EXCLUDED.amount"""
+TRIGRAM = ("idx_judgments_case_number_trgm", "idx_judgments_plaintiff_name_trgm",
+           "idx_judgments_defendant_name_trgm")
+
+
+def promotion_options(url: str, rows: int, seeded: int) -> None:
+    with db.connect(url, autocommit=True) as conn:
+        tenant_id = common.BenchUser(conn, "options").tenant_id
+        seed(conn, tenant_id, seeded, bare=False)
+        conn.execute("DROP TABLE bare_judgments")
+        print(f"{rows:,} new judgments onto {seeded:,} stored (same machine, one after another)")
+        print(f"{'option':<44} {'total s':>8} {'longest tx s':>13} {'rows/s':>8}")
+        for name, option in (("one transaction (INSERT … ON CONFLICT)", _one_transaction),
+                             ("slices of 10,000 rows, each committed", _slices),
+                             ("COPY straight into judgments", _copy),
+                             ("trigram GINs dropped, insert, rebuilt", _gin_rebuild),
+                             ("unlogged table first, then one insert", _unlogged_first)):
+            params = {"tenant_id": tenant_id, "tag": name[:3].upper(), "first": 0,
+                      "last": rows - 1}
+            total, longest = option(conn, params)
+            print(f"{name:<44} {total:>8.1f} {longest:>13.1f} {rows / total:>8,.0f}")
+        print(common.load_average())
+
+
+def _timed_tx(conn, statements: list[tuple[str, dict]]) -> float:  # type: ignore[no-untyped-def]
+    started = time.monotonic()
+    with conn.transaction():
+        for text, params in statements:
+            conn.execute(text, params)
+    return time.monotonic() - started
+
+
+def _insert(params: dict) -> tuple[str, dict]:  # type: ignore[type-arg]
+    return (f"INSERT INTO judgments AS j ({', '.join(OPTION_COLUMNS)}) {OPTION_ROWS} "
+            f"{UPSERT_TAIL}", params)
+
+
+def _one_transaction(conn, params: dict) -> tuple[float, float]:  # type: ignore[no-untyped-def, type-arg]
+    took = _timed_tx(conn, [_insert(params)])
+    return took, took
+
+
+def _slices(conn, params: dict) -> tuple[float, float]:  # type: ignore[no-untyped-def, type-arg]
+    times = []
+    for first in range(params["first"], params["last"] + 1, 10_000):
+        part = {**params, "first": first, "last": min(first + 9_999, params["last"])}
+        times.append(_timed_tx(conn, [_insert(part)]))
+    return sum(times), max(times)
+
+
+def _copy(conn, params: dict) -> tuple[float, float]:  # type: ignore[no-untyped-def, type-arg]
+    rows = conn.execute(OPTION_ROWS, params).fetchall()
+    started = time.monotonic()
+    with conn.transaction(), conn.cursor().copy(
+            f"COPY judgments ({', '.join(OPTION_COLUMNS)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row([row[c] for c in OPTION_COLUMNS])
+    took = time.monotonic() - started
+    return took, took
+
+
+def _gin_rebuild(conn, params: dict) -> tuple[float, float]:  # type: ignore[no-untyped-def, type-arg]
+    definitions = [r["indexdef"] for r in conn.execute(
+        "SELECT indexdef FROM pg_indexes WHERE indexname = ANY(%s)", (list(TRIGRAM),))]
+    took = _timed_tx(conn, [(f"DROP INDEX {', '.join(TRIGRAM)}", {}), _insert(params),
+                            ("SET LOCAL maintenance_work_mem = '256MB'", {}),
+                            *[(d, {}) for d in definitions]])
+    return took, took  # ACCESS EXCLUSIVE on judgments, every tenant's reads wait, throughout
+
+
+def _unlogged_first(conn, params: dict) -> tuple[float, float]:  # type: ignore[no-untyped-def, type-arg]
+    started = time.monotonic()
+    conn.execute(f"CREATE UNLOGGED TABLE prepared AS {OPTION_ROWS}", params)
+    conn.execute("CREATE INDEX ON prepared (tenant_id, case_number)")
+    took = _timed_tx(conn, [(f"INSERT INTO judgments AS j ({', '.join(OPTION_COLUMNS)}) "
+                             f"SELECT {', '.join(OPTION_COLUMNS)} FROM prepared {UPSERT_TAIL}",
+                             {})])
+    conn.execute("DROP TABLE prepared")
+    return time.monotonic() - started, took
+
+
 # ── parse alone ─────────────────────────────────────────────────────────────────────────────
 def parse_alone(rows: int, processes: int) -> None:
     from shared import contracts
@@ -335,8 +437,11 @@ def parse_alone(rows: int, processes: int) -> None:
             digest = hashlib.sha256()
             with parse.Reader(path, contract, "csv") as reader:
                 pool = validate.pool(size, validate.POOL_MIN_BYTES)
+                def match(r: parse.Reader = reader) -> contracts.HeaderMatch | None:
+                    return r.parsed.match if r.parsed is not None else None
+
                 for row in validate.encoded(reader.rows(), contract, ("judgments", None),
-                                            lambda r=reader: r.parsed.match, pool):
+                                            match, pool):
                     digest.update(orjson.dumps([row.staged, row.issues]))
             timings[name], digests[name] = time.monotonic() - started, digest.hexdigest()
         print(f"parse alone, {rows:,} judgment rows ({path.stat().st_size / 2**20:.1f} MiB):")
