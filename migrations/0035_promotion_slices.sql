@@ -19,6 +19,13 @@ ALTER TABLE import_staged_rows ADD COLUMN amends BOOLEAN NOT NULL DEFAULT false;
 CREATE INDEX idx_import_staged_rows_amends ON import_staged_rows (batch_id, row_number)
     WHERE amends;
 
+-- The stage's (batch_id, natural_key) index served the duplicates' join, gone (a window over
+-- the batch finds them now). Kept, it was the planner's other choice for any lookup of one
+-- staged row: with statistics that had not met the batch, "batch_id = x" is one row and any
+-- index that starts with batch_id looks as good as the primary key, then is read whole for
+-- every row (docs/decisions/0183). And every staged row paid for it.
+DROP INDEX idx_import_staged_rows_key;
+
 -- A batch that failed after some slices leaves rows nobody sees; its next promotion removes
 -- them (links by batch need an index to do that without reading every tenant's links).
 CREATE INDEX idx_plaintiff_judgments_batch ON plaintiff_judgments (tenant_id, batch_id);

@@ -232,8 +232,9 @@ def records_statements(world: dict[str, Any], contract: str) -> list[tuple[str, 
                                               "updated": 1, "distinct": STAGED, "db_ms": 1}),
     ]
     statements = promote.PROMOTIONS[contract]
-    out += [(name, RQ[name], slice_) for name in (statements.insert, statements.amends,
+    out += [(name, RQ[name], slice_) for name in (statements.insert, statements.keys,
                                                   statements.upsert)]
+    out.append((statements.amends, RQ[statements.amends], {**slice_, "rows": rows}))
     if statements.links:
         out += [("link_plaintiffs", RQ["link_plaintiffs"], slice_),
                 ("unlinked_plaintiffs", RQ["unlinked_plaintiffs"], {**slice_, **warn})]

@@ -65,6 +65,7 @@ class Statements:
     the table they write, and the rule of a row that table refuses."""
 
     insert: str
+    keys: str
     amends: str
     upsert: str
     table: str
@@ -73,10 +74,11 @@ class Statements:
 
 
 PROMOTIONS = {
-    "judgments": Statements("insert_judgments", "judgment_amends", "upsert_judgments",
-                            "judgments", judgments.NOT_STORED),
-    "plaintiffs": Statements("insert_plaintiffs", "plaintiff_amends", "upsert_plaintiffs",
-                             "plaintiffs", plaintiffs.NOT_STORED, links=True),
+    "judgments": Statements("insert_judgments", "judgment_keys", "judgment_amends",
+                            "upsert_judgments", "judgments", judgments.NOT_STORED),
+    "plaintiffs": Statements("insert_plaintiffs", "plaintiff_keys", "plaintiff_amends",
+                             "upsert_plaintiffs", "plaintiffs", plaintiffs.NOT_STORED,
+                             links=True),
 }
 # What the database says of one row's values (a check, a NOT NULL, a number too large, a
 # date out of range): that row is refused, the others promoted (docs/decisions/0186).
@@ -186,7 +188,12 @@ def _slice(conn: db.Conn, contract: contracts.Contract, statements: Statements,
     with conn.transaction():
         counted = _write(conn, contract, statements, statements.insert, params)
         if counted["inserted"] < counted["candidates"]:
-            rows = [r["row_number"] for r in conn.execute(Q[statements.amends], params)]
+            # Only the rows whose key the insert did not write are looked up.
+            written = set(counted["keys"])
+            left = [r["row_number"] for r in conn.execute(Q[statements.keys], params)
+                    if r["key"] not in written]
+            rows = [r["row_number"] for r in conn.execute(Q[statements.amends],
+                                                          {**params, "rows": left})]
             if rows:
                 conn.execute(Q["mark_amends"], {**params, "rows": rows})
         if statements.links:

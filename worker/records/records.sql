@@ -209,14 +209,24 @@ WITH src AS (
     FROM src
     ORDER BY regexp_replace(upper(trim(data->>'case_number')), '[^A-Z0-9]', '', 'g')
     ON CONFLICT (tenant_id, case_number_normalized) DO NOTHING
-    RETURNING 1
+    RETURNING case_number_normalized AS key
 )
-SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted;
+SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted,
+       CASE WHEN (SELECT count(*) FROM src) > (SELECT count(*) FROM inserted)
+            THEN ARRAY(SELECT key FROM inserted) END AS keys;
+
+-- name: judgment_keys
+-- A slice's rows and their keys: those the insert above did not write are the candidates of
+-- judgment_amends (the worker compares the keys; nothing here joins the slice to itself).
+SELECT row_number, regexp_replace(upper(trim(data->>'case_number')), '[^A-Z0-9]', '', 'g') AS key
+FROM import_staged_rows
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+  AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate;
 
 -- name: judgment_amends
--- The slice's rows whose case number a row other than this batch's holds with other values,
--- or holds for a batch nobody sees yet: the flip writes them (upsert_judgments). A row that
--- changes nothing is left alone. Each row looks its key up once: LATERAL (… OFFSET 0) cannot
+-- Of the slice's rows the insert did not write (%(rows)s), those whose case number a row other
+-- than this batch's holds with other values, or holds for a batch nobody sees yet: the flip
+-- writes them (upsert_judgments). A row that changes nothing is left alone. Each row looks its key up once: LATERAL (… OFFSET 0) cannot
 -- be flattened into a join the planner could turn around, so it is a nested loop over the
 -- slice into the unique index, by shape, whatever the statistics (docs/decisions/0183). The
 -- tenant is the staged row's, not a constant: priced against a constant, a tenant the
@@ -224,7 +234,11 @@ SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted)
 -- tenant_id looks as good as the unique one, and is walked whole for every row. Not LIMIT 1
 -- either: priced for its first row, it made the same choice.
 SELECT s.row_number
-FROM import_staged_rows s
+FROM unnest(%(rows)s::int[]) AS r (row_number)
+CROSS JOIN LATERAL (
+    SELECT s.row_number, s.tenant_id, s.data FROM import_staged_rows s
+    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
+    OFFSET 0) s
 CROSS JOIN LATERAL (
     SELECT j.case_number, j.plaintiff_name, j.defendant_name, j.amount, j.filed_date, j.court,
            j.county, j.batch_id
@@ -234,8 +248,7 @@ CROSS JOIN LATERAL (
                                                     '[^A-Z0-9]', '', 'g')
       AND j.batch_id IS DISTINCT FROM %(batch_id)s
     OFFSET 0) j
-WHERE s.batch_id = %(batch_id)s AND s.tenant_id = %(tenant_id)s
-  AND s.row_number > %(after)s AND s.row_number <= %(upto)s AND NOT s.is_duplicate
+WHERE s.tenant_id = %(tenant_id)s
   AND ((j.case_number, j.plaintiff_name, j.defendant_name, j.amount, j.filed_date, j.court,
         j.county)
        IS DISTINCT FROM
@@ -265,14 +278,28 @@ WITH src AS (
            COALESCE(data->>'status', 'active'), %(source)s, %(source_reference)s, %(batch_id)s
     FROM src
     ON CONFLICT (tenant_id, dedupe_key) DO NOTHING
-    RETURNING 1
+    RETURNING dedupe_key AS key
 )
-SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted;
+SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted,
+       CASE WHEN (SELECT count(*) FROM src) > (SELECT count(*) FROM inserted)
+            THEN ARRAY(SELECT key FROM inserted) END AS keys;
+
+-- name: plaintiff_keys
+SELECT row_number, md5(coalesce(upper(trim(data->>'name')), '') || '|' ||
+                       coalesce(upper(trim(data->>'address_line1')), '') || '|' ||
+                       coalesce(upper(trim(data->>'zip')), '')) AS key
+FROM import_staged_rows
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+  AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate;
 
 -- name: plaintiff_amends
 -- As judgment_amends, on the dedupe key and the values upsert_plaintiffs may change.
 SELECT s.row_number
-FROM import_staged_rows s
+FROM unnest(%(rows)s::int[]) AS r (row_number)
+CROSS JOIN LATERAL (
+    SELECT s.row_number, s.tenant_id, s.data FROM import_staged_rows s
+    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
+    OFFSET 0) s
 CROSS JOIN LATERAL (
     SELECT p.city, p.state, p.phone, p.email, p.contact_name, p.status, p.batch_id
     FROM plaintiffs p
@@ -282,8 +309,7 @@ CROSS JOIN LATERAL (
                              coalesce(upper(trim(s.data->>'zip')), ''))
       AND p.batch_id IS DISTINCT FROM %(batch_id)s
     OFFSET 0) p
-WHERE s.batch_id = %(batch_id)s AND s.tenant_id = %(tenant_id)s
-  AND s.row_number > %(after)s AND s.row_number <= %(upto)s AND NOT s.is_duplicate
+WHERE s.tenant_id = %(tenant_id)s
   AND ((p.city, p.state, p.phone, p.email, p.contact_name, p.status)
        IS DISTINCT FROM
        (s.data->>'city', s.data->>'state', s.data->>'phone', s.data->>'email',
