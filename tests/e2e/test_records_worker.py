@@ -5,16 +5,19 @@ point (WORKER_PAUSE_AT_STAGE = parse | promote) and hit with SIGKILL."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import time
 from pathlib import Path
 
 import orjson
+import psutil
 import pytest
 
 from gateway.runs import failures
 from tests.support import records, stack
 from tests.support.stack import wait_until
-from worker.records import rowlog
+from worker.records import rowlog, validate
 
 HEADER = records.CSV_HEADER
 GOOD = "{case},Acme Collections LLC,John Q. Public,\"$1,{n:03d}.00\",01/15/2024,Sup. Ct.,Kings Co.\n"
@@ -331,6 +334,37 @@ def _held_worker(stack_env, out_dir, flag: Path, at: str, name: str) -> stack.Pr
                                  "WORKER_PAUSE_FILE": str(flag)}, out_dir, name=name)
     stack.wait_for_log(worker, '"event":"worker started"', timeout=120)
     return worker
+
+
+@pytest.mark.slow
+def test_a_large_file_is_validated_in_the_workers_processes(gateway, tenants, conn, stack_env,
+                                                            out_dir):
+    # Given a file of 4 MiB or more (60,000 rows, 1,000 invalid)
+    user = tenants.user()
+    data = judgments(59_000, 1_000)
+    assert len(data) >= validate.POOL_MIN_BYTES
+    batch_id = submit(gateway, user, data, name="large.csv")
+    wait_until(lambda: published(conn, batch_id), timeout=30, message="job published")
+
+    # When a worker imports it, validating in its pool of processes (forked from a server,
+    # beside the worker's own threads)
+    worker = stack.start_worker({**stack_env, "RECORDS_VALIDATE_PROCESSES": "2"}, out_dir,
+                                once=True)
+    children = 0
+    while worker.proc.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            children = max(children, len(psutil.Process(worker.proc.pid).children(
+                recursive=True)))
+        time.sleep(0.2)
+    assert worker.proc.returncode == 0, worker.logs()[-4000:]
+
+    # Then it had the processes, and every row was staged, counted and promoted once
+    assert children >= 2
+    row = batch(conn, batch_id)
+    assert (row["status"], row["rows_total"], row["rows_invalid"], row["rows_inserted"]) == (
+        "completed", 60_000, 1_000, 59_000)
+    assert len(errors(conn, batch_id)) == 1_000
+    assert visible_judgments(gateway, user) == 59_000
 
 
 def test_sigkill_mid_parse_resumes_after_the_last_staged_row(gateway, tenants, conn, stack_env,
