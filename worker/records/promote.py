@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -133,9 +133,20 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
         _slice(conn, contract, statements, {**params, "after": after, "upto": upto})
         after = upto
         tick(after / counts.total)
+    flip = {**params, "after": 0, "upto": counts.total}
+    return _refusing(conn, contract, statements, statements.upsert, flip, lambda: _flip(
+        conn, target, contract, statements, batch, flip, stats=stats, started=started,
+        db_ms_before=db_ms_before, hold=hold))
+
+
+def _flip(conn: db.Conn, target: Target, contract: contracts.Contract, statements: Statements,
+          batch: dict[str, Any], params: dict[str, Any], *, stats: dict[str, Any],
+          started: float, db_ms_before: int, hold: Callable[[], None]) -> dict[str, int]:
+    """The last transaction: the amends upserted, the batch completed or partial, the run
+    succeeded, the IngestionCompleteEvent; everything the slices wrote is seen from its
+    commit (docs/decisions/0181)."""
     with conn.transaction():
-        written = _write(conn, contract, statements, statements.upsert,
-                         {**params, "after": 0, "upto": counts.total})
+        written = _one(conn.execute(Q[statements.upsert], params).fetchone())
         hold()
         # Rows the database refused are invalid now: the budget decides again, and the
         # batch is partial (some valid rows could not be promoted, DESIGN.md).
@@ -182,11 +193,16 @@ def _begin(conn: db.Conn, params: dict[str, Any]) -> int:
 
 def _slice(conn: db.Conn, contract: contracts.Contract, statements: Statements,
            params: dict[str, Any]) -> None:
+    _refusing(conn, contract, statements, statements.insert, params,
+              lambda: _slice_once(conn, statements, params))
+
+
+def _slice_once(conn: db.Conn, statements: Statements, params: dict[str, Any]) -> None:
     """One slice in one transaction: its new records, its amends marked for the flip, its
     links and warnings (plaintiffs), and the cursor; LeaseLost (rolled back) if the batch or
     the run is no longer ours."""
     with conn.transaction():
-        counted = _write(conn, contract, statements, statements.insert, params)
+        counted = _one(conn.execute(Q[statements.insert], params).fetchone())
         if counted["inserted"] < counted["candidates"]:
             # Only the rows whose key the insert did not write are looked up.
             written = set(counted["keys"])
@@ -235,21 +251,25 @@ def _fail(conn: db.Conn, target: Target, reason: str, stage: str,
         raise _NotOurs  # rolls the batch back too: whoever owns the run decides
 
 
-def _write(conn: db.Conn, contract: contracts.Contract, statements: Statements, query: str,
-           params: dict[str, Any]) -> dict[str, Any]:
-    """A slice's insert or the flip's upsert over rows (after, upto]. When the database
-    refuses a row's values, the rows it refuses are found by halving the range (each try
-    rolled back), each becomes invalid with the contract's code, and the rest is written."""
+T = TypeVar("T")
+
+
+def _refusing(conn: db.Conn, contract: contracts.Contract, statements: Statements, query: str,
+              params: dict[str, Any], step: Callable[[], T]) -> T:
+    """Run ``step`` (a transaction that runs ``query`` over rows (after, upto]). When the
+    database refuses a row's values, the rows it refuses are found by halving the range (each
+    try rolled back) and become invalid with the contract's code, in a transaction of their
+    own; then ``step`` runs again over the rest (docs/decisions/0186)."""
     try:
-        with conn.transaction():
-            return _one(conn.execute(Q[query], params).fetchone())
+        return step()
     except ROW_REFUSALS:
-        refused = _refused(conn, query, params, params["after"], params["upto"])
-        if not refused:
-            raise  # not one row's values: the batch's problem
-    for row, error in refused:
-        _refuse(conn, contract, statements, params, row, error)
-    return _one(conn.execute(Q[query], params).fetchone())
+        with conn.transaction():
+            refused = _refused(conn, query, params, params["after"], params["upto"])
+            if not refused:
+                raise  # not one row's values: the batch's problem
+            for row, error in refused:
+                _refuse(conn, contract, statements, params, row, error)
+    return step()
 
 
 class _Tried(Exception):
