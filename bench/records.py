@@ -443,8 +443,11 @@ def parse_alone(rows: int, processes: int) -> None:
                 def match(r: parse.Reader = reader) -> contracts.HeaderMatch | None:
                     return r.parsed.match if r.parsed is not None else None
 
+                def header(r: parse.Reader = reader) -> tuple[str, ...] | None:
+                    return r.parsed.header if r.parsed is not None else None
+
                 for row in validate.encoded(reader.rows(), contract, ("judgments", None),
-                                            match, pool):
+                                            match, pool, header):
                     digest.update(orjson.dumps([row.staged, row.issues]))
             timings[name], cpus[name] = time.monotonic() - started, _cpu() - cpu
             digests[name] = digest.hexdigest()

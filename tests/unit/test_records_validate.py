@@ -33,7 +33,8 @@ def encoded(path: Path, pool: validate.Pool | None) -> list[tuple]:
     contract = contracts.get("judgments")
     with parse.Reader(path, contract, "csv") as reader:
         return [(row.row, row.staged, row.issues) for row in validate.encoded(
-            reader.rows(), contract, ("judgments", None), lambda: reader.parsed.match, pool)]
+            reader.rows(), contract, ("judgments", None), lambda: reader.parsed.match, pool,
+            lambda: reader.parsed.header)]
 
 
 @pytest.mark.slow

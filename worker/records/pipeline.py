@@ -156,7 +156,7 @@ class RecordsPipeline:
             if resume == 0:
                 chunk.add_batch_issues(_batch_warnings(reader, read_rows))
             for row in validate.encoded(read_rows, contract, (job.contract, batch["platform"]),
-                                        lambda: _match(reader), pool):
+                                        lambda: _match(reader), pool, lambda: _header(reader)):
                 chunk.extend(row)
                 if len(chunk) >= stage.CHUNK_ROWS:
                     db_s += _timed(stage.write, conn, target, chunk)
@@ -290,6 +290,10 @@ def _batch_warnings(reader: parse.Reader, rows: _After) -> list[contracts.Issue]
 
 def _match(reader: parse.Reader) -> contracts.HeaderMatch | None:
     return reader.parsed.match if reader.parsed is not None else None
+
+
+def _header(reader: parse.Reader) -> tuple[str, ...] | None:
+    return reader.parsed.header if reader.parsed is not None else None
 
 
 def _timed(fn: Any, *args: Any) -> float:

@@ -59,27 +59,35 @@ class Pool:
 
 def encoded(rows: Iterable[Row], contract: contracts.Contract, ref: tuple[str, str | None],
             match: Callable[[], contracts.HeaderMatch | None],
-            pool: Pool | None) -> Iterator[Encoded]:
+            pool: Pool | None, header: Callable[[], Sequence[str] | None] = lambda: None,
+            ) -> Iterator[Encoded]:
     """Each row validated and encoded for the stage, in order. ``ref`` names the contract for
     another process (contracts hold functions: they are rebuilt there, not pickled);
-    ``match`` is the file's header match, known once the first row was read."""
+    ``match`` is the file's header match, known once the first row was read, and ``header``
+    its header, by which a row's raw mapping that is just header → cell travels as nothing."""
     if pool is None:
         for number, cells, raw in rows:
             yield validate(contract, match(), number, cells, raw)
         return
-    window: deque[Future[list[Encoded]]] = deque()
-    for block in _blocks(rows):
-        window.append(pool.executor.submit(_validate_block, ref, match(), block))
+    window: deque[Future[list[tuple[Any, ...]]]] = deque()
+    for block in _blocks(rows, header):
+        window.append(pool.executor.submit(_validate_block, ref, match(), header(), block))
         while len(window) >= 2 * pool.processes:
-            yield from window.popleft().result()
+            yield from (Encoded(*row) for row in window.popleft().result())
     while window:
-        yield from window.popleft().result()
+        yield from (Encoded(*row) for row in window.popleft().result())
 
 
-def _blocks(rows: Iterable[Row]) -> Iterator[list[Row]]:
+def _blocks(rows: Iterable[Row], header: Callable[[], Sequence[str] | None],
+            ) -> Iterator[list[Row]]:
+    """Blocks of rows to send; a raw mapping the header and the cells give again is dropped
+    (pickling it cost as much as validating a third of the row)."""
     block: list[Row] = []
-    for row in rows:
-        block.append(row)
+    for number, cells, raw in rows:
+        names = header()
+        if names is not None and raw == dict(zip(names, cells, strict=False)):
+            raw = None  # type: ignore[assignment]
+        block.append((number, cells, raw))
         if len(block) >= BLOCK_ROWS:
             yield block
             block = []
@@ -93,10 +101,17 @@ def _contract(ref: tuple[str, str | None]) -> contracts.Contract:
 
 
 def _validate_block(ref: tuple[str, str | None], match: contracts.HeaderMatch | None,
-                    block: Sequence[Row]) -> list[Encoded]:
-    """In a pool process: the block's rows, as ``stage.validate`` makes them."""
+                    header: Sequence[str] | None, block: Sequence[Row]) -> list[tuple[Any, ...]]:
+    """In a pool process: the block's rows, as ``stage.validate`` makes them (as plain
+    tuples: a dataclass pickles several times slower)."""
     contract = _contract(ref)
-    return [validate(contract, match, number, cells, raw) for number, cells, raw in block]
+    out = []
+    for number, cells, raw in block:
+        if raw is None and header is not None:
+            raw = dict(zip(header, cells, strict=False))
+        row = validate(contract, match, number, cells, raw)
+        out.append((row.row, row.staged, row.issues))
+    return out
 
 
 # ── the worker's pool ───────────────────────────────────────────────────────────────────────
