@@ -124,6 +124,13 @@ COLUMNS = (
     _location("county", "County", "County", 100),
 )
 
+# Checked at promotion (docs/decisions/0186): a row the database refuses although the rules
+# above passed it (a value breaks a check of the judgments table) is not promoted, and the
+# rest of the batch is, as the error budget allows.
+NOT_STORED = Rule("JUDGMENT_NOT_STORED", CRITICAL,
+                  "The database refused the row (a value breaks a rule of the judgments "
+                  "table); it was not promoted.")
+
 JUDGMENTS = Contract(
     name="judgments", version="1.0.0", entity="JUDGMENT",
     description="Judgments from a Simplicity (or JBI, or manual) export: one row per case.",
@@ -139,6 +146,7 @@ JUDGMENTS = Contract(
              "Plaintiff and defendant are the same name; allowed, but worth a look."),
         ("plaintiff_name_normalized", "defendant_name_normalized"),
         lambda v: v["plaintiff_name_normalized"] == v["defendant_name_normalized"]),),
+    promotion_rules=((None, NOT_STORED),),
     promotion_order=1,
     examples=(
         {"case_number": "2024-CV-12345", "plaintiff_name": "Acme Collections LLC",

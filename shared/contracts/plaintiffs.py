@@ -68,6 +68,11 @@ CASE_NUMBER_NOT_FOUND = Rule(
     "PLAINTIFF_CASE_NUMBER_NOT_FOUND", WARNING,
     "No judgment of this tenant has the case number; the plaintiff was kept without a link.")
 
+# A row the database refuses at promotion (docs/decisions/0186), as judgments.NOT_STORED.
+NOT_STORED = Rule("PLAINTIFF_NOT_STORED", CRITICAL,
+                  "The database refused the row (a value breaks a rule of the plaintiffs "
+                  "table); it was not promoted.")
+
 PLAINTIFFS = Contract(
     name="plaintiffs", version="1.0.0", entity="PLAINTIFF",
     description="Plaintiffs from a vendor export, each linked to a judgment by case number.",
@@ -81,7 +86,7 @@ PLAINTIFFS = Contract(
              Target("plaintiff_judgments", ("plaintiff_id", "judgment_id"))),
     duplicate=Rule("PLAINTIFF_DUPLICATE", WARNING, "The same plaintiff (name, address, ZIP) "
                    "already appeared earlier in this file; the row is counted as a duplicate."),
-    promotion_rules=(("case_number", CASE_NUMBER_NOT_FOUND),),
+    promotion_rules=(("case_number", CASE_NUMBER_NOT_FOUND), (None, NOT_STORED)),
     promotion_order=2,
     examples=(
         {"case_number": "2024-CV-12345", "name": "Acme Collections LLC",

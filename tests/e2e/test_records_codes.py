@@ -35,6 +35,11 @@ _ELSEWHERE = {
 UNREACHABLE: dict[str, str] = {
     **{f"{entity}_{code}": why for entity in ("JUDGMENT", "PLAINTIFF")
        for code, why in _ELSEWHERE.items()},
+    # The contracts now check what the tables check (keys fold alike in Python and SQL, issue
+    # 20), so no file row is known to reach these; staged rows the tables refuse do
+    # (tests/integration/test_records_promotion.py).
+    **{f"{entity}_NOT_STORED": "a row the table refuses after the contract passed it"
+       for entity in ("JUDGMENT", "PLAINTIFF")},
     "JUDGMENT_AMOUNT_AMBIGUOUS": "needs a file whose numbers prove no decimal convention; "
                                  "these prove `.` (tests/integration/test_import_conventions.py)",
 }
@@ -139,8 +144,9 @@ def _api_errors(client, batch_id: str) -> list[dict[str, Any]]:
         assert response.status_code == 200, response.text
         body = response.json()
         found += body["errors"]
-        if not body["errors"] or len(found) >= body["totalErrors"]:
-            assert len(found) == body["totalErrors"]
+        total = body["totalErrors"] + body["totalWarnings"]
+        if not body["errors"] or len(found) >= total:
+            assert len(found) == total
             return found
         page += 1
 
@@ -183,7 +189,8 @@ def test_every_published_row_code_reaches_its_row_through_the_stack(
     for error in reported:
         observed[error["rowNumber"]].add(error["errorCode"])
     assert dict(observed) == {row: {code} for row, code in code_of.items() if code}
-    assert {e["errorCode"] for e in reported} | set(UNREACHABLE) == set(published)
+    reachable = set(published) - set(UNREACHABLE)
+    assert {e["errorCode"] for e in reported} == reachable
 
     # and the batch counts them: critical rows invalid, the budget waived, one duplicate
     critical = {row for row, code in code_of.items() if code and published[code] == "critical"}
