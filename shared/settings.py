@@ -193,6 +193,10 @@ class GatewaySettings(CommonSettings):
     events_commit_timeout_s: float = Field(default=30.0, gt=0)
     events_writer_retry_budget: int = Field(default=8, ge=1)
     events_stats_interval_s: float = Field(default=60.0, gt=0)
+    # The writer commits groups over this many connections of its own at once (ADR 0192), and
+    # refuses a source_emitted_at later than its clock plus EVENTS_MAX_FUTURE_SKEW_S (ADR 0191).
+    events_writer_connections: int = Field(default=4, ge=1, le=32)
+    events_max_future_skew_s: float = Field(default=86400.0, ge=0)
 
     # Live updates (gateway/live/, docs/decisions/0160): GET /v1/live streams a tenant's events
     # to its open pages. At most LIVE_MAX_STREAMS streams per process (more: 503, the pages

@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -18,6 +18,39 @@ MAX_TYPE = 100
 MAX_SEQUENCE = 2**63 - 1
 FIELDS = {"source_system", "source_event_id", "source_sequence", "source_emitted_at", "type",
           "payload"}
+# A JSON number with more digits than this is refused (number_too_large), per event. Far beyond
+# any value a contract takes, and far below the 4,300 digits past which Python refuses to turn
+# text into an int: a stored payload the worker could not read back would stall its apply.
+MAX_NUMBER_DIGITS = 1000
+# How far ahead of this gateway's clock a source_emitted_at may be (EVENTS_MAX_FUTURE_SKEW_S).
+DEFAULT_FUTURE_SKEW_S = 86400.0
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class TooLarge:
+    """Stands in for a number the body parser would not turn into a Python value (see
+    ``loads``), so the event that holds it is refused alone with number_too_large."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _int(text: str) -> int | TooLarge:
+    digits = len(text) - text.startswith("-")
+    return TooLarge(digits) if digits > MAX_NUMBER_DIGITS else int(text)
+
+
+def _float(text: str) -> float | TooLarge:
+    value = float(text)  # a float never fails: too large becomes inf
+    return value if math.isfinite(value) else TooLarge(len(text))
+
+
+def loads(body: bytes) -> Any:
+    """The request body as JSON, with each huge number left as a TooLarge marker instead of
+    failing the whole body: one event's 5,000-digit amount is that event's error."""
+    return json.loads(body, parse_int=_int, parse_float=_float)
 
 
 @dataclass(frozen=True)
@@ -44,7 +77,8 @@ class Refused(Exception):
         super().__init__(detail)
 
 
-def check(raw: Any, tenant_id: UUID, max_payload_bytes: int) -> Event:
+def check(raw: Any, tenant_id: UUID, max_payload_bytes: int, *,
+          max_future_skew_s: float = DEFAULT_FUTURE_SKEW_S, now: datetime | None = None) -> Event:
     """The event, or Refused with the first thing wrong with it."""
     if not isinstance(raw, dict):
         raise Refused("invalid_event", "Each event must be a JSON object.")
@@ -65,7 +99,9 @@ def check(raw: Any, tenant_id: UUID, max_payload_bytes: int) -> Event:
         source_system=_text(raw, "source_system", MAX_SOURCE_SYSTEM),
         source_event_id=_text(raw, "source_event_id", MAX_SOURCE_EVENT_ID),
         source_sequence=_sequence(raw.get("source_sequence")),
-        source_emitted_at=_emitted_at(raw.get("source_emitted_at")),
+        source_emitted_at=_emitted_at(raw.get("source_emitted_at"),
+                                      latest=(now or datetime.now(UTC))
+                                      + timedelta(seconds=max_future_skew_s)),
         type=_text(raw, "type", MAX_TYPE),
         payload_json=payload_json,
         payload_sha256=hashlib.sha256(payload_json.encode()).hexdigest(),
@@ -73,21 +109,42 @@ def check(raw: Any, tenant_id: UUID, max_payload_bytes: int) -> Event:
 
 
 def _canonical(payload: dict) -> str:
+    _scan(payload)
     try:
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False)
         text.encode()  # a lone surrogate ("\ud800") cannot be stored
     except (ValueError, UnicodeError) as exc:
         raise Refused("invalid_payload", "payload holds a value that cannot be stored "
-                      "(broken Unicode or a non-finite number).") from exc
-    if "\\u0000" in text:  # Postgres jsonb refuses NUL characters in strings
-        raise Refused("invalid_payload", "payload holds a NUL character, which cannot be stored.")
+                      "(broken Unicode).") from exc
     return text
+
+
+def _scan(payload: dict) -> None:
+    """Refuse what jsonb cannot hold or the worker could not read back: a NUL character in a
+    key or string (the six characters ``\\u0000`` as text are fine), a huge number. A loop,
+    not recursion: the depth is the body parser's to bound."""
+    stack: list[Any] = [payload]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str) and "\x00" in value:
+            raise Refused("payload_has_nul", "payload holds a NUL character (U+0000), which "
+                          "cannot be stored; remove it or encode it.")
+        elif isinstance(value, TooLarge):
+            raise Refused("number_too_large", f"payload holds a number of {value.digits} "
+                          f"digits; at most {MAX_NUMBER_DIGITS} are taken (send it as text).")
 
 
 def _text(raw: dict, name: str, limit: int) -> str:
     value = raw.get(name)
-    if not isinstance(value, str) or not value.strip():
+    if value is not None and not isinstance(value, str):
+        raise Refused(f"invalid_{name}", f"{name} must be a string, not {_kind(value)}.")
+    if value is None or not value.strip():
         raise Refused(f"missing_{name}", f"{name} is required: a non-empty string.")
     if len(value) > limit:
         raise Refused(f"invalid_{name}", f"{name} must be at most {limit} characters.")
@@ -100,9 +157,19 @@ def _text(raw: dict, name: str, limit: int) -> str:
     return value
 
 
+def _kind(value: Any) -> str:
+    if isinstance(value, TooLarge):
+        return "a number"
+    return {bool: "true/false", int: "a number", float: "a number", list: "a list",
+            dict: "an object"}.get(type(value), "another type")
+
+
 def _sequence(value: Any) -> int | None:
     if value is None:
         return None
+    if isinstance(value, TooLarge):
+        raise Refused("number_too_large", "source_sequence must be a whole number from 0 to "
+                      f"2^63-1; this one has {value.digits} digits.")
     # bool is an int in Python but not a sequence number; 1.0 from a sloppy encoder is fine.
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
@@ -112,7 +179,12 @@ def _sequence(value: Any) -> int | None:
     return value
 
 
-def _emitted_at(value: Any) -> datetime | None:
+def _emitted_at(value: Any, *, latest: datetime) -> datetime | None:
+    """An aware time, in UTC. Refused: no offset, a UTC value outside what Postgres and Python
+    both hold (year 1 to 9999: ``0001-01-01T00:00:00+14:00`` is in year 0), or later than
+    ``latest`` (this gateway's clock plus the allowed skew). Far-past times are taken: "newest
+    wins" then treats the event as older than any of its entity's events with a later time
+    (docs/decisions/0140, 0191)."""
     if value is None:
         return None
     try:
@@ -126,4 +198,19 @@ def _emitted_at(value: Any) -> datetime | None:
         raise Refused("invalid_source_emitted_at",
                       "source_emitted_at needs an offset (Z or +hh:mm): a time without one is "
                       "ambiguous.")
-    return parsed
+    try:
+        utc = parsed.astimezone(UTC)
+    except OverflowError as exc:
+        raise Refused("source_emitted_at_out_of_range", "source_emitted_at must lie between "
+                      "0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z in UTC.") from exc
+    if utc > latest:
+        raise Refused("source_emitted_at_in_future", "source_emitted_at is later than this "
+                      "server's clock allows (EVENTS_MAX_FUTURE_SKEW_S); check the source's "
+                      "clock.")
+    return utc
+
+
+def micros(value: datetime | None) -> int | None:
+    """A time as whole microseconds since 1970 (negative before): how the writer compares a
+    resend's time with the stored one, exactly."""
+    return None if value is None else (value - EPOCH) // timedelta(microseconds=1)
