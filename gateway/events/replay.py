@@ -20,6 +20,7 @@ from uuid import UUID
 from psycopg.types.json import Jsonb
 
 from shared import db, errors
+from shared.db import lenient
 
 Q = db.load_queries(Path(__file__).with_name("replay.sql"))
 STATES = ("pending", "processed", "dead_letter")
@@ -72,12 +73,14 @@ def list_events(conn: db.Conn, *, tenant_id: UUID | None, wanted: Filter, limit:
     if offset < 0:
         raise errors.InvalidRequest("offset must be 0 or more.")
     params = {"tenant_id": tenant_id, **wanted.params, "limit": limit, "offset": offset}
+    lenient.register(conn)  # one unreadable stored value must not hide the whole list
     rows = conn.execute(Q["list_events"], params).fetchall()
     total = rows[0]["total"] if rows else conn.execute(Q["count_events"], params).fetchone()["total"]  # type: ignore[index]
     return {"events": [view(r) for r in rows], "total": total}
 
 
 def show(conn: db.Conn, ledger_id: int, *, tenant_id: UUID | None) -> dict[str, Any]:
+    lenient.register(conn)
     row = conn.execute(Q["show_event"], {"ledger_id": ledger_id,
                                         "tenant_id": tenant_id}).fetchone()
     if row is None:
@@ -85,7 +88,9 @@ def show(conn: db.Conn, ledger_id: int, *, tenant_id: UUID | None) -> dict[str, 
                             "GET /v1/events.")
     replays = conn.execute(Q["replays_of"], {"tenant_id": row["tenant_id"],
                                              "ledger_id": ledger_id}).fetchall()
-    return {**view(row), "payload": row["payload"], "payload_sha256": row["payload_sha256"],
+    payload = row["payload"]
+    return {**view(row), "payload": str(payload) if _bad(payload) else payload,
+            "payload_readable": not _bad(payload), "payload_sha256": row["payload_sha256"],
             "last_conflict_at": _iso(row["last_conflict_at"]),
             "replays": [{"replay_id": r["replay_id"], "actor": r["actor"],
                          "at": _iso(r["created_at"])} for r in replays]}
@@ -140,5 +145,12 @@ def view(row: dict[str, Any]) -> dict[str, Any]:
             "conflict_count": row["conflict_count"], "entity_key": row["entity_key"]}
 
 
-def _iso(value: datetime | None) -> str | None:
+def _iso(value: datetime | lenient.Unreadable | None) -> str | None:
+    # A stored time Python cannot hold is shown as Postgres wrote it (e.g. "… BC").
+    if isinstance(value, lenient.Unreadable):
+        return str(value)
     return value.isoformat() if value is not None else None
+
+
+def _bad(value: Any) -> bool:
+    return isinstance(value, lenient.Unreadable)
