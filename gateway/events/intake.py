@@ -90,10 +90,7 @@ def check(raw: Any, tenant_id: UUID, max_payload_bytes: int, *,
     payload = raw.get("payload")
     if not isinstance(payload, dict):
         raise Refused("invalid_payload", "payload must be a JSON object (one row of its type).")
-    payload_json = _canonical(payload)
-    if len(payload_json.encode()) > max_payload_bytes:
-        raise Refused("payload_too_large",
-                      f"payload is larger than {max_payload_bytes // 1024} KiB; split it.")
+    payload_json = canonical(payload, max_payload_bytes)
     return Event(
         tenant_id=tenant_id,
         source_system=_text(raw, "source_system", MAX_SOURCE_SYSTEM),
@@ -106,6 +103,16 @@ def check(raw: Any, tenant_id: UUID, max_payload_bytes: int, *,
         payload_json=payload_json,
         payload_sha256=hashlib.sha256(payload_json.encode()).hexdigest(),
     )
+
+
+def canonical(payload: dict, max_bytes: int) -> str:
+    """The payload as stored (sorted keys, no spaces), or Refused: also how an operator's edit
+    is checked (gateway/events/replay.py)."""
+    text = _canonical(payload)
+    if len(text.encode()) > max_bytes:
+        raise Refused("payload_too_large",
+                      f"payload is larger than {max_bytes // 1024} KiB; split it.")
+    return text
 
 
 def _canonical(payload: dict) -> str:

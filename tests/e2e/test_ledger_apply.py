@@ -176,7 +176,8 @@ def test_poison_event_dead_letters_after_its_attempts_and_replays_after_a_fix(
     assert json.loads(shown.stdout)["error"] == row["process_error"]
     replayed = cli(stack_env, "events", "replay", "--id", str(poison), "--actor", "ops-anna")
     assert replayed.returncode == 0, replayed.stderr
-    assert event(conn, poison)["apply_attempt_count"] == 0
+    replayed = event(conn, poison)  # a fresh budget; the count itself never goes back
+    assert replayed["apply_attempt_count"] - replayed["apply_attempt_base"] == 0
     drain(stack_env, out_dir, {"LEDGER_APPLY_MAX_ATTEMPTS": "3"}, name="worker-2")
 
     # Then it is processed, and the replay is on record with who did it
@@ -368,6 +369,28 @@ def test_rows_made_unreadable_on_purpose_are_dead_lettered_and_the_rest_is_appli
     detail = cli(stack_env, "events", "show", str(huge), "--json")
     assert detail.returncode == 0, detail.stderr
     assert json.loads(detail.stdout)["payload_readable"] is False
+
+    # When an operator discards the one and corrects the other from the CLI, saying why
+    gone = cli(stack_env, "events", "discard", str(year_zero), "--reason", "clock bug upstream",
+               "--actor", "ops-anna")
+    assert gone.returncode == 0, gone.stderr
+    fixed = cli(stack_env, "events", "edit", str(huge), "--payload",
+                json.dumps(judgment("A-N0", "99.00")), "--reason", "amount garbled",
+                "--actor", "ops-anna")
+    assert fixed.returncode == 0, fixed.stderr
+    drain(stack_env, out_dir, name="worker-2")
+
+    # Then the corrected event applied, the other never will, and both are on the record
+    settled = conn.execute("SELECT ledger_id, process_state FROM event_ledger WHERE ledger_id "
+                           "IN (%s, %s)", (year_zero, huge)).fetchall()
+    assert {r["ledger_id"]: r["process_state"] for r in settled} == {
+        year_zero: "discarded", huge: "processed"}
+    assert Decimal("99.00") in [r["amount"] for r in judgments(conn, acme.tenant_id)]
+    actions = conn.execute("SELECT ledger_id, action, actor, reason, previous_state FROM "
+                           "event_actions ORDER BY action_id").fetchall()
+    assert [tuple(a.values()) for a in actions] == [
+        (year_zero, "discard", "cli:ops-anna", "clock bug upstream", "dead_letter"),
+        (huge, "edit", "cli:ops-anna", "amount garbled", "dead_letter")]
 
 
 def test_later_in_the_batch_wins_when_nothing_else_orders_two_events(gateway, tenants, conn,

@@ -125,16 +125,16 @@ class Applier(TableLoop):
 
     def _dead_letter_row(self, conn: db.Conn, row: dict[str, Any], error: str) -> None:
         context = {"ledger_id": row["ledger_id"], "tenant_id": str(row["tenant_id"]),
-                   "attempt": row["apply_attempt_count"]}
+                   "attempt": row["apply_attempt_count"] - (row.get("apply_attempt_base") or 0)}
         keys = {"ledger_id": row["ledger_id"], "tenant_id": row["tenant_id"],
                 "attempt": row["apply_attempt_count"]}
         self._settle_keys(conn, keys, "dead_letter", context, error=error)
 
     def _one(self, conn: db.Conn, event: apply.Event) -> None:
         context = {"ledger_id": event.ledger_id, "tenant_id": str(event.tenant_id),
-                   "event_type": event.type[:100], "attempt": event.attempt}
+                   "event_type": event.type[:100], "attempt": event.used}
         max_attempts = self.settings.ledger_apply_max_attempts
-        if event.attempt > max_attempts:
+        if event.used > max_attempts:
             # Claimed more often than allowed without ever settling: the applier died inside
             # every attempt (a crash loop). Give up on the record.
             self._settle(conn, event, "dead_letter", context, error=(
@@ -152,11 +152,11 @@ class Applier(TableLoop):
             return
         except Exception as exc:  # noqa: BLE001 - every other failure is retried, then dead
             error = f"{type(exc).__name__}: {exc}"
-            if event.attempt >= max_attempts:
+            if event.used >= max_attempts:
                 self._settle(conn, event, "dead_letter", context,
-                             error=f"failed {event.attempt} times; last: {error}")
+                             error=f"failed {event.used} times; last: {error}")
             else:
-                delay = backoff_s(event.attempt, self.settings.ledger_apply_backoff_base_s,
+                delay = backoff_s(event.used, self.settings.ledger_apply_backoff_base_s,
                                   self.settings.ledger_apply_backoff_max_s)
                 self._settle(conn, event, "retry", context, error=error, delay_s=delay)
             return
