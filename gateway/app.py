@@ -140,7 +140,9 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     ctx.events.start()
     # Live updates: one LISTEN connection of its own for all open streams (ADR 0160).
     ctx.live = live_hub.Hub(settings.database_url, pool, max_streams=settings.live_max_streams,
-                            queue_size=settings.live_queue_size, registry=ctx.exporter.registry)
+                            queue_size=settings.live_queue_size, registry=ctx.exporter.registry,
+                            max_per_tenant=settings.live_max_streams_per_tenant,
+                            session_check_s=settings.live_heartbeat_s)
     tasks = [
         asyncio.create_task(event_writer.report_forever(
             pool, ctx.events.metrics, settings.events_stats_interval_s), name="event-report"),
