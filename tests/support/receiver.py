@@ -22,6 +22,7 @@ class Receiver:
     def __init__(self, statuses: list[int] | None = None, default: int = 200,
                  hang_first: bool = False, delay_s: float = 0.0) -> None:
         self.requests: list[Request] = []
+        self.arrived_at: list[float] = []  # time.monotonic() of each request, in order
         # The first request gets no answer until stop(): a sender that dies mid-POST.
         self._hang = threading.Event() if hang_first else None
         self._statuses = list(statuses or [])
@@ -43,6 +44,7 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 with owner._lock:
                     owner.requests.append(Request(self.path, dict(self.headers), body))
+                    owner.arrived_at.append(time.monotonic())
                     status = owner._statuses.pop(0) if owner._statuses else owner._default
                     hang = owner._hang is not None and len(owner.requests) == 1
                 if hang and owner._hang is not None:
