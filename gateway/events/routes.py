@@ -112,8 +112,8 @@ async def post_events(request: Request, ctx: Ctx) -> dict:
                 max_future_skew_s=settings.events_max_future_skew_s, now=now)))
         except intake.Refused as exc:
             outcomes[i] = {"outcome": "rejected", "code": exc.code, "detail": exc.detail}
-    futures = ctx.events.submit([event for _, event in checked]) if checked else []
-    results = await _committed(futures, settings.events_commit_timeout_s)
+    results = await _committed(ctx.events.submit([event for _, event in checked]),
+                               settings.events_commit_timeout_s) if checked else []
     for (i, _), result in zip(checked, results, strict=True):
         outcomes[i] = result
     counts = dict.fromkeys(OUTCOMES, 0)
@@ -144,26 +144,16 @@ def _parse(body: bytes) -> list[Any]:
     return raw
 
 
-async def _committed(futures: list[asyncio.Future[dict[str, Any]]],
-                     timeout_s: float) -> list[dict[str, Any]]:
-    if not futures:
-        return []
-    _, pending = await asyncio.wait(futures, timeout=timeout_s)
-    if pending:
-        for future in pending:
-            future.cancel()  # the writer may still commit them; a resend is a duplicate
-        raise CommitPending()
-    results = []
-    for future in futures:
-        exc = future.exception()
-        if isinstance(exc, Unstorable):
-            results.append({"outcome": "rejected", "code": "unstorable",
-                            "detail": "The database refused this event; check its values."})
-        elif exc is not None:
-            raise exc
-        else:
-            results.append(future.result())
-    return results
+async def _committed(future: asyncio.Future[list[Any]], timeout_s: float) -> list[dict[str, Any]]:
+    try:
+        # On timeout the future is cancelled: the writer may still commit the events, and a
+        # resend is then a duplicate.
+        settled = await asyncio.wait_for(future, timeout_s)
+    except TimeoutError:
+        raise CommitPending() from None
+    return [{"outcome": "rejected", "code": "unstorable",
+             "detail": "The database refused this event; check its values."}
+            if isinstance(result, Unstorable) else result for result in settled]
 
 
 @get("/v1/events/cursor", opt={"api_key": "also"}, tags=["events"],
