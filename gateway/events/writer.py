@@ -3,7 +3,7 @@ events in groups, one multi-row upsert per group, each task on a connection of i
 (docs/decisions/0135, 0192).
 
 Requests put their checked events on the queue whole or not at all (a full queue is 429) and
-wait on one future per event, which resolves only after the group's transaction committed.
+wait on one future for the request, which resolves only after its group's transaction committed.
 A request's events travel as one queue entry, so a group never splits them: their ledger ids,
 the arrival order "newest wins" falls back on, follow the array (ADR 0191).
 The ledger's unique key is the dedupe authority, so replicas and the tasks of one writer need

@@ -38,7 +38,7 @@ LastEventId = Annotated[str | None, HeaderParameter(
 
 @get("/v1/live", tags=["live"], media_type="text/event-stream",
      response_description="A text/event-stream of the tenant's events (see above).",
-     responses=openapi.errors(400, 503))
+     responses=openapi.errors(400, 429, 503))
 async def live(request: Request, ctx: Ctx,
                last_event_id: LastEventId = None) -> ServerSentEvent:
     """Server-sent events for the caller's tenant: each new outbox event (`ingestion.complete`,
