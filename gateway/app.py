@@ -128,13 +128,21 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     ctx.exporter = metrics.Exporter(relay, alerter)
     # Event intake: the writer runs before the server takes its first request (the lifespan
     # ends before uvicorn listens), and reports the ledger's backlog at start (ADR 0135).
+    # Its own connections (ADR 0192): a burst of intake never takes the requests' pool.
+    writer_pool = db.async_pool(settings.database_url, min_size=1,
+                                max_size=settings.events_writer_connections,
+                                name="event-writer", timeout_s=settings.db_pool_timeout_s)
+    await writer_pool.open(wait=False)
     ctx.events = event_writer.Writer(
-        pool, queue_size=settings.events_queue_size, group_max=settings.events_group_max,
-        retry_budget=settings.events_writer_retry_budget, registry=ctx.exporter.registry)
+        writer_pool, queue_size=settings.events_queue_size, group_max=settings.events_group_max,
+        retry_budget=settings.events_writer_retry_budget, registry=ctx.exporter.registry,
+        tasks=settings.events_writer_connections)
     ctx.events.start()
     # Live updates: one LISTEN connection of its own for all open streams (ADR 0160).
     ctx.live = live_hub.Hub(settings.database_url, pool, max_streams=settings.live_max_streams,
-                            queue_size=settings.live_queue_size, registry=ctx.exporter.registry)
+                            queue_size=settings.live_queue_size, registry=ctx.exporter.registry,
+                            max_per_tenant=settings.live_max_streams_per_tenant,
+                            session_check_s=settings.live_heartbeat_s)
     tasks = [
         asyncio.create_task(event_writer.report_forever(
             pool, ctx.events.metrics, settings.events_stats_interval_s), name="event-report"),
@@ -166,6 +174,7 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await asyncio.to_thread(alerter.close, 2.0)
+        await writer_pool.close()
         await pool.close()
 
 

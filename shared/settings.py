@@ -204,6 +204,13 @@ class GatewaySettings(CommonSettings):
     events_commit_timeout_s: float = Field(default=30.0, gt=0)
     events_writer_retry_budget: int = Field(default=8, ge=1)
     events_stats_interval_s: float = Field(default=60.0, gt=0)
+    # The writer commits groups over this many connections of its own at once (ADR 0192), and
+    # refuses a source_emitted_at later than its clock plus EVENTS_MAX_FUTURE_SKEW_S (ADR 0191).
+    events_writer_connections: int = Field(default=4, ge=1, le=32)
+    events_max_future_skew_s: float = Field(default=86400.0, ge=0)
+    # POST /v1/webhooks/{id}/rotate-secret: how long the replaced secret keeps signing beside
+    # the new one when the request names no grace period (docs/decisions/0196).
+    webhook_secret_grace_s: float = Field(default=86400.0, ge=0, le=7 * 86400)
 
     # Live updates (gateway/live/, docs/decisions/0160): GET /v1/live streams a tenant's events
     # to its open pages. At most LIVE_MAX_STREAMS streams per process (more: 503, the pages
@@ -211,6 +218,10 @@ class GatewaySettings(CommonSettings):
     # stream ends after LIVE_STREAM_MAX_S and the browser reconnects (so a revoked session stops
     # there); a stream more than LIVE_QUEUE_SIZE messages behind is closed and resumes.
     live_max_streams: int = Field(default=500, ge=1)
+    # One tenant's share of them (then 429): no tenant takes every place (docs/decisions/0197).
+    # Every LIVE_HEARTBEAT_S the streams whose session ended (sign-out, deactivation, password
+    # change) are ended too.
+    live_max_streams_per_tenant: int = Field(default=100, ge=1)
     live_heartbeat_s: float = Field(default=15.0, gt=0)
     live_stream_max_s: float = Field(default=600.0, gt=0)
     live_queue_size: int = Field(default=100, ge=1)
@@ -308,7 +319,13 @@ class WorkerSettings(CommonSettings):
     webhook_dispatch_batch: int = Field(default=20, ge=1, le=500)
     webhook_dispatch_poll_s: float = Field(default=1.0, gt=0)
     webhook_dispatch_lease_s: float = Field(default=120.0, gt=0)
+    # One attempt's whole deadline: resolving, connecting, sending and the entire answer
+    # (docs/decisions/0195). At most WEBHOOK_CONCURRENCY attempts of this worker are in flight,
+    # and at most WEBHOOK_PER_ENDPOINT of one endpoint across every worker. Keep the lease well
+    # above it: a claim whose lease ends mid-attempt is sent again by another worker.
     webhook_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    webhook_concurrency: int = Field(default=16, ge=1, le=256)
+    webhook_per_endpoint: int = Field(default=2, ge=1, le=64)
     webhook_backoff_base_s: float = Field(default=5.0, gt=0)
     webhook_backoff_max_s: float = Field(default=3600.0, gt=0)
     webhook_retry_window_s: float = Field(default=86400.0, gt=0)

@@ -1,5 +1,6 @@
-"""Event ledger reads and replay over HTTP (docs/decisions/0142): GET /v1/events,
-GET /v1/events/{ledger_id}, POST /v1/events/replay.
+"""Event ledger reads and replay over HTTP (docs/decisions/0142, 0194): GET /v1/events,
+GET /v1/events/{ledger_id}, POST /v1/events/replay, and one event's discard and
+edit-and-replay (POST /v1/events/{ledger_id}/discard, /edit).
 
 Admins only (a tenant admin sees and replays their own tenant's events; an operator every
 tenant's, or one with ?tenant_id=). The tenant comes from the verified token, never from the
@@ -33,6 +34,17 @@ class ReplayRequest:
     source_system: str | None = None
     type: str | None = None
     error: str | None = None
+
+
+@dataclass
+class DiscardRequest:
+    reason: str
+
+
+@dataclass
+class EditRequest:
+    payload: dict[str, Any]
+    reason: str
 
 
 @get("/v1/events", guards=GUARDS, tags=TAGS, responses=openapi.errors(400, 503))
@@ -73,7 +85,32 @@ async def replay_events(data: JSONBody[ReplayRequest], request: Request, ctx: Ct
                        ledger_ids=data.ledger_ids or None, wanted=wanted)
 
 
-ROUTES = [list_events, show_event, replay_events]
+@post("/v1/events/{ledger_id:int}/discard", guards=GUARDS, tags=TAGS, status_code=200,
+      responses=openapi.errors(400, 404, 409, 503))
+async def discard_event(ledger_id: FromPath[int], data: JSONBody[DiscardRequest],
+                        request: Request, ctx: Ctx) -> dict:
+    """Set a pending or dead-letter event aside for good (never applied), saying why. A resend
+    of it stays a duplicate. 409 `event_settled` once it was applied or discarded."""
+    principal = auth.current(request)
+    return await _call(ctx, replay.discard, ledger_id, tenant_id=_scope(request, None),
+                       actor=f"user:{principal.user_id}", actor_user_id=principal.user_id,
+                       reason=data.reason)
+
+
+@post("/v1/events/{ledger_id:int}/edit", guards=GUARDS, tags=TAGS, status_code=200,
+      responses=openapi.errors(400, 404, 409, 503))
+async def edit_event(ledger_id: FromPath[int], data: JSONBody[EditRequest], request: Request,
+                     ctx: Ctx) -> dict:
+    """Replace a pending or dead-letter event's payload and apply it again (due now, a fresh
+    attempt budget), saying why; the payload it replaced stays on the record."""
+    principal = auth.current(request)
+    return await _call(ctx, replay.edit, ledger_id, tenant_id=_scope(request, None),
+                       actor=f"user:{principal.user_id}", actor_user_id=principal.user_id,
+                       reason=data.reason, payload=data.payload,
+                       max_payload_bytes=ctx.settings.events_max_payload_kb * 1024)
+
+
+ROUTES = [list_events, show_event, replay_events, discard_event, edit_event]
 
 
 def _scope(request: Request, asked: UUID | None) -> UUID | None:

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -79,8 +79,17 @@ api_keys = Router("/v1/api-keys", route_handlers=[create_key, list_keys, revoke_
 async def post_events(request: Request, ctx: Ctx) -> dict:
     """Up to EVENTS_MAX_BATCH events as a JSON array, sent with 'X-Api-Key'. The answer comes
     after the accepted events committed and gives each event's outcome, in order: new,
-    duplicate (seen before, same payload), conflict (seen before with another payload; the
-    first is kept) or rejected (with a code; the others are still taken).
+    duplicate (seen before, identical), conflict (seen before with another payload, type,
+    source_sequence or source_emitted_at: `code` says which; the first is kept) or rejected
+    (with a code; the others are still taken).
+
+    `source_emitted_at` needs an offset and must not be later than the server's clock plus
+    EVENTS_MAX_FUTURE_SKEW_S (default one day; `source_emitted_at_in_future`) nor outside
+    years 1-9999 in UTC (`source_emitted_at_out_of_range`).
+
+    Order: when two events of one batch change the same record and neither a
+    `source_sequence` (of the same source system) nor a `source_emitted_at` tells which is
+    newer, the later one in the array wins.
 
     Workers then apply each event by its `type`: `judgment.upserted` and `plaintiff.upserted`
     carry one row of that contract (GET /v1/contracts/{name}), keyed by its column or field
@@ -90,6 +99,7 @@ async def post_events(request: Request, ctx: Ctx) -> dict:
     caller: keys.KeyCaller = request.state.key_caller
     settings = ctx.settings
     raw = _parse(await _read_body(request, settings.events_max_body_kb * 1024))
+    now = datetime.now(UTC)
     if len(raw) > settings.events_max_batch:
         raise TooManyEvents(f"A batch may hold at most {settings.events_max_batch} events; "
                             f"this one holds {len(raw)}.")
@@ -97,12 +107,13 @@ async def post_events(request: Request, ctx: Ctx) -> dict:
     checked: list[tuple[int, intake.Event]] = []
     for i, item in enumerate(raw):
         try:
-            checked.append((i, intake.check(item, caller.tenant_id,
-                                            settings.events_max_payload_kb * 1024)))
+            checked.append((i, intake.check(
+                item, caller.tenant_id, settings.events_max_payload_kb * 1024,
+                max_future_skew_s=settings.events_max_future_skew_s, now=now)))
         except intake.Refused as exc:
             outcomes[i] = {"outcome": "rejected", "code": exc.code, "detail": exc.detail}
-    futures = ctx.events.submit([event for _, event in checked]) if checked else []
-    results = await _committed(futures, settings.events_commit_timeout_s)
+    results = await _committed(ctx.events.submit([event for _, event in checked]),
+                               settings.events_commit_timeout_s) if checked else []
     for (i, _), result in zip(checked, results, strict=True):
         outcomes[i] = result
     counts = dict.fromkeys(OUTCOMES, 0)
@@ -125,7 +136,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 def _parse(body: bytes) -> list[Any]:
     try:
-        raw = json.loads(body)
+        raw = intake.loads(body)
     except (ValueError, UnicodeError) as exc:
         raise errors.InvalidRequest("The body must be a JSON array of events.") from exc
     if not isinstance(raw, list) or not raw:
@@ -133,26 +144,16 @@ def _parse(body: bytes) -> list[Any]:
     return raw
 
 
-async def _committed(futures: list[asyncio.Future[dict[str, Any]]],
-                     timeout_s: float) -> list[dict[str, Any]]:
-    if not futures:
-        return []
-    _, pending = await asyncio.wait(futures, timeout=timeout_s)
-    if pending:
-        for future in pending:
-            future.cancel()  # the writer may still commit them; a resend is a duplicate
-        raise CommitPending()
-    results = []
-    for future in futures:
-        exc = future.exception()
-        if isinstance(exc, Unstorable):
-            results.append({"outcome": "rejected", "code": "unstorable",
-                            "detail": "The database refused this event; check its values."})
-        elif exc is not None:
-            raise exc
-        else:
-            results.append(future.result())
-    return results
+async def _committed(future: asyncio.Future[list[Any]], timeout_s: float) -> list[dict[str, Any]]:
+    try:
+        # On timeout the future is cancelled: the writer may still commit the events, and a
+        # resend is then a duplicate.
+        settled = await asyncio.wait_for(future, timeout_s)
+    except TimeoutError:
+        raise CommitPending() from None
+    return [{"outcome": "rejected", "code": "unstorable",
+             "detail": "The database refused this event; check its values."}
+            if isinstance(result, Unstorable) else result for result in settled]
 
 
 @get("/v1/events/cursor", opt={"api_key": "also"}, tags=["events"],

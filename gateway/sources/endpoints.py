@@ -19,20 +19,13 @@ address it connects to. It runs at create/update and again before each sync: DNS
 from __future__ import annotations
 
 import ipaddress
-import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from urllib.parse import urlparse
 
+# Resolution and IPv4 unwrapping live in shared/, where the webhook URL rule uses them too.
 from shared import errors
-
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Resolver = Callable[[str, int], Iterable[str]]
-# IPv6 prefixes that carry an IPv4 address the packet ends up at (NAT64, RFC 6052).
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-
-
-def normalize(url: str) -> str:
-    return url.rstrip("/")
+from shared.addresses import Address, Resolver, embedded_ipv4, normalize
+from shared.addresses import resolve as _resolve
 
 
 def check(url: str | None, *, allowlist: Iterable[str], dev_mode: bool,
@@ -68,24 +61,3 @@ def allowed_address(address: Address) -> bool:
     """Public addresses, and loopback (the dev-mode S3 on this machine); nothing else."""
     address = embedded_ipv4(address)
     return address.is_loopback or address.is_global and not address.is_multicast
-
-
-def embedded_ipv4(address: Address) -> Address:
-    """The IPv4 address an IPv6 one stands for (mapped, 6to4, NAT64), else itself.
-
-    ``::ffff:169.254.169.254`` reaches the metadata service; Python 3.11 does not call it
-    link-local, so it is unwrapped first.
-    """
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return address.ipv4_mapped
-        if address.sixtofour is not None:
-            return address.sixtofour
-        if address in _NAT64:
-            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return address
-
-
-def _resolve(host: str, port: int) -> list[str]:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return sorted({str(info[4][0]) for info in infos})

@@ -350,7 +350,7 @@ async def own_dead_letter(message_id: FromPath[str], request: Request) -> Templa
 # ── event ledger: dead letters and replay (docs/decisions/0142, 0143) ──────────────────────
 # Shells that events.js fills from /v1/events, whose scope (own tenant; operators all) applies.
 _EVENT_STATES = [("dead_letter", "Dead letter"), ("pending", "Pending"),
-                 ("processed", "Processed"), ("all", "Any state")]
+                 ("processed", "Processed"), ("discarded", "Discarded"), ("all", "Any state")]
 
 
 @get("/events")

@@ -21,6 +21,7 @@ HOSTILE = [
     "https://127.0.0.1/hook",                           # loopback outside DEV_MODE
     "https://localhost/hook",
     "https://2130706433/hook",                          # 127.0.0.1 spelled as a number
+    "https://[::127.0.0.1]/hook",                       # IPv4-compatible loopback (reserved)
     "ftp://example.com/hook",
     "https://user:pw@example.com/hook",
     "not a url",
@@ -132,3 +133,49 @@ def test_deleting_a_webhook_removes_it_and_its_log(allowing_gateway, tenants, co
         assert c.delete(f"/v1/webhooks/{webhook_id}").status_code == 404
         assert c.get("/v1/webhooks").json()["total"] == 0
     assert conn.execute("SELECT count(*) AS n FROM webhook_deliveries").fetchone()["n"] == 0
+
+
+def test_an_admin_rotates_the_secret_and_the_old_one_keeps_signing_for_the_grace(
+        allowing_gateway, tenants, conn):
+    # Given a webhook with a delivery in its log
+    admin, other, member = tenants.user("acme"), tenants.user("globex"), tenants.user(
+        "acme", role="user")
+    created = _create(allowing_gateway, admin.token, RECEIVER).json()
+    webhook_id, first = created["webhook_id"], created["secret"]
+    with allowing_gateway.client(admin.token) as c:
+        assert c.post(f"/v1/webhooks/{webhook_id}/test").status_code == 202
+
+        # When the admin rotates it (default grace), then again with a grace of a minute
+        rotated = c.post(f"/v1/webhooks/{webhook_id}/rotate-secret")
+        assert rotated.status_code == 200, rotated.text
+        assert rotated.headers["cache-control"] == "no-store"
+        second = rotated.json()["secret"]
+        stored = conn.execute("SELECT secret, previous_secret, previous_secret_expires_at - "
+                              "now() AS left FROM webhooks WHERE webhook_id = %s",
+                              (webhook_id,)).fetchone()
+        again = c.post(f"/v1/webhooks/{webhook_id}/rotate-secret", json={"grace_period_s": 60})
+        third = again.json()["secret"]
+        for bad in (-1, 8 * 86400):
+            refused = c.post(f"/v1/webhooks/{webhook_id}/rotate-secret",
+                             json={"grace_period_s": bad})
+            assert refused.status_code == 400, bad
+        listed = c.get("/v1/webhooks").json()["items"][0]
+        log = c.get(f"/v1/webhooks/{webhook_id}/deliveries").json()
+    with allowing_gateway.client(other.token) as c:
+        theirs = c.post(f"/v1/webhooks/{webhook_id}/rotate-secret")
+    with allowing_gateway.client(member.token) as c:
+        forbidden = c.post(f"/v1/webhooks/{webhook_id}/rotate-secret")
+
+    # Then each rotation gave a new whsec_ secret and kept the one it replaced for the grace
+    assert len({first, second, third}) == 3 and third.startswith("whsec_")
+    assert (stored["secret"], stored["previous_secret"]) == (second, first)
+    assert 86000 < stored["left"].total_seconds() <= 86400
+    final = conn.execute("SELECT secret, previous_secret FROM webhooks WHERE webhook_id = %s",
+                         (webhook_id,)).fetchone()
+    assert (final["secret"], final["previous_secret"]) == (third, second)
+    # and the list says when the old one stops signing, never a secret; the log survived
+    assert listed["previous_secret_expires_at"] and listed["secret_rotated_at"]
+    assert "secret" not in listed and log["total"] == 1
+    # and nobody else may rotate it
+    assert (theirs.status_code, theirs.json()["code"]) == (404, "webhook_not_found")
+    assert forbidden.status_code == 403

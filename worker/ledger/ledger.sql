@@ -47,7 +47,7 @@ SET apply_attempt_count = e.apply_attempt_count + 1,
 FROM due
 WHERE e.ledger_id = due.ledger_id
 RETURNING e.ledger_id, e.tenant_id, e.source_system, e.source_event_id, e.source_sequence,
-          e.source_emitted_at, e.type, e.payload, e.apply_attempt_count;
+          e.source_emitted_at, e.type, e.payload, e.apply_attempt_count, e.apply_attempt_base;
 
 -- name: lock_claimed
 -- First statement of the apply transaction: the row is still ours only if it is pending and
