@@ -22,6 +22,12 @@ CONTENT_TYPES = {
     "jsonl": "application/x-ndjson",
 }
 ALIASES = {"htm": "html", "markdown": "md", "ndjson": "jsonl"}
+BY_CONTENT_TYPE = {content_type: ext for ext, content_type in CONTENT_TYPES.items()}
+
+
+def media_types(allowed: tuple[str, ...]) -> list[str]:
+    """The media types of these source types, as /schema names a file part's."""
+    return [CONTENT_TYPES[ext] for ext in allowed if ext in CONTENT_TYPES]
 # How much of the file the content check looks at.
 SNIFF_BYTES = 8192
 
@@ -29,9 +35,13 @@ _HTML_START = re.compile(rb"^\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body
                          re.IGNORECASE | re.DOTALL)
 
 
-def source_type_for(filename: str, allowed: tuple[str, ...]) -> str:
-    """The source type for a filename's extension, or UnsupportedType."""
+def source_type_for(filename: str, allowed: tuple[str, ...], content_type: str | None = None) -> str:
+    """The source type for a filename's extension, or UnsupportedType. A name without one is
+    typed by the part's Content-Type when that names an accepted type (`curl -F
+    'file=@-;type=text/csv'`, and what /schema declares for the part)."""
     ext = filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
+    if not ext and content_type:
+        ext = BY_CONTENT_TYPE.get(content_type.split(";")[0].strip().lower(), "")
     ext = ALIASES.get(ext, ext)
     if ext not in allowed:
         shown = ", ".join(sorted(allowed))

@@ -9,17 +9,18 @@ from litestar import Request, Response, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
 
-from gateway import auth, openapi, uploads
+from gateway import auth, filetypes, openapi, uploads
 from gateway.context import Ctx
 from gateway.documents import intake
 from shared import objectstore
+from shared.settings import GatewaySettings
 
 log = logging.getLogger(__name__)
 
 
 # /schema: the form this route streams by hand, and its two answers (docs/decisions/0051).
 UPLOAD_FORM = openapi.form_body(
-    ("file",),
+    ("file",), file_types=filetypes.media_types(GatewaySettings.model_fields["allowed_types"].default),
     file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="The document; its filename and "
                 "bytes decide the type."),
     title=Schema(type=OpenAPIType.STRING, max_length=1024, description="Defaults to the filename."),
