@@ -82,7 +82,8 @@ def http_error(request: Request, exc: HTTPException) -> Response:
             code = _declared_code(request, key, str(first.get("message", ""))) or code
         # page/limit/cursor out of their declared bounds (gateway/paging.py).
         if all(isinstance(p, dict) and p.get("key") in paging.PARAMS for p in problems):
-            code, detail = paging.InvalidPaging.code, f"{detail}. {paging.InvalidPaging.__doc__}"
+            wrong = paging.InvalidCursor if first.get("key") == "cursor" else paging.InvalidPaging
+            code, detail = wrong.code, f"{detail}. {wrong.__doc__}"
     return Response(_body(code, detail), status_code=exc.status_code, headers=exc.headers)
 
 

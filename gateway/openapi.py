@@ -209,7 +209,9 @@ def _declare_parameters(operation: Operation) -> None:
             kept = [s for s in schema.one_of
                     if not (isinstance(s, Schema) and s.type == OpenAPIType.NULL)]
             if len(kept) == 1 and isinstance(kept[0], Schema):
-                parameter.schema = _merged(kept[0], schema)
+                parameter.schema = schema = _merged(kept[0], schema)
+        if isinstance(schema, Schema) and schema.enum and None in schema.enum:
+            schema.enum = [v for v in schema.enum if v is not None]  # Literal[...] | None
 
 
 def _query_kinds(operation: Operation) -> dict[str, str]:

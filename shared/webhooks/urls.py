@@ -41,9 +41,10 @@ class WebhookUrlForbidden(errors.Forbidden):
 
 
 # What check() reads as a URL, as /schema declares it: http(s), a host (name or IPv4), a port
-# below 10000, the rest without spaces. Anything else is malformed (400).
-URL_PATTERN = (r"^https?://([A-Za-z0-9._~%!$&'()*+,;=:-]*@)?[A-Za-z0-9._~-]+(:[0-9]{1,4})?"
-               r"([/?#][^\s\x00-\x1f]*)?$")
+# up to 65535, the rest without spaces. Anything else is malformed (400).
+URL_PATTERN = (r"^https?://([A-Za-z0-9._~%!$&'()*+,;=:-]*@)?[A-Za-z0-9._~-]+"
+               r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]"
+               r"|6553[0-5]))?([/?#][^\s\x00-\x1f]*)?$")
 
 
 def check(url: str, *, allowlist: Iterable[str], dev_mode: bool,
