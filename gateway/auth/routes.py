@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from litestar import Request, Response, get, post
+from litestar.datastructures import Cookie
 from litestar.params import JSONBody
 from msgspec import Meta
 
@@ -52,13 +53,14 @@ def _token_body(principal: auth.Principal, ctx: Context) -> dict:
     }
 
 
-def device(request: Request, ctx: Context) -> users.Device:
+def device(request: Request, ctx: Context) -> users.DeviceCookie:
     """The client's device cookie, and how to read it (ADR 0204)."""
-    return users.Device(request.cookies.get(devices.COOKIE), ctx.settings.jwt_secret,
-                        ctx.settings.login_device_cookie_days * 86400)
+    return users.DeviceCookie(request.cookies.get(devices.COOKIE), ctx.settings.jwt_secret,
+                              ctx.settings.login_device_cookie_days * 86400)
 
 
-def device_cookie(request: Request, ctx: Context, value: str):  # type: ignore[no-untyped-def]
+def device_cookie(request: Request, ctx: Context, value: str) -> Cookie:
+    """The device cookie a successful sign-in hands back."""
     return devices.cookie(value, max_age_s=ctx.settings.login_device_cookie_days * 86400,
                           secure=session.secure(request, ctx.settings.session_cookie_secure))
 

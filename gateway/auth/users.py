@@ -88,7 +88,7 @@ async def create_user_async(pool: db.AsyncPool, *, tenant_id: UUID, email: str,
 
 # ── signing in and out ──────────────────────────────────────────────────────────────────────
 @dataclass(frozen=True)
-class Device:
+class DeviceCookie:
     """The client's device cookie as sent, and how to read it (gateway/auth/devices.py)."""
 
     cookie: str | None
@@ -98,7 +98,7 @@ class Device:
 
 async def login(pool: db.AsyncPool, tenant: str, email: str, password: str, *,
                 address: str | None, limits: login_throttle.Limits,
-                device: Device) -> tuple[auth.Principal, str]:
+                device: DeviceCookie) -> tuple[auth.Principal, str]:
     """The principal for a right password of an active user of the named tenant, and the
     device cookie to hand back; 401 otherwise, 429 when throttled.
 

@@ -21,10 +21,8 @@ from shared import errors
 Kinds = dict[tuple[str, str], dict[str, str]]
 
 
-class RepeatedParameter(errors.InvalidRequest):
-    """A query parameter appears more than once; send it once."""
-
-    code = "invalid_request"
+class QueryRefused(errors.InvalidRequest):
+    """A query parameter appears twice, or a typed one says null; send each once, with a value."""
 
 
 def kind(schema: dict[str, Any]) -> str:
@@ -58,7 +56,7 @@ def middleware(app: ASGIApp) -> ASGIApp:
             kinds = table.get(where)
             why = refusal(kinds, scope["query_string"]) if kinds else None
             if why:
-                raise RepeatedParameter(why)
+                raise QueryRefused(why)
         await app(scope, receive, send)
 
     return checked
