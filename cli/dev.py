@@ -221,7 +221,7 @@ def _existing_admin(conn: db.Conn) -> auth.Principal | None:
     from gateway.auth import users
 
     try:
-        principal = users.token_principal(conn, DEV_ADMIN)
+        principal = users.token_principal(conn, DEV_ADMIN, DEV_TENANT)
     except errors.NotFound:
         return None
     return principal if principal.role == auth.OPERATOR else None
@@ -248,7 +248,7 @@ def _announce(port: int, token: str, workers: int) -> None:
     print(f"""
 Dragonfly Ingest is running ({workers} worker process(es)); Ctrl-C stops everything.
   API:       http://127.0.0.1:{port}   (OpenAPI: http://127.0.0.1:{port}/schema)
-  Sign in:   {DEV_ADMIN} / password in {STATE}/dev-password
+  Sign in:   tenant {DEV_TENANT}, {DEV_ADMIN} / password in {STATE}/dev-password
   Token:     {token}
              (also in {STATE}/dev-token)
   Try:       curl -H "Authorization: Bearer $(cat {STATE}/dev-token)" \\

@@ -20,6 +20,7 @@ from gateway.auth import user_routes as users
 from gateway.context import Context, provide
 from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
+from gateway.edge import json_depth, methods, query, transport
 from gateway.events import replay_routes as event_replay
 from gateway.events import routes as event_routes
 from gateway.events import writer as event_writer
@@ -88,7 +89,13 @@ def create_app(settings: GatewaySettings) -> Litestar:
         guards=[auth.authenticate],
         # An unknown address: the HTML 404 page for browsers, JSON for the API (gateway/web).
         exception_handlers={**errors.HANDLERS, NotFoundException: ui.not_found},  # type: ignore[dict-item]
-        middleware=[_request_context],
+        # OPTIONS is answered before any guard; JSON bodies are checked for depth as they are
+        # read, whichever parser the handler uses (gateway/edge, ADR 0200-0201).
+        middleware=[_request_context, transport.hsts(settings.hsts_max_age_s),
+                    methods.middleware, query.middleware,
+                    transport.slow_body(settings.body_min_bytes_per_s,
+                                        settings.body_rate_window_s),
+                    json_depth.middleware],
         lifespan=[lifespan],
         template_config=templates,
         # The API's description holds no tenant data, and a browser cannot attach a bearer

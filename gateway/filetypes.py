@@ -55,6 +55,14 @@ _MAGIC = {
 }
 # An e-mail starts with a header field ("Received:", "From:", ...) or an mbox "From " line.
 _EML_START = re.compile(rb"^(?:From |[!-9;-~]+:)")
+BY_CONTENT_TYPE = {content_type: ext for ext, content_type in CONTENT_TYPES.items()}
+
+
+def media_types(allowed: tuple[str, ...]) -> list[str]:
+    """The media types of these source types, as /schema names a file part's."""
+    return [CONTENT_TYPES[ext] for ext in allowed if ext in CONTENT_TYPES]
+
+
 # How much of the file the content check looks at.
 SNIFF_BYTES = 8192
 # Records files (the import path only): spreadsheets save "Unicode text" and Google Ads its
@@ -68,9 +76,13 @@ _HTML_START = re.compile(rb"^\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body
                          re.IGNORECASE | re.DOTALL)
 
 
-def source_type_for(filename: str, allowed: tuple[str, ...]) -> str:
-    """The source type for a filename's extension, or UnsupportedType."""
+def source_type_for(filename: str, allowed: tuple[str, ...], content_type: str | None = None) -> str:
+    """The source type for a filename's extension, or UnsupportedType. A name without one is
+    typed by the part's Content-Type when that names an accepted type (`curl -F
+    'file=@-;type=text/csv'`, and what /schema declares for the part)."""
     given = filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
+    if not given and content_type:
+        given = BY_CONTENT_TYPE.get(content_type.split(";")[0].strip().lower(), "")
     ext = ALIASES.get(given, given)
     if ext in LEGACY and ext not in allowed:
         raise errors.UnsupportedType(LEGACY[ext])

@@ -90,8 +90,10 @@ class PlatformBucket(Forbidden):
     code = "platform_bucket"
 
 
-class EndpointNotAllowed(InvalidRequest):
-    """This endpoint is not allowed; ask an operator to add it to SOURCE_ENDPOINT_ALLOWLIST."""
+class EndpointNotAllowed(Forbidden):
+    """This endpoint is not allowed; ask an operator to add it to SOURCE_ENDPOINT_ALLOWLIST.
+
+    403: a well-formed URL the platform's rules keep the gateway from calling (ADR 0200)."""
 
     code = "endpoint_not_allowed"
 

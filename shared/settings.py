@@ -91,9 +91,28 @@ class GatewaySettings(CommonSettings):
 
     jwt_secret: str = ""
     jwt_expiry_hours: float = 24
-    # The web UI's session cookie is Secure when this is set or the request came over https;
-    # set it behind a TLS-terminating proxy that forwards plain http.
-    session_cookie_secure: bool = False
+    # Cookies (session, sign-in form, device) are Secure unless this is false; unset means
+    # true outside DEV_MODE (ADR 0203). false is for plain-HTTP development only (the gateway
+    # warns at start); a request that came over https always gets Secure cookies.
+    session_cookie_secure: bool | None = None
+    # Strict-Transport-Security on answers to requests that came over https (TLS here, or a
+    # TRUSTED_PROXIES proxy's X-Forwarded-Proto: https); 0 = never sent.
+    hsts_max_age_s: int = Field(default=31536000, ge=0)
+    # Serve TLS directly (both set), instead of behind a TLS-terminating proxy.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    # Slow and numerous clients (ADR 0203, gateway/edge/transport.py): a request's headers must
+    # arrive within HEADER_TIMEOUT_S; a body must keep up at least BODY_MIN_BYTES_PER_S over
+    # every BODY_RATE_WINDOW_S (else 408 and the connection closes); at most MAX_CONNECTIONS
+    # connections per process (more are refused at once); an idle keep-alive connection
+    # closes after KEEPALIVE_TIMEOUT_S.
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_min_bytes_per_s: int = Field(default=1024, ge=0)
+    body_rate_window_s: float = Field(default=10.0, gt=0)
+    max_connections: int = Field(default=1000, ge=1)
+    keepalive_timeout_s: float = Field(default=5.0, gt=0)
+    # A device cookie (ADR 0204) is good for this many days after its sign-in.
+    login_device_cookie_days: float = Field(default=90.0, gt=0)
     auth_enabled: bool = True
     # Only with AUTH_ENABLED=false in dev mode: the principal every request acts as.
     dev_tenant_id: str | None = None
@@ -236,6 +255,14 @@ class GatewaySettings(CommonSettings):
     @property
     def upload_max_bytes(self) -> int:
         return int(self.upload_max_size_mb * 1024 * 1024)
+
+    @model_validator(mode="after")
+    def _secure_cookies_outside_dev(self) -> GatewaySettings:
+        if self.session_cookie_secure is None:
+            self.session_cookie_secure = not self.dev_mode
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("TLS_CERT_FILE and TLS_KEY_FILE go together: set both or neither")
+        return self
 
     @model_validator(mode="after")
     def _refuse_unsafe_auth(self) -> GatewaySettings:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, post
-from litestar.params import FromPath, FromQuery, JSONBody
+from litestar.params import FromPath, JSONBody, Parameter
 from litestar.types import ControllerRouterHandler
+from msgspec import Meta
 
 from gateway import auth, openapi
 from gateway.context import Ctx
@@ -43,7 +44,10 @@ class CommitPending(errors.ServiceUnavailable):
 # ── API keys: a tenant admin's ─────────────────────────────────────────────────────────────
 @dataclass
 class NewKeyRequest:
-    name: str
+    # keys.create's rule as /schema declares it.
+    name: Annotated[str, Meta(max_length=100, pattern=openapi.NON_BLANK,
+                              description="name must be 1 to 100 characters, e.g. "
+                                          "'billing-system'.")]
 
 
 @post("/", status_code=201, responses=openapi.errors(400))
@@ -74,8 +78,17 @@ api_keys = Router("/v1/api-keys", route_handlers=[create_key, list_keys, revoke_
 
 
 # ── intake: a producer's, with its API key ─────────────────────────────────────────────────
+# /schema: the batch this route reads by hand. Each item is judged on its own (a refused one
+# is an outcome of the 202), so the array's items are any JSON; its size limits are 413s.
+EVENTS_BODY = openapi.json_body({"type": "array", "minItems": 1, "items": {}}, (
+    "A JSON array of events, each an object of source_system, source_event_id, optional "
+    "source_sequence and source_emitted_at, type and payload (an object). At most "
+    "EVENTS_MAX_BATCH events and EVENTS_MAX_BODY_KB of JSON (else 413)."))
+
+
 @post("/v1/events", opt={"api_key": "only"}, request_max_body_size=None, status_code=202,
-      tags=["events"], responses=openapi.errors(400, 401, 413, 429, 503))
+      tags=["events"], responses=openapi.errors(400, 401, 413, 429, 503),
+      operation_class=EVENTS_BODY)
 async def post_events(request: Request, ctx: Ctx) -> dict:
     """Up to EVENTS_MAX_BATCH events as a JSON array, sent with 'X-Api-Key'. The answer comes
     after the accepted events committed and gives each event's outcome, in order: new,
@@ -158,7 +171,8 @@ async def _committed(future: asyncio.Future[list[Any]], timeout_s: float) -> lis
 
 @get("/v1/events/cursor", opt={"api_key": "also"}, tags=["events"],
       responses=openapi.errors(400, 401, 403))
-async def cursor(request: Request, ctx: Ctx, source_system: FromQuery[str]) -> dict:
+async def cursor(request: Request, ctx: Ctx, source_system: Annotated[str, Parameter(
+        min_length=1, max_length=intake.MAX_SOURCE_SYSTEM, pattern=openapi.NO_NUL)]) -> dict:
     """The highest source_sequence stored without a gap from the lowest one, for this tenant
     and source (null: none stored): a reconnecting producer resends from the next one. With
     an API key, or as a signed-in admin."""

@@ -13,7 +13,7 @@ import io
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 import orjson
@@ -42,11 +42,16 @@ def _walked_backwards(name: str) -> str:
 FROM_END = {suffix: _walked_backwards("page_errors" + suffix) for suffix in ("", "_by_code")}
 STATUSES = ("pending", "processing", "staging_complete", "promoting", "completed", "partial",
             "failed")
+if TYPE_CHECKING:
+    Status = str
+else:
+    Status = Literal[STATUSES]  # an enum in /schema (ADR 0200)
 EXPORT_CHUNK = 5000
 # A cell a spreadsheet would read as a formula (or a DDE payload) starts with one of these.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 NOT_FOUND = "No import batch with that id exists in your tenant."
 ErrorCode = Annotated[str | None, QueryParameter(name="errorCode", min_length=1, max_length=100,
+                                            pattern=openapi.NO_NUL,
                                             required=False,
                                             description="Only errors with this code.")]
 
@@ -205,10 +210,11 @@ async def _error_page(conn: Any, suffix: str, keys: dict[str, Any], total: int,
     return rows[::-1]
 
 
-@get("/v1/imports", tags=["imports"], dependencies=paging.CURSORS)
+@get("/v1/imports", tags=["imports"], dependencies=paging.CURSORS,
+     opt={"error_codes": {"contract": "unknown_contract"}})
 async def list_imports(request: Request, ctx: Ctx, window: paging.Paged,
-                       status: FromQuery[str | None] = None,
-                       contract: FromQuery[str | None] = None) -> dict[str, Any]:
+                       status: FromQuery[Status | None] = None,
+                       contract: FromQuery[intake.ContractName | None] = None) -> dict[str, Any]:
     """The tenant's import batches, newest first, by `status` and `contract`; follow
     `next_cursor` to read them all."""
     principal = auth.current(request)
@@ -216,13 +222,11 @@ async def list_imports(request: Request, ctx: Ctx, window: paging.Paged,
         raise errors.InvalidRequest(f"status must be one of {', '.join(STATUSES)}.")
     if contract is not None and contract not in intake.CONTRACTS:
         raise intake.UnknownContract()
-    scope = ("imports", principal.tenant_id, status, contract)
-    secret = ctx.settings.jwt_secret
     async with ctx.pool.connection() as conn:
         rows = await (await conn.execute(Q["list_batches"], {
             "tenant_id": principal.tenant_id, "status": status, "contract": contract,
-            **window.params(secret, scope)})).fetchall()
-    return window.result(rows, _listed, secret=secret, scope=scope, key=("created_at", "batch_id"))
+            **window.params()})).fetchall()
+    return window.result(rows, _listed, key=("created_at", "batch_id"))
 
 
 @get("/v1/imports/{batch_id:uuid}/errors.csv", tags=["imports"], responses=openapi.errors(404))

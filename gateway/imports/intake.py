@@ -20,28 +20,35 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from litestar import Request, Response, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
 from psycopg.types.json import Jsonb
 
-from gateway import auth, openapi, uploads
+from gateway import auth, filetypes, openapi, uploads
 from gateway.context import Ctx
 from shared import contracts, db, errors, jobs, objectstore
+from shared.settings import GatewaySettings
 
 log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("intake.sql"))
 
 # The contracts a batch may name, with the version a new batch records: the registry's.
 CONTRACTS = {name: c.version for name, c in contracts.CONTRACTS.items()}
+# A contract's name as a type the API declares (an enum in /schema), from the registry.
+if TYPE_CHECKING:
+    ContractName = str
+else:
+    ContractName = Literal[tuple(CONTRACTS)]
 SOURCES = ("simplicity", "jbi", "manual")
 # An ad-metrics upload's source (staging-promotion-runtime.md §3.2).
 AD_SOURCES = ("manual", "api", "webhook")
 AD_CONTRACT = contracts.AD_METRICS.name
 DEFAULT_THRESHOLD = Decimal(10)
-MAX_SOURCE_REFERENCE = 200  # bytes; import_batches checks the same bound in characters
-# The form's text fields besides `file`, with their limits in bytes (gateway/uploads.py).
+MAX_SOURCE_REFERENCE = 200  # characters, as import_batches checks
+# The form's text fields besides `file`, with their limits in characters (gateway/uploads.py).
 FORM_FIELDS = {"contract": 64, "error_threshold_percent": 16, "source": 16,
                "source_reference": MAX_SOURCE_REFERENCE, "force_partial": 8,
                "platform": 16, "client_id": 64, "decimal_separator": 16}
@@ -49,6 +56,8 @@ FORM_FIELDS = {"contract": 64, "error_threshold_percent": 16, "source": 16,
 DECIMAL_SEPARATORS = {".": ".", "dot": ".", "point": ".", "period": ".", ",": ",",
                       "comma": ",", "auto": None, "": None}
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+# What _threshold reads, as /schema declares it: 0 to 100, at most two decimals.
+THRESHOLD_PATTERN = r"^(100(\.0{1,2})?|[0-9]{1,2}(\.[0-9]{1,2})?)$"
 
 
 class UnknownContract(errors.InvalidRequest):
@@ -81,7 +90,7 @@ class UnexpectedAdField(errors.InvalidRequest):
     code = "unexpected_ad_field"
 
 
-class UnknownClient(errors.InvalidRequest):
+class UnknownClient(errors.NotFound):
     """client_id names no advertiser client of your tenant; GET /v1/clients lists them."""
 
     code = "unknown_client"
@@ -261,15 +270,24 @@ def _job(tenant_id: uuid.UUID, run_id: uuid.UUID, batch_id: uuid.UUID, form: For
 
 # ── the route ───────────────────────────────────────────────────────────────────────────────
 # /schema: the form this route streams by hand, and its answers (docs/decisions/0051).
+_RECORDS = [name for name in CONTRACTS if name != AD_CONTRACT]
 IMPORT_FORM = openapi.form_body(
     ("file", "contract"),
+    file_types=filetypes.media_types(GatewaySettings.model_fields["import_types"].default),
+    # read_form's rules: ad_metrics names its platform (and may name a client); the records
+    # contracts name neither, and each kind has its own sources.
+    rules={"if": {"required": ["contract"], "properties": {"contract": {"const": AD_CONTRACT}}},
+           "then": {"required": ["platform"], "properties": {"source": {"enum": list(AD_SOURCES)}}},
+           "else": {"properties": {"source": {"enum": list(SOURCES)}, "platform": False,
+                                   "client_id": False}}},
     file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY,
                 description="The records file: CSV (.csv) or JSON lines (.jsonl, .ndjson)."),
-    contract=Schema(type=OpenAPIType.STRING, enum=list(CONTRACTS),
+    contract=Schema(type=OpenAPIType.STRING, enum=list(CONTRACTS), examples=["judgments"],
                     description="The data contract the file follows."),
-    error_threshold_percent=Schema(type=OpenAPIType.NUMBER, minimum=0, maximum=100, default=10,
-                                   description="The error budget: a larger share of invalid "
-                                               "rows fails the batch."),
+    error_threshold_percent=Schema(type=OpenAPIType.STRING, pattern=THRESHOLD_PATTERN,
+                                   default="10", description="The error budget in percent, 0 "
+                                   "to 100 with at most two decimals: a larger share of invalid "
+                                   "rows fails the batch."),
     source=Schema(type=OpenAPIType.STRING, enum=list(dict.fromkeys(SOURCES + AD_SOURCES)),
                   default="manual", description="simplicity, jbi or manual for the records "
                   "contracts; manual, api or webhook for ad_metrics."),
@@ -281,12 +299,13 @@ IMPORT_FORM = openapi.form_body(
                                  "/v1/clients) the metrics belong to."),
     source_reference=Schema(type=OpenAPIType.STRING, max_length=MAX_SOURCE_REFERENCE,
                             description="The vendor's batch id."),
-    force_partial=Schema(type=OpenAPIType.BOOLEAN, default=False,
+    force_partial=Schema(type=OpenAPIType.STRING, enum=[*_TRUE, *_FALSE], default="false",
                          description="Promote the valid rows even over the error budget."),
     decimal_separator=Schema(type=OpenAPIType.STRING, enum=[".", ",", "auto"], default="auto",
                              description="The file's decimal separator: `.` (1,234.56) or `,` "
                              "(1.234,56); auto detects it from values that read one way only. "
                              "A value that reads two ways under it is a row error."))
+
 
 
 @dataclass

@@ -172,9 +172,7 @@ def validate(q: str | None, *, k: int, mode: str, group: str, filters: Filters,
         raise InvalidFilter(f"At most {MAX_DOC_IDS} doc_id filters are allowed; narrow them.")
     if filters.file_type is not None and filters.file_type not in allowed_types:
         raise InvalidFilter(f"type must be one of {', '.join(allowed_types)}.")
-    after, before = filters.uploaded_after, filters.uploaded_before
-    if after and before and after >= before:
-        raise InvalidFilter("uploaded_after must be earlier than uploaded_before.")
+    # A window that ends before it starts is a window with nothing in it (ADR 0200).
     return SearchRequest(text, k, mode, group, filters)
 
 

@@ -3,25 +3,35 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, post
 from litestar.params import FromPath, JSONBody
 from litestar.types import ControllerRouterHandler
+from msgspec import Meta
 
 from gateway import auth, openapi, paging
 from gateway.context import Ctx
 from gateway.webhooks import webhooks
+from shared.webhooks import urls
+
+if TYPE_CHECKING:
+    EventType = str
+else:
+    EventType = Literal[webhooks.EVENT_TYPES]  # an enum in /schema (ADR 0200)
 
 
 @dataclass
 class NewWebhookRequest:
-    url: str
-    event_types: list[str]
+    url: Annotated[str, Meta(max_length=urls.MAX_URL_CHARS, pattern=urls.URL_PATTERN,
+                             description="url must be an absolute https URL, e.g. "
+                                         "https://example.com/hook.")]
+    event_types: Annotated[list[EventType], Meta(min_length=1)]
 
 
-@post("/", status_code=201, responses=openapi.errors(400))
+@post("/", status_code=201, responses=openapi.errors(400, 403), opt={"error_codes": {
+    "url": "webhook_url_not_allowed", "event_types": "unknown_event_type"}})
 async def create_webhook(data: JSONBody[NewWebhookRequest], request: Request, ctx: Ctx) -> Response:
     """Register an endpoint for `event_types` (e.g. ["ingestion.complete"]). The answer carries
     the signing secret (`whsec_…`, Standard Webhooks) this once only: store it now."""

@@ -37,6 +37,20 @@ class WebhookUrlNotAllowed(errors.InvalidRequest):
     code = "webhook_url_not_allowed"
 
 
+class WebhookUrlForbidden(errors.Forbidden):
+    """A well-formed URL the platform's rules keep deliveries from (a non-public address, a
+    host that does not resolve, plain http outside DEV_MODE): 403 (ADR 0200)."""
+
+    code = WebhookUrlNotAllowed.code
+
+
+# What check() reads as a URL, as /schema declares it: http(s), a host (name or IPv4), a port
+# up to 65535, the rest without spaces. Anything else is malformed (400).
+URL_PATTERN = (r"^https?://([A-Za-z0-9._~%!$&'()*+,;=:-]*@)?[A-Za-z0-9._~-]+"
+               r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]"
+               r"|6553[0-5]))?([/?#][^\s\x00-\x1f]*)?$")
+
+
 @dataclass(frozen=True)
 class Target:
     """Where to send: the checked address to connect to (None: an allow-listed URL, connected
@@ -59,22 +73,24 @@ def check(url: str, *, allowlist: Iterable[str], dev_mode: bool,
         host, port = parts.hostname or "", parts.port
     except ValueError as exc:
         raise WebhookUrlNotAllowed("url is not a valid URL.") from exc
-    schemes = ("https", "http") if dev_mode else ("https",)
-    if parts.scheme not in schemes or not host:
-        raise WebhookUrlNotAllowed(
-            f"url must be an absolute {' or '.join(schemes)} URL, e.g. https://example.com/hook.")
+    if parts.scheme not in ("https", "http") or not host:
+        raise WebhookUrlNotAllowed("url must be an absolute https URL, e.g. "
+                                   "https://example.com/hook.")
+    if parts.scheme == "http" and not dev_mode:
+        raise WebhookUrlForbidden("url must be an https URL outside DEV_MODE, e.g. "
+                                  "https://example.com/hook.")
     if parts.username is not None or parts.password is not None:
-        raise WebhookUrlNotAllowed("url must not carry a user name or password.")
+        raise WebhookUrlForbidden("url must not carry a user name or password.")
     port = port or (443 if parts.scheme == "https" else 80)
     try:
         found = list((resolve or addresses.resolve)(host, port))
     except (OSError, UnicodeError) as exc:
-        raise WebhookUrlNotAllowed(f"The URL's host {host!r} does not resolve.") from exc
+        raise WebhookUrlForbidden(f"The URL's host {host!r} does not resolve.") from exc
     if not found:
-        raise WebhookUrlNotAllowed(f"The URL's host {host!r} does not resolve.")
+        raise WebhookUrlForbidden(f"The URL's host {host!r} does not resolve.")
     for text in found:
         if not allowed_address(ipaddress.ip_address(text.split("%", 1)[0]), dev_mode=dev_mode):
-            raise WebhookUrlNotAllowed(
+            raise WebhookUrlForbidden(
                 f"The URL's host {host!r} resolves to {text}, a loopback, private, link-local "
                 "or reserved address; only an operator can allow it (WEBHOOK_URL_ALLOWLIST).")
     # Every address passed; the first is the one the delivery connects to.
