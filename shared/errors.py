@@ -108,6 +108,12 @@ class UploadExpired(Conflict):
     code = "upload_expired"
 
 
+class SourceObjectDeleted(Conflict):
+    """The run's S3 object was deleted from its bucket; put it back and sync instead."""
+
+    code = "source_object_deleted"
+
+
 class AlreadyIngested(Conflict):
     """This content is already ingested or being ingested by another run; nothing to retry."""
 
