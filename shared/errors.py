@@ -187,6 +187,12 @@ class DatabaseUnavailable(ServiceUnavailable):
     code = "database_unavailable"
 
 
+class StorageUnavailable(ServiceUnavailable):
+    """The file store is full; retry in a minute."""
+
+    code = "storage_unavailable"
+
+
 class LiveStreamsFull(ServiceUnavailable):
     """Too many live streams are open on this server; the page checks for changes itself."""
 
