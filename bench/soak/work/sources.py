@@ -31,6 +31,7 @@ class Sources(Pool):
         self.syncs: list[dict] = []   # every sync the pool saw end
         self.final: dict | None = None
         self.changes = 0
+        self.changed: list[str] = []
 
     def setup(self) -> None:
         self.s3.create_bucket(Bucket=BUCKET)
@@ -79,8 +80,12 @@ class Sources(Pool):
             if pick < 0.4 or len(self.keys) < 6:
                 self._add()
             elif pick < 0.75:
-                key = self.rng.choice(self.keys)
+                # Often the key changed last time again: two runs of one document in flight,
+                # which workers may finish in either order (ADR 0242).
+                recent = self.changed[-3:] if self.changed and self.rng.random() < 0.5 else []
+                key = self.rng.choice([k for k in recent if k in self.keys] or self.keys)
                 self.s3.put_object(Bucket=BUCKET, Key=key, Body=self.docs.text().body)
+                self.changed.append(key)
             else:
                 key = self.rng.choice(self.keys)
                 self.s3.delete_object(Bucket=BUCKET, Key=key)
