@@ -1,5 +1,5 @@
-"""The fault injector: seeded, logged, one fault every 20-60 s after the fault-free first
-minute (issue 24). Each fault is what an operator meets in production:
+"""The fault injector: seeded, logged, one fault every 20-60 s (start to start, and only once
+the stack is whole again after the last) after the fault-free first minute (issue 24). Each fault is what an operator meets in production:
 
 - ``kill_worker`` / ``kill_gateway`` / ``kill_postgres`` / ``kill_moto``: `kill -9` (the OOM
   killer, a crash); `ingest dev`'s supervisor starts each again;
@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.soak.stack import Stack
+from bench.soak.stack import Stack, alive
 
 KINDS = ("kill_worker", "kill_gateway", "kill_postgres", "kill_moto", "term_worker",
          "queue_outage", "disk_full")
@@ -44,6 +44,7 @@ class Fault:
     ended_at: float
     pid: int | None = None
     detail: str = ""
+    recovered_s: float | None = None  # from the start until every child is up and ready again
 
 
 class Injector(threading.Thread):
@@ -65,6 +66,8 @@ class Injector(threading.Thread):
         if self.stop.wait(max(0.0, self.t0 + self.first_after_s - time.monotonic())):
             return
         while not self.stop.is_set():
+            began = time.monotonic()
+            gap = self.rng.uniform(*self.gap_s)  # start to start
             kind = self.rng.choice(self.kinds)
             target_rng = random.Random(self.rng.random())  # a fault's target is seeded too
             try:
@@ -72,15 +75,29 @@ class Injector(threading.Thread):
             except Exception as exc:  # noqa: BLE001 - a fault that could not be injected is logged
                 fault = self._fault(len(self.faults) + 1, kind, "-", time.monotonic(),
                                     time.time(), detail=f"not injected: {exc!r}")
+            # Faults start 20-60 s apart, but never on a stack still recovering from the last
+            # one (a gateway killed again while it starts, on busy cores, stays down minutes).
+            recovered = self._wait_recovered()
+            if recovered is not None:
+                fault.recovered_s = round(recovered - self.t0 - fault.started_s, 1)
             with self._lock:
                 self.faults.append(fault)
             self._log(fault)
-            if self.stop.wait(self.rng.uniform(*self.gap_s)):
+            if self.stop.wait(max(0.0, began + gap - time.monotonic())):
                 return
 
     def injected(self) -> list[Fault]:
         with self._lock:
             return [f for f in self.faults if not f.detail.startswith("not injected")]
+
+    def _wait_recovered(self, limit_s: float = 180.0) -> float | None:
+        deadline = time.monotonic() + limit_s
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            children = self.stack.children()
+            if children and all(alive(pid) for pid in children.values()) and self.stack.ready():
+                return time.monotonic()
+            self.stop.wait(0.5)
+        return None
 
     # ── the faults ──────────────────────────────────────────────────────────────────────────
     def _inject(self, n: int, kind: str, rng: random.Random) -> Fault:
@@ -130,8 +147,9 @@ class Injector(threading.Thread):
         line = json.dumps(asdict(fault))
         with open(self.log_path, "a") as fh:
             fh.write(line + "\n")
+        back = f"; whole again after {fault.recovered_s:.0f} s" if fault.recovered_s else ""
         print(f"[soak {fault.started_s:7.1f}s] fault {fault.n}: {fault.kind} {fault.target}"
-              f" {fault.detail}", flush=True)
+              f" {fault.detail}{back}", flush=True)
 
 
 def _fill(mount: Path) -> Path:

@@ -59,9 +59,14 @@ def finished(rows: Iterable[dict[str, Any]], calm_s: float, end_s: float) -> lis
 
 
 def faults_summary(faults: list[Fault]) -> list[str]:
-    counts = Counter(f.kind for f in faults if not f.detail.startswith("not injected"))
+    done = [f for f in faults if not f.detail.startswith("not injected")]
+    counts = Counter(f.kind for f in done)
     skipped = [f for f in faults if f.detail.startswith("not injected")]
-    lines = [f"  {kind:<14} {n}" for kind, n in sorted(counts.items())]
-    lines.append(f"  {'total':<14} {sum(counts.values())}")
+    lines = [f"  {'kind':<14} {'n':>3}  whole again after (s): median, max"]
+    for kind, n in sorted(counts.items()):
+        back = [f.recovered_s for f in done if f.kind == kind and f.recovered_s is not None]
+        shown = f"{statistics.median(back):.0f}, {max(back):.0f}" if back else "-"
+        lines.append(f"  {kind:<14} {n:>3}  {shown}")
+    lines.append(f"  {'total':<14} {sum(counts.values()):>3}")
     lines += [f"  (fault {f.n} {f.kind}: {f.detail})" for f in skipped]
     return lines

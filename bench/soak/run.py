@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 from psycopg.rows import dict_row
 
@@ -189,10 +188,7 @@ def _settle(opts: Options, stack: Stack, tenant_id: Any, hooks: list) -> bool:
 
 
 def _ready(stack: Stack) -> bool:
-    try:
-        return httpx.get(f"{stack.url}/health/ready", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return stack.ready()
 
 
 def _count_faults(injector: Injector) -> dict[str, int]:

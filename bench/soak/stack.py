@@ -191,6 +191,12 @@ class Stack:
             time.sleep(0.5)
         return None
 
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health/ready", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def server_logs(self) -> list[Path]:
         """Every log the stack's processes wrote: ours (stderr of `ingest dev` and its
         children), Postgres's own, moto's."""
