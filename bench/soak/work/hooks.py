@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from standardwebhooks import Webhook
+
 from bench.soak.journal import Api
 
 
@@ -19,6 +21,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     status: int
+    signature_error: str | None  # checked on receipt, as a receiver does (its clock matters)
 
 
 class Endpoint:
@@ -53,10 +56,11 @@ class Endpoint:
                 with owner._lock:
                     fail = owner.rng.random() < owner.fail_share
                 status = 500 if fail else 200
+                problem = owner.verify(body, dict(self.headers))
                 time.sleep(owner.delay_s)
                 with owner._lock:
                     owner.requests.append(Received(self.headers.get("webhook-id", ""),
-                                                   dict(self.headers), body, status))
+                                                   dict(self.headers), body, status, problem))
                 self.send_response(status)
                 self.send_header("content-length", "0")
                 self.end_headers()
@@ -68,6 +72,15 @@ class Endpoint:
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
+
+    def verify(self, body: bytes, headers: dict[str, str]) -> str | None:
+        """The Standard Webhooks check a receiver makes: signature, and a timestamp within
+        five minutes of its own clock."""
+        try:
+            Webhook(self.secret).verify(body, {k.lower(): v for k, v in headers.items()})
+        except Exception as exc:  # noqa: BLE001 - any failure to verify is the finding
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
     def register(self, api: Api) -> None:
         response = api.until_answered("POST", "/v1/webhooks", json={
