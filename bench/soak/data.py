@@ -91,12 +91,12 @@ class Documents:
         return Doc(f"{mark}.docx", body, mark, True)
 
     def bad(self) -> Doc:
-        """A PDF cut in half, or one behind a password: the file's fault, never retryable."""
+        """A PDF whose body is noise (mangled in transit: a truncated one may still be read),
+        or one behind a password: the file's fault, never retryable."""
         mark = self.marker()
         if self.rng.random() < 0.5:
-            whole = documents.make_pdf([*self._prose(1), f"Reference {mark}."])
-            return Doc(f"{mark}-cut.pdf", b"%PDF-1.7\n" + whole[whole.index(b"\n") + 1:
-                                                                 len(whole) // 2], mark, False)
+            noise = bytes(self.rng.randrange(256) for _ in range(4000))
+            return Doc(f"{mark}-mangled.pdf", b"%PDF-1.7\n" + noise, mark, False)
         return Doc(f"{mark}-locked.pdf",
                    documents.make_encrypted_pdf(f"{self._prose(1)[0]} Reference {mark}."),
                    mark, False)
