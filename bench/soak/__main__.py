@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, TimeoutError) as exc:
         print(f"the stack did not start: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: the stack was stopped, nothing was checked", file=sys.stderr)
+        return 130
     return 0 if result.ok else 1
 
 

@@ -99,14 +99,17 @@ def _soak(opts: Options, stack: Stack, texts: list[str]) -> Result:
     injector.start()
     try:
         _load(opts, stack, journal)
-    finally:
-        load_end_s = journal.now()
+    except BaseException:  # Ctrl-C: stop now, nothing to judge (the stack stops in soak())
         injector.stop.set()
-        injector.join(60)
         ctx.load_over.set()
-        say("load over; the pools finish what they hold (the S3 pool syncs once more)")
-        for pool in pools:
-            pool.join(420)
+        raise
+    load_end_s = journal.now()
+    injector.stop.set()
+    injector.join(60)
+    ctx.load_over.set()
+    say("load over; the pools finish what they hold (the S3 pool syncs once more)")
+    for pool in pools:
+        pool.join(420)
     settle_start = time.monotonic()
     tenant_id = _tenant(stack)
     settled = _settle(opts, stack, tenant_id, hooks)
