@@ -575,6 +575,11 @@ def _mask(value: str) -> str:
     return value[:2] + "…" + value[-2:]
 
 
+# The exception lines of a traceback ("    | psycopg.OperationalError: server closed …"):
+# what an ExceptionGroup holds, e.g. a sync's task group that met a database outage.
+_RAISED = re.compile(r"^[ |+\-]*((?:\w+\.)*\w+)(?::|$)", re.MULTILINE)
+
+
 def _tracebacks(text: str) -> Iterable[tuple[float | None, str, str]]:
     for line in text.splitlines():
         if "Traceback (most recent call last)" not in line:
@@ -585,8 +590,12 @@ def _tracebacks(text: str) -> Iterable[tuple[float | None, str, str]]:
             yield None, "raw", line
             continue
         when = datetime.fromisoformat(record["ts"]).timestamp() if "ts" in record else None
-        yield when, str(record.get("error_type", "?")), f"{record.get('event')}: " \
-                                                         f"{record.get('error', '')}"
+        error_type = str(record.get("error_type", "?"))
+        if error_type.endswith("ExceptionGroup"):
+            inner = {m.rsplit(".", 1)[-1] for m in _RAISED.findall(record.get("traceback", ""))
+                     if m.rsplit(".", 1)[-1][:1].isupper()}
+            error_type = " ".join(sorted(inner - {"Traceback", error_type})) or error_type
+        yield when, error_type, f"{record.get('event')}: {record.get('error', '')}"
 
 
 def _caused(faults: list[Fault], when: float | None, error_type: str) -> bool:
