@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast check lint types bench soak clean browser
+.PHONY: help install run test test-fast check lint types bench soak clean browser ocr
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -29,7 +29,7 @@ run: $(STAMP) ## start the whole embedded stack (Postgres, SQS/S3, gateway, work
 # Test processes: one per core, at most two (docs/decisions/0164); TEST_WORKERS=0 runs in one.
 TEST_WORKERS ?= auto --maxprocesses=2
 
-test: $(STAMP) browser ## run every test against real Postgres, SQS/S3 and processes
+test: $(STAMP) browser ocr ## run every test against real Postgres, SQS/S3 and processes
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 browser: ## install Debian's chromium for the web UI tests (where apt-get exists; required under CI=true)
@@ -39,6 +39,15 @@ browser: ## install Debian's chromium for the web UI tests (where apt-get exists
 		  echo "chromium could not be installed: the browser tests will skip"; }
 	@[ "$$CI" != true ] || command -v chromium >/dev/null || \
 		{ echo "CI=true: no chromium and no apt-get to install it"; exit 1; }
+
+# Tesseract's English data for OCR (docs/decisions/0211); tesserocr (pyproject) brings the engine.
+ocr: ## install Debian's tesseract-ocr-eng for OCR of scans and images (where apt-get exists; required under CI=true)
+	@ls /usr/share/tesseract-ocr/*/tessdata/eng.traineddata >/dev/null 2>&1 || ! command -v apt-get >/dev/null || \
+		(apt-get update && apt-get install -y tesseract-ocr-eng) || \
+		{ if [ "$$CI" = true ]; then echo "tesseract-ocr-eng could not be installed (CI=true needs it)"; exit 1; fi; \
+		  echo "tesseract-ocr-eng could not be installed: OCR tests will skip, scans fail with a reason"; }
+	@[ "$$CI" != true ] || ls /usr/share/tesseract-ocr/*/tessdata/eng.traineddata >/dev/null 2>&1 || \
+		{ echo "CI=true: no Tesseract English data and no apt-get to install it"; exit 1; }
 
 test-fast: $(STAMP) ## run the tests that need no embedding model
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -54,6 +63,7 @@ check: lint types test ## what CI should run: lint, types, tests
 bench: $(STAMP) ## run the benchmarks and print their figures
 	$(PY) bench/upload.py
 	$(PY) bench/pipeline.py
+	$(PY) bench/ocr.py --quick
 
 # MINUTES and SEED: `make soak MINUTES=5 SEED=7`; the report lands in test-output/soak/.
 MINUTES ?= 30

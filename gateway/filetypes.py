@@ -17,11 +17,44 @@ CONTENT_TYPES = {
     "html": "text/html",
     "txt": "text/plain",
     "md": "text/markdown",
+    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "xls": "application/vnd.ms-excel",
+    "eml": "message/rfc822",
+    "msg": "application/vnd.ms-outlook",
+    "epub": "application/epub+zip",
+    "odt": "application/vnd.oasis.opendocument.text",
+    "rtf": "application/rtf",
+    "json": "application/json",
+    "png": "image/png",
+    "jpeg": "image/jpeg",
+    "tiff": "image/tiff",
+    "webp": "image/webp",
     # Records files (gateway/imports/): only routes that allow them accept them.
     "csv": "text/csv",
     "jsonl": "application/x-ndjson",
 }
-ALIASES = {"htm": "html", "markdown": "md", "ndjson": "jsonl"}
+ALIASES = {"htm": "html", "markdown": "md", "ndjson": "jsonl", "jpg": "jpeg", "tif": "tiff"}
+# Legacy binary Office formats no library on the package index reads without an office suite
+# (python-calamine reads .xls, so that one is accepted): refused with how to convert them.
+LEGACY = {
+    "doc": "Legacy Word .doc files are not supported; open it in Word or LibreOffice Writer, "
+           "save it as .docx (File > Save As > Word Document) and upload that.",
+    "ppt": "Legacy PowerPoint .ppt files are not supported; open it in PowerPoint or LibreOffice "
+           "Impress, save it as .pptx (File > Save As > PowerPoint Presentation) and upload that.",
+}
+# The first bytes each binary document type starts with (zip packages, OLE compound files,
+# images); text types are checked as text below.
+_ZIP = b"PK\x03\x04"
+_OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_MAGIC = {
+    "docx": (_ZIP,), "pptx": (_ZIP,), "xlsx": (_ZIP,), "epub": (_ZIP,), "odt": (_ZIP,),
+    "xls": (_OLE,), "msg": (_OLE,),
+    "png": (b"\x89PNG\r\n\x1a\n",), "jpeg": (b"\xff\xd8\xff",),
+    "tiff": (b"II*\x00", b"MM\x00*"),
+}
+# An e-mail starts with a header field ("Received:", "From:", ...) or an mbox "From " line.
+_EML_START = re.compile(rb"^(?:From |[!-9;-~]+:)")
 # How much of the file the content check looks at.
 SNIFF_BYTES = 8192
 
@@ -31,11 +64,13 @@ _HTML_START = re.compile(rb"^\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body
 
 def source_type_for(filename: str, allowed: tuple[str, ...]) -> str:
     """The source type for a filename's extension, or UnsupportedType."""
-    ext = filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
-    ext = ALIASES.get(ext, ext)
+    given = filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
+    ext = ALIASES.get(given, given)
+    if ext in LEGACY and ext not in allowed:
+        raise errors.UnsupportedType(LEGACY[ext])
     if ext not in allowed:
         shown = ", ".join(sorted(allowed))
-        what = f"Files of type '.{ext}' are" if ext else "Files without an extension are"
+        what = f"Files of type '.{given}' are" if given else "Files without an extension are"
         raise errors.UnsupportedType(f"{what} not supported; upload one of: {shown}.")
     return ext
 
@@ -56,12 +91,21 @@ def _looks_like(source_type: str, head: bytes, *, complete: bool) -> bool:
     if source_type == "pdf":
         # The spec allows junk before the header within the first KiB.
         return b"%PDF-" in head[:1024]
-    if source_type == "docx":
-        return head.startswith(b"PK\x03\x04")
+    if source_type in _MAGIC:
+        return head.startswith(_MAGIC[source_type])
+    if source_type == "webp":
+        return head.startswith(b"RIFF") and head[8:12] == b"WEBP"
+    if source_type == "rtf":
+        return head.lstrip().startswith(b"{\\rtf")
     if not _is_text(head, complete=complete):
         return False
+    text = head.removeprefix(codecs.BOM_UTF8)
     if source_type == "html":
-        return bool(_HTML_START.match(head.removeprefix(codecs.BOM_UTF8)))
+        return bool(_HTML_START.match(text))
+    if source_type == "json":
+        return text.lstrip()[:1] in (b"{", b"[")
+    if source_type == "eml":
+        return bool(_EML_START.match(text.lstrip(b"\r\n")))
     return True
 
 

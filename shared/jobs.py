@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from shared import errors
 
 SCHEMA_VERSION: Literal[1] = 1
-SourceType = Literal["pdf", "docx", "html", "txt", "md"]
+SourceType = Literal["pdf", "docx", "html", "txt", "md", "pptx", "xlsx", "xls", "csv", "eml", "msg",
+                     "epub", "odt", "rtf", "json", "png", "jpeg", "tiff", "webp"]
 
 
 class InvalidJob(errors.AppError):

@@ -98,7 +98,11 @@ class GatewaySettings(CommonSettings):
     dev_user_id: str | None = None
 
     upload_max_size_mb: float = 50
-    allowed_types: tuple[str, ...] = ("pdf", "docx", "html", "txt", "md")
+    # Document types /v1/ingest, the upload page and S3 syncs accept (README lists them;
+    # worker/pipeline/formats/ reads each; docs/decisions/0210).
+    allowed_types: tuple[str, ...] = ("pdf", "docx", "html", "txt", "md", "pptx", "xlsx", "xls",
+                                      "csv", "eml", "msg", "epub", "odt", "rtf", "json", "png",
+                                      "jpeg", "tiff", "webp")
 
     # Records imports (gateway/imports/, docs/decisions/0090): the size cap of one records file
     # and the types POST /v1/imports accepts.
@@ -168,9 +172,14 @@ class GatewaySettings(CommonSettings):
     # CPU threads of the query model (EMBEDDING_VARIANT, like the workers). A query is a few
     # tokens: one thread is as fast as more, and leaves the other cores to Postgres (ADR 0158).
     search_embed_threads: int = Field(default=1, ge=1, le=64)
-    # /v1/ask cites a chunk only if its cosine similarity to the question is at least this,
-    # or it matches every word of the question; nothing passes = "no evidence" (ADR 0106).
-    ask_min_similarity: float = Field(default=0.35, ge=-1, le=1)
+    # /v1/ask answers only when the best chunk stands out from the question's other nearest
+    # neighbours: (best − background) / (1 − background) ≥ ASK_MIN_LIFT, where background is
+    # the median cosine of neighbours 10-40, and best ≥ ASK_MIN_SIMILARITY; a tenant with fewer
+    # than 40 chunks has no neighbours to compare with and needs ASK_SMALL_TENANT_SIMILARITY.
+    # Calibrated on the search evaluation (bench/search_quality.py, docs/decisions/0223).
+    ask_min_lift: float = Field(default=0.23, ge=0, le=1)
+    ask_min_similarity: float = Field(default=0.25, ge=-1, le=1)
+    ask_small_tenant_similarity: float = Field(default=0.35, ge=-1, le=1)
     # With a key, answers are written by the Anthropic Messages API; failures fall back to the
     # extractive answer (ADR 0107). The base URL lets tests and proxies stand in for the API.
     anthropic_api_key: str = ""
@@ -255,6 +264,14 @@ class WorkerSettings(CommonSettings):
     # file that crashes, hangs or bloats its parser fails its own run, never the worker.
     extract_timeout_s: float = Field(default=120.0, gt=0)
     extract_memory_mb: int = Field(default=1024, ge=64)
+    # What one document may hold (worker/pipeline/formats/common.Limits): pages (PDF pages,
+    # slides, image frames), members of a container (zip entries, e-mail parts), spreadsheet
+    # cells, and pages OCR may read; OCR adds this many seconds per page to extract_timeout_s.
+    extract_max_pages: int = Field(default=2000, ge=1)
+    extract_max_members: int = Field(default=10_000, ge=1)
+    extract_max_cells: int = Field(default=2_000_000, ge=1)
+    extract_max_ocr_pages: int = Field(default=300, ge=0)
+    extract_ocr_page_s: float = Field(default=20.0, gt=0)
     # Test-only pause point: with both set, a job entering this stage waits while the file
     # exists, so fault tests hold a job in flight deterministically. Empty = off. Records
     # stages: parse (after a chunk), promote (inside its transaction), fail (before it is written).
@@ -292,6 +309,8 @@ class WorkerSettings(CommonSettings):
 
     chunk_target_tokens: int = 200
     chunk_max_tokens: int = 254
+    # A chunk below this many tokens is merged into a neighbour (ADR 0221); at most target / 2.
+    chunk_min_tokens: int = Field(default=64, ge=1)
     embed_batch_size: int = 32
     max_uncompressed_mb: int = 200
     # Embedding threads per process (torch or onnxruntime intra-op); 0 = the machine's cores.

@@ -139,9 +139,13 @@ FROM document_versions WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s
 RETURNING version_number;
 
 -- name: insert_fts
--- Postgres computes the vectors from the rows just copied, so text never travels twice.
+-- Postgres computes the vectors from the rows just copied, so text never travels twice. What is
+-- indexed is the chunk's contextual header, then its text (ADR 0221); Postgres derives the
+-- bm25 column from tsv (migration 0055, ADR 0220).
 INSERT INTO chunk_fts (chunk_id, tenant_id, doc_version_id, tsv)
-SELECT chunk_id, tenant_id, doc_version_id, to_tsvector(%(config)s::regconfig, text)
+SELECT chunk_id, tenant_id, doc_version_id,
+       to_tsvector(%(config)s::regconfig,
+                   CASE WHEN context = '' THEN text ELSE context || E'\n\n' || text END)
 FROM chunks WHERE tenant_id = %(tenant_id)s AND doc_version_id = %(doc_version_id)s;
 
 -- name: succeed_run

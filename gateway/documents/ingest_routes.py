@@ -13,6 +13,7 @@ from gateway import auth, openapi, uploads
 from gateway.context import Ctx
 from gateway.documents import intake
 from shared import objectstore
+from shared.settings import GatewaySettings
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +21,11 @@ log = logging.getLogger(__name__)
 # /schema: the form this route streams by hand, and its two answers (docs/decisions/0051).
 UPLOAD_FORM = openapi.form_body(
     ("file",),
-    file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="The document; its filename and "
-                "bytes decide the type."),
+    file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="The document; its filename's "
+                "extension decides the type and its first bytes must agree. Accepted by default (ALLOWED_TYPES): "
+                + ", ".join(f".{t}" for t in GatewaySettings.model_fields["allowed_types"].default)
+                + " (also .htm, .markdown, .jpg, .tif). Legacy .doc and .ppt are refused (415) with how to "
+                "save them as .docx/.pptx."),
     title=Schema(type=OpenAPIType.STRING, max_length=1024, description="Defaults to the filename."),
     doc_id=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.UUID, description="Upload a new version of this "
                   "document of your tenant."))

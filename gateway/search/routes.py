@@ -40,12 +40,15 @@ def request_from(runtime: service.Runtime, *, q: str | None, k: int, mode: str, 
      responses=openapi.errors(400, 404, 503))
 async def search_chunks(
     request: Request, ctx: Ctx, search: NamedDependency[service.Runtime],
-    q: Annotated[str | None, Parameter(description="What to look for (websearch syntax for "
-                                       "text: \"a phrase\", or, -word); at most 500 characters.")] = None,
+    q: Annotated[str | None, Parameter(description="What to look for, at most 500 characters. "
+                                       "Words are ranked by BM25, any of them matching; typed "
+                                       "syntax (\"a phrase\", -word, OR) requires what it "
+                                       "says.")] = None,
     k: Annotated[int, Parameter(description="How many hits, 1 to 50.")] = 10,
     mode: Annotated[str, Parameter(description="hybrid (default), text or vector.")] = "hybrid",
-    group: Annotated[str, Parameter(description="chunk (default), or document: the best "
-                                    "chunk per document.")] = "chunk",
+    group: Annotated[str, Parameter(description="document (default): one hit per document, "
+                                    "its best chunk, with its other matching chunks in "
+                                    "`other_chunks`; chunk: one hit per chunk.")] = "document",
     doc_id: Annotated[list[UUID] | None, Parameter(description="Only these documents (up to 20).")] = None,
     source: Annotated[UUID | None, Parameter(description="Only documents of this S3 source.")] = None,
     file_type: Annotated[str | None, QueryParameter(name="type",
@@ -53,10 +56,12 @@ async def search_chunks(
     uploaded_after: Annotated[datetime | None, Parameter(description="Documents added at or after.")] = None,
     uploaded_before: Annotated[datetime | None, Parameter(description="Documents added before.")] = None,
 ) -> dict:
-    """Chunks of the caller's active documents that match `q`: full text, vectors, or both
-    fused by reciprocal rank (k = 60). Each hit names its document, version, chunk and page,
-    with `snippet` as HTML (the text escaped, matches in `<mark>`), the fused `score` and its
-    `text_rank` and `vector_rank` (null where it was not in that list). 400 codes:
+    """The caller's active documents (or chunks, `group=chunk`) that match `q`: by keywords
+    (BM25), by vectors, or both fused by weighted reciprocal rank. Each hit names its document,
+    version, chunk, page and `heading_path` (the headings above the chunk), with `snippet` as
+    HTML (the text escaped, matches in `<mark>`), the fused `score` and the chunk's `text_rank`
+    and `vector_rank` (null where it was not in that list); a document hit nests its other
+    matching chunks in `other_chunks`, in the same shape. 400 codes:
     query_empty, query_too_long, invalid_k, invalid_mode, invalid_group, invalid_filter;
     404 search_disabled; 503 search_unavailable (the model could not be loaded)."""
     wanted = request_from(search, q=q, k=k, mode=mode, group=group, doc_id=doc_id,
@@ -64,7 +69,7 @@ async def search_chunks(
                           uploaded_before=uploaded_before)
     hits = await service.search(ctx.pool, search, tenant_id=auth.current(request).tenant_id,
                                 request=wanted)
-    return {"query": wanted.q, "mode": wanted.mode, "hits": hits}
+    return {"query": wanted.q, "mode": wanted.mode, "group": wanted.group, "hits": hits}
 
 
 @dataclass
@@ -78,10 +83,13 @@ class AskBody:
 async def ask(data: JSONBody[AskBody], request: Request, ctx: Ctx,
               search: NamedDependency[service.Runtime]) -> dict:
     """An answer to `question` from the caller's active documents, citing the chunks it rests
-    on (`citations`: chunk, document, version, page, quote), or `abstained: true` with "No
-    evidence for this in your documents." when no retrieved chunk is relevant enough. Written
-    by the configured LLM provider (`source: anthropic`) or quoted from the best passages
-    (`source: extractive`, also when the provider fails: `fallback` says why)."""
+    on (`citations`: chunk, document, version, page, heading path, quote), or `abstained: true`
+    with "No evidence for this in your documents.", a `reason` (no_candidates, weak_evidence,
+    provider_no_evidence, cited_content_deactivated, nothing_quotable) and the `evidence`
+    figures it was judged on, when no chunk stands out from the question's nearest neighbours.
+    Written by the configured LLM provider (`source: anthropic`) or quoted, sentence by
+    sentence, from the best passages (`source: extractive`, also when the provider fails:
+    `fallback` says why)."""
     search.check_enabled()
     wanted = service.validate(data.question, k=data.k, mode="hybrid", group="chunk",
                               filters=service.Filters(), allowed_types=search.settings.allowed_types)

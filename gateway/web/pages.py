@@ -242,7 +242,7 @@ async def search_page(request: Request, ctx: Ctx, search: NamedDependency[search
     hits, error = None, None
     if q and q.strip():
         try:
-            wanted = search_service.validate(q, k=20, mode=mode, group="chunk",
+            wanted = search_service.validate(q, k=20, mode=mode, group="document",
                                              filters=search_service.Filters(),
                                              allowed_types=ctx.settings.allowed_types)
             hits = await search_service.search(ctx.pool, search, request=wanted,

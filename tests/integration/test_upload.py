@@ -440,6 +440,36 @@ def test_unsupported_extension_is_refused_415(gateway, tenants, conn, stack_env)
     assert_nothing_left(conn, upload_root(stack_env))
 
 
+def test_legacy_word_doc_is_refused_415_with_how_to_convert(gateway, tenants, conn, stack_env):
+    user = tenants.user(role="user")
+    # Given a legacy Word .doc (an OLE compound file), When it is uploaded
+    with gateway.client(user.token) as client:
+        response = upload(client, "contract.doc", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 600)
+    # Then the refusal says how to save it in the format we read, and nothing is left behind
+    body = assert_error(response, 415, "unsupported_type")
+    assert "save it as .docx" in body["detail"]
+    assert_nothing_left(conn, upload_root(stack_env))
+
+
+@pytest.mark.parametrize("name", ["fake-power-point.pptx", "stanley-cups.xlsx", "fake-email.msg",
+                                  "fake-email-attachment.eml", "winter-sports.epub", "fake.odt"])
+def test_new_document_types_are_queued(gateway, tenants, name):
+    user = tenants.user(role="user")
+    data = (Path(__file__).parents[1] / "fixtures" / "documents" / name).read_bytes()
+    # Given a real file of a type issue 25 added, When it is uploaded, Then a run is queued
+    with gateway.client(user.token) as client:
+        response = upload(client, name, data)
+    assert response.status_code == 202, response.text
+
+
+def test_image_named_png_that_is_a_jpeg_is_refused_415(gateway, tenants, conn, stack_env):
+    user = tenants.user(role="user")
+    with gateway.client(user.token) as client:
+        response = upload(client, "scan.png", b"\xff\xd8\xff\xe0\x00\x10JFIF" + b"\0" * 100)
+    assert_error(response, 415, "unsupported_type")
+    assert_nothing_left(conn, upload_root(stack_env))
+
+
 def test_empty_file_is_refused_400(gateway, tenants, conn, stack_env):
     user = tenants.user(role="user")
     # Given an empty .txt, When it is uploaded

@@ -25,7 +25,7 @@ def test_source_type_for_allowed_extensions(filename, expected):
 
 @pytest.mark.parametrize(("filename", "said"), [
     ("setup.exe", "Files of type '.exe' are"), ("photo.jpg", "Files of type '.jpg' are"),
-    ("doc.doc", "Files of type '.doc' are"), ("noext", "Files without an extension are"),
+    ("doc.docb", "Files of type '.docb' are"), ("noext", "Files without an extension are"),
     ("", "Files without an extension are"), ("pdf", "Files without an extension are"),
     ("a.pdf.exe", "Files of type '.exe' are"), ("trailing.", "Files without an extension are"),
     ("x.docm", "Files of type '.docm' are")])
@@ -122,3 +122,75 @@ def test_real_document_renamed_to_another_type_is_refused(source_type, other):
     data = REAL[other]()
     with pytest.raises(errors.UnsupportedType):
         filetypes.check_content(source_type, data[: filetypes.SNIFF_BYTES], complete=False)
+
+
+# ── the types of issue 25 ───────────────────────────────────────────────────────────────────
+DOCUMENT_TYPES = ("pdf", "docx", "html", "txt", "md", "pptx", "xlsx", "xls", "csv", "eml", "msg",
+                  "epub", "odt", "rtf", "json", "png", "jpeg", "tiff", "webp")
+
+
+@pytest.mark.parametrize(("filename", "expected"), [
+    ("deck.pptx", "pptx"), ("book.xlsx", "xlsx"), ("old.XLS", "xls"), ("rows.csv", "csv"),
+    ("mail.eml", "eml"), ("mail.msg", "msg"), ("novel.epub", "epub"), ("letter.odt", "odt"),
+    ("memo.rtf", "rtf"), ("data.json", "json"), ("scan.png", "png"), ("scan.jpg", "jpeg"),
+    ("scan.JPEG", "jpeg"), ("fax.tif", "tiff"), ("fax.tiff", "tiff"), ("photo.webp", "webp")])
+def test_new_document_extensions(filename, expected):
+    assert filetypes.source_type_for(filename, DOCUMENT_TYPES) == expected
+    assert expected in filetypes.CONTENT_TYPES
+
+
+@pytest.mark.parametrize(("filename", "words"), [
+    ("contract.doc", ("Word", ".docx")), ("deck.PPT", ("PowerPoint", ".pptx"))])
+def test_legacy_office_files_are_refused_with_how_to_convert(filename, words):
+    with pytest.raises(errors.UnsupportedType) as info:
+        filetypes.source_type_for(filename, DOCUMENT_TYPES)
+    assert all(word in info.value.detail for word in words)
+    assert "save it as" in info.value.detail and info.value.detail.endswith(".")
+
+
+def test_default_settings_accept_every_document_type():
+    from shared.settings import GatewaySettings
+    assert set(DOCUMENT_TYPES) <= set(GatewaySettings.model_fields["allowed_types"].default)
+
+
+NEW_ACCEPTED = {
+    "pptx_zip": ("pptx", b"PK\x03\x04" + b"\x00" * 40),
+    "xlsx_zip": ("xlsx", b"PK\x03\x04" + b"\x00" * 40),
+    "epub_zip": ("epub", b"PK\x03\x04\x14\x00\x00\x00\x00\x00mimetypeapplication/epub+zip"),
+    "odt_zip": ("odt", b"PK\x03\x04" + b"\x00" * 40),
+    "xls_ole": ("xls", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 40),
+    "msg_ole": ("msg", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 40),
+    "png": ("png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"),
+    "jpeg": ("jpeg", b"\xff\xd8\xff\xe0\x00\x10JFIF"),
+    "tiff_le": ("tiff", b"II*\x00\x08\x00\x00\x00"),
+    "tiff_be": ("tiff", b"MM\x00*\x00\x00\x00\x08"),
+    "webp": ("webp", b"RIFF\x24\x00\x00\x00WEBPVP8 "),
+    "rtf": ("rtf", b"{\\rtf1\\ansi\\deff0 {\\fonttbl}}"),
+    "json_object": ("json", b'  {"a": 1}'),
+    "json_array_bom": ("json", codecs.BOM_UTF8 + b'[{"a": 1}]'),
+    "eml_headers": ("eml", b"Received: from x\r\nFrom: a@example.org\r\nSubject: hi\r\n\r\nbody"),
+    "eml_mbox": ("eml", b"From a@example.org Mon Jan  1 00:00:00 2024\nSubject: hi\n\nbody"),
+}
+NEW_REFUSED = {
+    "pptx_not_zip": ("pptx", b"%PDF-1.7\n"),
+    "xls_as_html": ("xls", b"<html><table><tr><td>1</td></tr></table></html>"),
+    "msg_as_zip": ("msg", b"PK\x03\x04"),
+    "png_as_jpeg": ("png", b"\xff\xd8\xff\xe0"),
+    "jpeg_as_png": ("jpeg", b"\x89PNG\r\n\x1a\n"),
+    "webp_riff_wave": ("webp", b"RIFF\x24\x00\x00\x00WAVEfmt "),
+    "rtf_plain_text": ("rtf", b"just text"),
+    "json_plain_text": ("json", b"name,value\n"),
+    "json_binary": ("json", b"{\x00\x01"),
+    "eml_prose": ("eml", b"Dear team, this is not a message file"),
+}
+
+
+@pytest.mark.parametrize(("kind", "head"), NEW_ACCEPTED.values(), ids=NEW_ACCEPTED.keys())
+def test_new_types_content_accepted(kind, head):
+    filetypes.check_content(kind, head, complete=True)
+
+
+@pytest.mark.parametrize(("kind", "head"), NEW_REFUSED.values(), ids=NEW_REFUSED.keys())
+def test_new_types_content_refused(kind, head):
+    with pytest.raises(errors.UnsupportedType):
+        filetypes.check_content(kind, head, complete=True)

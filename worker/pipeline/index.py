@@ -98,11 +98,12 @@ def _copy_chunks(conn: db.Conn, tenant_id: UUID, content: VersionContent,
                  chunk_ids: list[UUID]) -> None:
     with conn.cursor().copy(
         "COPY chunks (chunk_id, tenant_id, doc_version_id, ordinal, text, token_count, "
-        "char_start, char_end, page) FROM STDIN"
+        "char_start, char_end, page, heading_path, context) FROM STDIN"
     ) as copy:
         for chunk_id, c in zip(chunk_ids, content.chunks, strict=True):
             copy.write_row((chunk_id, tenant_id, content.doc_version_id, c.ordinal, c.text,
-                            c.token_count, c.char_start, c.char_end, c.page))
+                            c.token_count, c.char_start, c.char_end, c.page,
+                            list(c.heading_path), c.context))
 
 
 def _copy_embeddings(conn: db.Conn, tenant_id: UUID, content: VersionContent,

@@ -29,7 +29,10 @@ from worker.pipeline import extract
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(["worker.pipeline.extract"])
 _POLL_S = 0.2
-_READERS = {"pdf": "PDF", "docx": "DOCX", "html": "HTML", "txt": "text", "md": "Markdown"}
+_READERS = {"pdf": "PDF", "docx": "DOCX", "html": "HTML", "txt": "text", "md": "Markdown",
+            "pptx": "PPTX", "xlsx": "XLSX", "xls": "XLS", "csv": "CSV", "eml": "e-mail",
+            "msg": "Outlook message", "epub": "EPUB", "odt": "ODT", "rtf": "RTF",
+            "json": "JSON", "png": "PNG", "jpeg": "JPEG", "tiff": "TIFF", "webp": "WebP"}
 
 
 class ParserCrashed(errors.ExtractionError):
@@ -52,19 +55,25 @@ class ParserOutOfMemory(errors.ExtractionError):
 
 def extract_isolated(path: Path, source_type: str, *, max_uncompressed_bytes: int,
                      timeout_s: float, memory_bytes: int,
-                     check: Callable[[], None] = lambda: None) -> extract.Extracted:
+                     check: Callable[[], None] = lambda: None,
+                     limits: extract.Limits | None = None,
+                     ocr_page_s: float = 20.0) -> extract.Extracted:
     """extract.extract(path, source_type) in a child process; raises its BadDocument as is.
 
     ``check`` is called while waiting (lease lost, shutdown): whatever it raises ends the child.
+    A child about to OCR n pages says so first, and gets ``n * ocr_page_s`` more seconds:
+    a scanned book needs minutes where a born-digital file that takes that long is stuck.
     """
+    if limits is None:
+        limits = extract.Limits(max_uncompressed_bytes=max_uncompressed_bytes)
     receiver, sender = _CONTEXT.Pipe(duplex=False)
     child = _CONTEXT.Process(
-        target=_child, args=(sender, str(path), source_type, max_uncompressed_bytes, memory_bytes),
+        target=_child, args=(sender, str(path), source_type, limits, memory_bytes),
         name="extract", daemon=True)
     child.start()
     sender.close()  # ours; the child holds its own end, so EOF means the child is gone
     try:
-        outcome = _wait(receiver, child, timeout_s, check)
+        outcome = _wait(receiver, child, timeout_s, check, ocr_page_s)
     finally:
         receiver.close()
         if child.is_alive():
@@ -74,7 +83,7 @@ def extract_isolated(path: Path, source_type: str, *, max_uncompressed_bytes: in
 
 
 def _wait(receiver: Connection, child: Any, timeout_s: float,
-          check: Callable[[], None]) -> tuple[str, Any] | None:
+          check: Callable[[], None], ocr_page_s: float) -> tuple[str, Any] | None:
     """The child's answer; None if it died without one; "timeout" if it overran."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -84,6 +93,9 @@ def _wait(receiver: Connection, child: Any, timeout_s: float,
                 answer: tuple[str, Any] = receiver.recv()
             except (EOFError, OSError):
                 return None  # died mid-answer or before one: a crash
+            if answer[0] == "ocr":  # pages about to be OCR'd: their time on top
+                deadline += int(answer[1]) * ocr_page_s
+                continue
             return answer
     return ("timeout", None)
 
@@ -114,15 +126,15 @@ def _result(outcome: tuple[str, Any] | None, source_type: str, exitcode: int | N
     raise RuntimeError(f"the parser failed unexpectedly ({value})")
 
 
-def _child(sender: Connection, path: str, source_type: str, max_uncompressed_bytes: int,
+def _child(sender: Connection, path: str, source_type: str, limits: extract.Limits,
            memory_bytes: int) -> None:
     """In the child: cap memory, extract, send one answer. Dies quietly on a signal."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker's Ctrl-C is for the worker
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     try:
         answer: tuple[str, Any] = (
-            "ok", extract.extract(Path(path), source_type,
-                                  max_uncompressed_bytes=max_uncompressed_bytes))
+            "ok", extract.extract(Path(path), source_type, limits=limits,
+                                  on_ocr=lambda pages: sender.send(("ocr", pages))))
     except errors.BadDocument as exc:
         answer = ("bad", (type(exc), exc.detail, exc.stage))
     except MemoryError:

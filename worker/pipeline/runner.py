@@ -50,7 +50,8 @@ class Pipeline:
         self.fts_config = fts_config
         self.chunker = chunk.Chunker(
             embedder.tokenizer, target_tokens=settings.chunk_target_tokens,
-            max_tokens=settings.chunk_max_tokens, model_max_tokens=embedder.max_seq_length)
+            max_tokens=settings.chunk_max_tokens, model_max_tokens=embedder.max_seq_length,
+            min_tokens=settings.chunk_min_tokens)
         # One model per process, used by every slot: torch already spreads one encode over all
         # cores, and the tokenizers are not safe to share between concurrent calls.
         self._embed_lock = threading.Lock()
@@ -76,9 +77,10 @@ class Pipeline:
                     path, job.source_type,
                     max_uncompressed_bytes=self.settings.max_uncompressed_mb << 20,
                     timeout_s=self.settings.extract_timeout_s,
-                    memory_bytes=self.settings.extract_memory_mb << 20, check=step.check)
+                    memory_bytes=self.settings.extract_memory_mb << 20, check=step.check,
+                    limits=_limits(self.settings), ocr_page_s=self.settings.extract_ocr_page_s)
         with step("chunk", 0.2), self._chunk_lock:
-            chunks = self.chunker.split(doc)
+            chunks = self.chunker.split(doc, title=job.title)
         if not chunks:
             raise errors.NoTextFound("chunk: the document produced no text chunks; "
                                      "upload a version with a text layer.", stage="chunk")
@@ -133,9 +135,10 @@ class Pipeline:
         body = orjson.dumps({
             "run_id": job.run_id, "doc_id": job.doc_id, "doc_version_id": doc_version_id,
             "content_hash": job.content_hash, "source_type": job.source_type,
-            "pages": doc.pages, "text": doc.text,
+            "pages": doc.pages, "text": doc.text, "title": doc.title, "url": doc.url,
             "chunks": [{"ordinal": c.ordinal, "char_start": c.char_start, "char_end": c.char_end,
-                        "page": c.page, "token_count": c.token_count} for c in chunks],
+                        "page": c.page, "token_count": c.token_count,
+                        "heading_path": c.heading_path, "context": c.context} for c in chunks],
         })
         key = f"{job.tenant_id}/{job.doc_id}/{doc_version_id}.json"
         return retry.transient()(self.artifacts.put_bytes)(key, body)
@@ -188,6 +191,13 @@ class _Stepper:
         if self.abort is not None and self.abort.is_set():
             raise runs.Aborted("the worker is shutting down")
         self.lease.check()
+
+
+def _limits(settings: WorkerSettings) -> extract.Limits:
+    return extract.Limits(
+        max_uncompressed_bytes=settings.max_uncompressed_mb << 20,
+        max_pages=settings.extract_max_pages, max_members=settings.extract_max_members,
+        max_cells=settings.extract_max_cells, max_ocr_pages=settings.extract_max_ocr_pages)
 
 
 def _stats(doc: extract.Extracted, chunks: list[chunk.Chunk], timings: dict[str, int]) -> dict:

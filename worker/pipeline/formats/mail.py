@@ -1,0 +1,176 @@
+"""E-mail (EML, Outlook MSG): the headers people search by, the body, and each attachment's
+text as a section of the message (docs/decisions/0214).
+
+The message is one document: `# Subject`, a block of From/To/Cc/Date, the body (plain text,
+else the HTML part without its markup), then `## Attachment: name` per attachment with that
+file's own text, read by the same readers and limits as an upload, its headings pushed two
+levels down. An attachment that cannot be read (unsupported type, damaged, no OCR engine) is
+named with the reason and never fails the message; inline images (logos, signatures) are
+skipped. Attachments nest up to Limits.max_depth (a message forwarded as an attachment).
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import logging
+from collections.abc import Callable
+from email.message import EmailMessage, MIMEPart
+from pathlib import Path
+from typing import Any
+
+from shared import errors
+from worker.pipeline.formats import common, html
+
+# (file name, bytes, depth) -> the attachment's Markdown, or raises BadDocument / returns None
+# when its type is not one we read.
+ReadAttachment = Callable[[str, bytes, int], "str | None"]
+_HEADERS = ("From", "To", "Cc", "Date")
+_MSG_FIX = "save the message again from Outlook (File > Save As > Outlook Message) and upload it."
+
+# extract_msg logs what it could not parse, sometimes with header values: never personal data.
+logging.getLogger("extract_msg").setLevel(logging.CRITICAL)
+
+
+class _Budget:
+    """Parts and decoded bytes of one message, attachments' attachments included."""
+
+    def __init__(self, limits: common.Limits) -> None:
+        self.limits = limits
+        self.parts = 0
+        self.bytes = 0
+
+    def take(self, size: int) -> None:
+        self.parts += 1
+        self.bytes += size
+        if self.parts > self.limits.max_members:
+            raise common.too_large("e-mail", self.limits.max_members, "parts and attachments")
+        if self.bytes > self.limits.max_uncompressed_bytes:
+            raise common.too_large("e-mail", self.limits.max_uncompressed_bytes,
+                                   "bytes once its attachments are decoded")
+
+
+def read_eml(data: bytes, limits: common.Limits, read_attachment: ReadAttachment,
+             depth: int = 0) -> common.Doc:
+    message = email.message_from_bytes(data, policy=email.policy.default)
+    if not isinstance(message, EmailMessage) or not message.keys():
+        raise common.not_a("e-mail message (EML)", "export the message as .eml and upload it again.")
+    return _eml(message, _Budget(limits), read_attachment, depth)
+
+
+def _eml(message: EmailMessage, budget: _Budget, read_attachment: ReadAttachment,
+         depth: int) -> common.Doc:
+    doc = common.Doc(title=_header(message, "Subject") or None)
+    doc.add(common.heading(1, doc.title or "(no subject)"))
+    doc.add("\n".join(f"{name}: {value}" for name in _HEADERS
+                      if (value := _header(message, name))))
+    body = message.get_body(preferencelist=("plain", "html"))
+    if body is not None:
+        content = _text_of(body)
+        budget.take(len(content))
+        if body.get_content_subtype() == "html":
+            doc.add(*html.read_text(content, main_content=False).blocks)
+        else:
+            doc.add(common.normalise(content).strip())
+    for number, part in enumerate(message.iter_attachments(), start=1):
+        if part.get_content_maintype() == "image" and part.get_content_disposition() != "attachment":
+            continue  # an inline logo or signature picture, not content
+        name = part.get_filename() or f"attachment {number}"
+        if part.get_content_type() == "message/rfc822":
+            inner = part.get_content()
+            payload = inner.as_bytes() if isinstance(inner, EmailMessage) else b""
+            name = part.get_filename() or f"attachment {number}.eml"
+        else:
+            payload = _payload(part)
+        budget.take(len(payload))
+        doc.add(*_attachment(name, payload, read_attachment, depth, budget.limits.max_depth))
+    return doc
+
+
+def _header(message: EmailMessage, name: str) -> str:
+    try:
+        value = message.get(name)
+    except (ValueError, IndexError):  # a malformed header the policy cannot parse
+        value = message.get_all(name, failobj=[""])[0] if name in message else ""
+    return common.one_line(str(value)) if value else ""
+
+
+def _text_of(part: MIMEPart) -> str:
+    try:
+        content = part.get_content()
+    except (LookupError, UnicodeError):  # an unknown charset: read the bytes as we read text
+        content = common.decode_text(_payload(part))
+    return content if isinstance(content, str) else common.decode_text(bytes(content))
+
+
+def _payload(part: MIMEPart) -> bytes:
+    payload = part.get_payload(decode=True)
+    return payload if isinstance(payload, bytes) else b""
+
+
+def _attachment(name: str, payload: bytes, read_attachment: ReadAttachment, depth: int,
+                max_depth: int) -> list[str]:
+    name = common.one_line(name)
+    heading = common.heading(2, f"Attachment: {name}")
+    if depth + 1 > max_depth:
+        return [heading, "(not read: attachments nest too deeply)"]
+    try:
+        text = read_attachment(name, payload, depth + 1)
+    except errors.BadDocument as exc:
+        return [heading, f"(not read: {exc.detail.removeprefix('extract: ')})"]
+    if text is None:
+        return [heading, "(not read: this type of file is not supported)"]
+    return [heading, common.demote(text, 2)]
+
+
+# ── Outlook MSG ────────────────────────────────────────────────────────────────────────────
+def read_msg(path: Path, limits: common.Limits, read_attachment: ReadAttachment,
+             depth: int = 0) -> common.Doc:
+    if not common.is_ole(path):
+        raise common.not_a("Outlook message (MSG)", _MSG_FIX)
+    import extract_msg  # noqa: PLC0415 - a heavy import only messages need
+
+    try:
+        message = extract_msg.openMsg(str(path), delayAttachments=False)
+    except Exception as exc:  # extract_msg raises its own errors and olefile's on bad files
+        raise common.damaged("Outlook message (MSG)", _MSG_FIX) from exc
+    try:
+        return _msg(message, _Budget(limits), read_attachment, depth)
+    except (common.DocumentTooLarge, errors.BadDocument):
+        raise
+    except Exception as exc:
+        raise common.damaged("Outlook message (MSG)", _MSG_FIX) from exc
+    finally:
+        message.close()
+
+
+def _msg(message: Any, budget: _Budget, read_attachment: ReadAttachment, depth: int) -> common.Doc:
+    subject = common.one_line(getattr(message, "subject", None) or "")
+    doc = common.Doc(title=subject or None)
+    doc.add(common.heading(1, subject or "(no subject)"))
+    headers = {"From": message.sender, "To": message.to, "Cc": message.cc, "Date": message.date}
+    doc.add("\n".join(f"{k}: {common.one_line(str(v))}" for k, v in headers.items() if v))
+    body = message.body
+    if body:
+        budget.take(len(body))
+        doc.add(common.normalise(body).strip())
+    elif message.htmlBody:
+        markup = message.htmlBody
+        budget.take(len(markup))
+        doc.add(*html.read_text(html.decode(markup) if isinstance(markup, bytes) else markup,
+                                main_content=False).blocks)
+    for number, attachment in enumerate(message.attachments, start=1):
+        name = attachment.longFilename or attachment.shortFilename or f"attachment {number}"
+        data = attachment.data
+        if data is not None and not isinstance(data, bytes):  # an embedded message
+            name = f"{name}.msg" if not str(name).lower().endswith(".msg") else name
+            doc.add(common.heading(2, f"Attachment: {common.one_line(str(name))}"))
+            budget.take(0)
+            if depth + 1 <= budget.limits.max_depth:
+                doc.add(common.demote(common.join_blocks(_msg(data, budget, read_attachment,
+                                                              depth + 1).blocks), 2))
+            continue
+        budget.take(len(data or b""))
+        doc.add(*_attachment(str(name), data or b"", read_attachment, depth,
+                             budget.limits.max_depth))
+    return doc
