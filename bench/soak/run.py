@@ -67,10 +67,11 @@ def soak(opts: Options) -> Result:
     texts: list[str] = []
     reading = threading.Thread(target=lambda: texts.extend(data.paragraphs()), daemon=True)
     reading.start()  # parsing the standard library's docstrings takes a while: meanwhile
+    began = time.monotonic()
     try:
         stack.start()
         reading.join()
-        say(f"stack ready at {stack.url}"
+        say(f"stack ready at {stack.url} in {time.monotonic() - began:.0f} s"
             + (f"; no disk-full fault: {stack.no_disk_fault}" if stack.no_disk_fault else ""))
         return _soak(opts, stack, texts)
     finally:
@@ -108,8 +109,10 @@ def _soak(opts: Options, stack: Stack, texts: list[str]) -> Result:
     injector.join(60)
     ctx.load_over.set()
     say("load over; the pools finish what they hold (the S3 pool syncs once more)")
+    finishing = time.monotonic()
     for pool in pools:
         pool.join(420)
+    say(f"pools finished in {time.monotonic() - finishing:.0f} s")
     settle_start = time.monotonic()
     tenant_id = _tenant(stack)
     settled = _settle(opts, stack, tenant_id, hooks)
@@ -123,7 +126,9 @@ def _soak(opts: Options, stack: Stack, texts: list[str]) -> Result:
         endpoints=hooks, faults=injector.injected(), load_end_s=load_end_s, settle_actions=0,
         children=children, workers=opts.workers, logs=stack.server_logs(), ready=_ready(stack),
         calls=journal.snapshot()[0])
+    checking = time.monotonic()
     verdicts = checks.run_all(world)
+    say(f"invariants checked in {time.monotonic() - checking:.0f} s")
     result = Result(verdicts, dict(_count_faults(injector)), settled_s, list(ctx.problems))
     result.lines = _print(opts, result, injector, journal, stack, tenant_id, t0_wall,
                           load_end_s)
