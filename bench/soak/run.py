@@ -57,7 +57,8 @@ class Result:
 
 def soak(opts: Options) -> Result:
     opts.out.mkdir(parents=True, exist_ok=True)
-    (opts.out / "faults.jsonl").unlink(missing_ok=True)
+    for old in ("faults.jsonl", "customer-s3.log", "report.txt", "summary.json"):
+        (opts.out / old).unlink(missing_ok=True)  # a report is of one run only
     folder = Path(tempfile.mkdtemp(prefix="ingest-soak-"))
     folder.chmod(0o755)
     stack = Stack(folder, opts.out, opts.workers)
