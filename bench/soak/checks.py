@@ -9,6 +9,7 @@ for what no API shows (chunks, index rows, the outbox of completion events).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import defaultdict
@@ -132,10 +133,11 @@ def documents(world: World) -> list[Verdict]:
                             "succeeded")
     skipped = sum(1 for u in acked if u.run_id is None)
     note = ", ".join(f"{n} {s}" for s, n in sorted(outcome.items()))
+    failed, more = _all_failed_truthful(world)
     out = [verdict("1a", "acknowledged uploads whose run ended succeeded or failed with a reason",
                    len(runs), problems, f"{note}; {skipped} skipped as already there"),
-           verdict("1b", "failed runs whose `retryable` told the truth about the file",
-                   outcome["failed"], truthful)]
+           verdict("1b", "failed runs (uploads, syncs, imports) whose `retryable` told the truth",
+                   failed, truthful + more)]
     stuck = world.sql("SELECT run_id, status, run_type FROM ingestion_runs WHERE tenant_id = %s "
                       "AND status IN ('queued', 'running')", (world.tenant_id,))
     out.append(verdict("1c", "runs still queued or running after settling (must be 0)",
@@ -151,6 +153,47 @@ def documents(world: World) -> list[Verdict]:
     out.append(_half_versions(world))
     out.append(_versions(world))
     return out
+
+
+def _all_failed_truthful(world: World) -> tuple[int, list[str]]:
+    """Every failed run of the tenant, as the API lists it, against what the soak knows of its
+    bytes: a file the soak made unreadable must say `retryable: false`, any other `true`, except
+    an S3 object deleted meanwhile (`source_object_deleted`: nothing to retry, ADR 0241)."""
+    good = {u.sha256 for pool in world.uploads for u in pool.sent if u.doc.good}
+    good |= {u.sha256 for u in world.versions.sent} | world.sources.hashes
+    bad = {u.sha256 for pool in world.uploads for u in pool.sent if not u.doc.good}
+    files = {"sha256:" + hashlib.sha256(s.file.body).hexdigest(): s.file
+             for s in world.imports.sent}
+    problems: list[str] = []
+    failed = 0
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"status": "failed", "limit": 100}
+        if cursor:
+            params["cursor"] = cursor
+        response = world.api.until_answered("GET", "/v1/ingestion-runs", params=params)
+        if response is None or response.status_code != 200:
+            problems.append("the failed runs could not be listed")
+            break
+        for run in response.json()["items"]:
+            failed += 1
+            digest = (run.get("config") or {}).get("content_hash")
+            if digest in files:
+                expect = not files[digest].expect_fail
+            elif digest in bad:
+                expect = False
+            elif digest in good:
+                expect = run.get("error_code") != "source_object_deleted"
+            else:
+                problems.append(f"failed run {run['run_id']} of bytes the soak never sent")
+                continue
+            if run.get("retryable") is not expect:
+                problems.append(f"{run['run_type']} run {run['run_id']} failed "
+                                f"{run.get('error_code')}: retryable={run.get('retryable')}")
+        cursor = response.json().get("next_cursor")
+        if not cursor:
+            break
+    return failed, problems
 
 
 def _index_rows(world: World) -> Verdict:
@@ -468,8 +511,6 @@ def _newest_wins(world: World, ledger: dict[str, dict]) -> Verdict:
 
 # ── 4. S3 source ────────────────────────────────────────────────────────────────────────────
 def sources(world: World) -> list[Verdict]:
-    import hashlib
-
     listing = world.sources.listing()
     want = {f"s3://{BUCKET}/{k}": "sha256:" + hashlib.sha256(v).hexdigest()
             for k, v in listing.items()}

@@ -5,6 +5,7 @@ would, and waits for that sync to finish: the bucket's final listing is what it 
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -32,6 +33,7 @@ class Sources(Pool):
         self.final: dict | None = None
         self.changes = 0
         self.changed: list[str] = []
+        self.hashes: set[str] = set()  # every body put in the bucket ("sha256:<hex>")
 
     def setup(self) -> None:
         self.s3.create_bucket(Bucket=BUCKET)
@@ -68,10 +70,15 @@ class Sources(Pool):
         self.ctx.problems.append("sources: no sync after the last change finished in 300 s")
 
     # ── the bucket ──────────────────────────────────────────────────────────────────────────
+    def _put(self, key: str) -> None:
+        body = self.docs.text().body
+        self.hashes.add("sha256:" + hashlib.sha256(body).hexdigest())
+        self.s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+
     def _add(self) -> None:
         key = f"{PREFIX}doc-{self.next_key:04d}.md"
         self.next_key += 1
-        self.s3.put_object(Bucket=BUCKET, Key=key, Body=self.docs.text().body)
+        self._put(key)
         self.keys.append(key)
 
     def _mutate(self, n: int) -> None:
@@ -84,7 +91,7 @@ class Sources(Pool):
                 # which workers may finish in either order (ADR 0242).
                 recent = self.changed[-3:] if self.changed and self.rng.random() < 0.5 else []
                 key = self.rng.choice([k for k in recent if k in self.keys] or self.keys)
-                self.s3.put_object(Bucket=BUCKET, Key=key, Body=self.docs.text().body)
+                self._put(key)
                 self.changed.append(key)
             else:
                 key = self.rng.choice(self.keys)
