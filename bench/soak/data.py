@@ -210,7 +210,7 @@ class Records:
         platform = self.rng.choice(("meta", "google", "tiktok"))
         bad_share = 0.3 if over_budget else 0.0
         campaign = f"5{no:05d}"
-        facts = []
+        facts: list[ad_exports.Fact] = []
         start = date(2026, 1, 1) + timedelta(days=no % 200)
         for ad_set in range(self.rng.randint(1, 3)):
             for ad in range(self.rng.randint(1, 3)):
@@ -232,8 +232,8 @@ class Records:
             if not fact.valid:
                 f.invalid += 1
                 continue
-            ad = "" if platform == "google" else fact.ad
-            f.expected[f"{fact.ad_set}|{ad}|{fact.day.isoformat()}"] = fact.spend
+            ad_key = "" if platform == "google" else fact.ad
+            f.expected[f"{fact.ad_set}|{ad_key}|{fact.day.isoformat()}"] = fact.spend
         return f
 
 
@@ -266,6 +266,7 @@ class Events:
         payload = {"File #": entity, "Plaintiff": self.rng.choice(COMPANIES),
                    "Defendant": f"{self.rng.choice(FIRST)} {self.rng.choice(LAST)}",
                    "Amount": amount, "Entry Date": "2024-03-01"}
-        body = {"source_system": self.SOURCE, "source_event_id": f"soak-{self.seq:07d}",
+        event_id = f"soak-{self.seq:07d}"
+        body = {"source_system": self.SOURCE, "source_event_id": event_id,
                 "source_sequence": self.seq, "type": "judgment.upserted", "payload": payload}
-        return Event(body["source_event_id"], self.seq, entity, body, poison)
+        return Event(event_id, self.seq, entity, body, poison)

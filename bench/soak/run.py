@@ -154,8 +154,10 @@ def _load(opts: Options, stack: Stack, journal: Journal) -> None:
 
 def _tenant(stack: Stack) -> Any:
     with psycopg.connect(stack.database_url, row_factory=dict_row) as conn:
-        return conn.execute("SELECT tenant_id FROM tenants WHERE name = %s",
-                            (DEV_TENANT,)).fetchone()["tenant_id"]
+        row = conn.execute("SELECT tenant_id FROM tenants WHERE name = %s",
+                           (DEV_TENANT,)).fetchone()
+    assert row is not None, "ingest dev made no dev tenant"
+    return row["tenant_id"]
 
 
 SETTLED = """
