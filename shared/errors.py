@@ -110,6 +110,12 @@ class UploadExpired(Conflict):
     code = "upload_expired"
 
 
+class SourceObjectDeleted(Conflict):
+    """The run's S3 object was deleted from its bucket; put it back and sync instead."""
+
+    code = "source_object_deleted"
+
+
 class AlreadyIngested(Conflict):
     """This content is already ingested or being ingested by another run; nothing to retry."""
 
@@ -181,6 +187,12 @@ class DatabaseUnavailable(ServiceUnavailable):
     """The database is unreachable; retry in a minute."""
 
     code = "database_unavailable"
+
+
+class StorageUnavailable(ServiceUnavailable):
+    """The file store is full; retry in a minute."""
+
+    code = "storage_unavailable"
 
 
 class LiveStreamsFull(ServiceUnavailable):

@@ -395,3 +395,6 @@ class DevSettings(BaseSettings):
     # each exit in a row up to the cap (docs/decisions/0041).
     dev_restart_backoff_s: float = Field(default=1.0, gt=0)
     dev_restart_backoff_max_s: float = Field(default=30.0, gt=0)
+    # The SQS/S3 endpoint handed to the gateway and workers instead of moto's own URL: a proxy
+    # between them and moto, e.g. bench/soak.py's switch for a queue outage (ADR 0240).
+    dev_aws_endpoint_url: str | None = None

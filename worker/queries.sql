@@ -118,6 +118,17 @@ WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND ended_at IS NULL
 -- Serialises version numbering and activation of one document across workers.
 SELECT pg_advisory_xact_lock(%(key)s);
 
+-- name: newer_version_exists
+-- Under the document lock: has a run submitted after this one (an S3 key changed again, a
+-- later upload by doc_id) already made its version? Then this run's content is superseded
+-- and must not replace it: the newest submission wins, whatever order workers finish in.
+SELECT EXISTS (
+    SELECT 1 FROM document_versions v JOIN ingestion_runs newer ON newer.run_id = v.run_id
+    JOIN ingestion_runs this ON this.run_id = %(run_id)s
+    WHERE v.tenant_id = %(tenant_id)s AND v.doc_id = %(doc_id)s
+      AND (newer.created_at, newer.run_id) > (this.created_at, this.run_id)
+) AS newer;
+
 -- name: deactivate_active_version
 UPDATE document_versions SET is_active = false, deactivated_at = now()
 WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s AND is_active;

@@ -34,6 +34,9 @@ TABLE: dict[str, tuple[bool, str]] = {
                                     "file again."),
     "queue_rejected": (False, "The queue refused this job; upload the file again, and report "
                               "it if it keeps happening."),
+    "source_object_deleted": (False, "The object was deleted from its bucket (or its source "
+                                     "was deleted) before this run finished; there is nothing "
+                                     "to retry. Put the object back and sync again."),
     # a records import's file as a whole (shared/contracts/codes.py): fix the file
     "BATCH_MISSING_COLUMN": (False, "A required column is missing from the file's header; add "
                                     "it (see GET /v1/contracts/{name}), then upload it again."),

@@ -45,7 +45,8 @@ class VersionContent:
 def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
           stats: dict[str, Any], *, started: float, fts_config: str,
           fence: int) -> tuple[int, dict[str, Any]]:
-    """Commit the version and mark the run succeeded; return the version number and final stats.
+    """Commit the version and mark the run succeeded; return the version number and final stats
+    (0 when a newer submission's version already exists: the run is superseded, nothing written).
 
     ``started`` is when the index stage began; its time is measured up to the run's update.
     ``fence`` is the run's takeover_count as of our claim: if another worker has taken the run
@@ -54,6 +55,9 @@ def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
     keys = {"tenant_id": job.tenant_id, "doc_id": job.doc_id}
     with conn.transaction():
         conn.execute(Q["lock_document"], {"key": runs.lock_key(job.doc_id)})
+        newer = conn.execute(Q["newer_version_exists"], {**keys, "run_id": job.run_id}).fetchone()
+        if newer is not None and newer["newer"]:
+            return _superseded(conn, job, stats, started, fence)
         conn.execute(Q["deactivate_active_version"], keys)
         row = conn.execute(Q["insert_version"], {
             **keys, "doc_version_id": content.doc_version_id, "run_id": job.run_id,
@@ -75,6 +79,19 @@ def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
         if done.rowcount != 1:
             raise RunNoLongerRunning(f"run {job.run_id} is no longer running")
         return int(row["version_number"]), final
+
+
+def _superseded(conn: db.Conn, job: jobs.IngestJob, stats: dict[str, Any], started: float,
+                fence: int) -> tuple[int, dict[str, Any]]:
+    """A run submitted later already made this document's version (found by the chaos soak,
+    ADR 0242): the run succeeds without one, so its older bytes never replace the newer."""
+    stages = {**stats["stages"], "index_ms": round((time.monotonic() - started) * 1000)}
+    final = {**stats, "stages": stages, "duration_ms": sum(stages.values()), "superseded": True}
+    done = conn.execute(Q["succeed_run"], {"run_id": job.run_id, "tenant_id": job.tenant_id,
+                                           "stats": Jsonb(final), "fence": fence})
+    if done.rowcount != 1:
+        raise RunNoLongerRunning(f"run {job.run_id} is no longer running")
+    return 0, final
 
 
 def _copy_chunks(conn: db.Conn, tenant_id: UUID, content: VersionContent,

@@ -184,6 +184,9 @@ def _child(sender: Connection, path: str, source_type: str, limits: extract.Limi
         answer = ("memory", None)
     except Exception as exc:  # noqa: BLE001 - reported to the worker by type, never by text
         answer = ("error", type(exc).__name__)
-    with contextlib.suppress(MemoryError):
+    # OSError: the worker is gone (SIGTERM, kill -9) and closed its end; nobody to answer, and a
+    # traceback here would reach the stack's stderr raw, past the JSON logs (chaos soak, issue 24).
+    with contextlib.suppress(MemoryError, OSError):
         sender.send(answer)
-    sender.close()
+    with contextlib.suppress(OSError):
+        sender.close()
