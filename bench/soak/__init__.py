@@ -1,5 +1,5 @@
 """A chaos soak: every kind of work at once against `ingest dev` while processes die, then every
-invariant checked against what the clients were told (issue 24, docs/decisions/0240-0243).
+invariant checked against what the clients were told (issue 24, docs/decisions/0240-0242).
 
     python -m bench.soak [--minutes 30] [--seed N] [--workers 2] [--settle-s S] [--out DIR]
     make soak  MINUTES=30 SEED=N
