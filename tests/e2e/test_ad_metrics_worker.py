@@ -214,8 +214,9 @@ def test_another_tenant_never_sees_the_batch_or_its_rows(gateway, tenants, conn,
     assert mine.status_code == 200
     assert mine.json()["adMetrics"] == {
         "platform": "meta", "clientId": None, "campaignsUpserted": 1, "adSetsUpserted": 2,
-        "adsUpserted": 2, "dailyMetricsUpserted": 4,
-        "affectedDates": ["2026-01-01", "2026-01-02"]}
+        "adsUpserted": 2, "dailyMetricsUpserted": 4, "periodMetricsUpserted": 0,
+        "affectedDates": ["2026-01-01", "2026-01-02"], "entityKeys": "ids",
+        "reportGrain": "day", "reportPeriod": {"start": None, "end": None}}
     # Another tenant gets 404 for the batch and its errors, and has no rows
     for path in (f"/intake/batches/{batch_id}", f"/intake/batches/{batch_id}/errors"):
         with gateway.client(stranger.token) as client:

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from worker.records import ad_promote
+from worker.records.stage import Target
 
 
 def new_batch(conn, tenant_id, *, client_id=None, platform: str = "meta") -> uuid.UUID:
@@ -229,3 +230,46 @@ def test_another_tenants_dimensions_are_never_resolved(conn, tenants):
     assert conn.execute(
         "SELECT count(*) AS n FROM daily_metrics m JOIN campaigns c ON c.id = m.campaign_id "
         "WHERE m.tenant_id <> c.tenant_id").fetchone()["n"] == 0
+
+
+def test_prepare_rejects_repeats_and_overflows_and_sums_slices_once(conn, tenants):
+    # Given a file (keys as the contract stages them: fact, then chr(30), then breakdown) with
+    # two slices of one fact, two slices whose sum no fact can hold, a row repeated with its
+    # breakdown, and a plain row
+    tenant = tenants.user("prep").tenant_id
+    batch = new_batch(conn, tenant)
+    rows = [("A\x1eage=18", row(spend="1.50", impressions=10)),
+            ("A\x1eage=25", row(spend="2.25", impressions=20)),
+            ("B\x1eage=18", row(spend="9000000000000")),
+            ("B\x1eage=25", row(spend="2000000000000")),
+            ("C\x1eage=18", row()), ("C\x1eage=18", row()), ("D", row())]
+    with conn.cursor().copy("COPY import_staged_rows (batch_id, tenant_id, row_number, "
+                            "natural_key, data, entity_type) FROM STDIN") as copy:
+        for number, (key, data) in enumerate(rows, start=1):
+            copy.write_row((batch, tenant, number, key, orjson.dumps(data).decode(),
+                            "daily_metric"))
+    target = Target(batch_id=batch, tenant_id=tenant, run_id=uuid.uuid4(), fence=0)
+
+    # When the file is prepared, twice
+    first = ad_promote.prepare(conn, target)
+    again = ad_promote.prepare(conn, target)
+
+    # Then the repeats and the overflowing slices are errors and left the stage, the slices of
+    # A are one row with their sums, and the second run changed nothing
+    assert first == {"repeated_rows": 2, "overflowing_rows": 2, "summed_facts": 1,
+                     "summed_slices": 1}
+    assert again == {"repeated_rows": 0, "overflowing_rows": 0, "summed_facts": 0,
+                     "summed_slices": 0}
+    assert [(e["row_number"], e["field"], e["code"]) for e in conn.execute(
+        "SELECT row_number, field, code FROM import_row_errors WHERE batch_id = %s "
+        "ORDER BY row_number", (batch,))] == [
+        (3, "spend", "AD_METRIC_TOTAL_OUT_OF_RANGE"), (4, "spend", "AD_METRIC_TOTAL_OUT_OF_RANGE"),
+        (5, None, "AD_METRIC_REPEATED_ROW"), (6, None, "AD_METRIC_REPEATED_ROW")]
+    staged = {r["row_number"]: r for r in conn.execute(
+        "SELECT row_number, is_duplicate, data FROM import_staged_rows WHERE batch_id = %s",
+        (batch,))}
+    assert sorted(staged) == [1, 2, 7]
+    assert [staged[n]["is_duplicate"] for n in (1, 2, 7)] == [False, True, False]
+    merged = staged[1]["data"]
+    assert (merged["spend"], merged["impressions"], merged["slices"], merged["breakdown"]) == (
+        "3.75", 30, 2, None)

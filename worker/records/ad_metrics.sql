@@ -15,29 +15,24 @@
 -- `WITH grp AS (…)` opening and the `warned` part of upsert_daily_metrics keep their shape.
 
 -- ── before the budget: what the whole staged file says (prepare) ─────────────────────────────
--- name: reject_repeats
+-- name: repeated_facts
 -- Rows of one fact and one breakdown (the natural key: day or period, campaign, ad set, ad,
 -- breakdown) cannot be told apart: every one of them is an error, none is promoted (never the
 -- first one's spend for all of them). Counted as invalid with the budget, so run before it.
-WITH repeated AS (
-    SELECT row_number, data FROM (
-        SELECT row_number, data, count(*) OVER (PARTITION BY natural_key) AS n
-        FROM import_staged_rows
-        WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate) w
-    WHERE n > 1
-), gone AS (
-    DELETE FROM import_staged_rows s USING repeated r
-    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
-    RETURNING s.row_number
-)
-INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
-SELECT %(tenant_id)s, %(batch_id)s, r.row_number, NULL, %(code)s, 'critical', %(message)s, r.data
-FROM repeated r JOIN gone g USING (row_number);
+-- One window over the batch; the worker rejects the rows it returns (reject_rows). Joined to
+-- the stage in the same statement instead, a stage whose statistics had not met the batch was
+-- read once per repeated row (issue 21, docs/decisions/0187).
+SELECT row_number FROM (
+    SELECT row_number, count(*) OVER (PARTITION BY natural_key) AS n
+    FROM import_staged_rows
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate) w
+WHERE n > 1;
 
--- name: reject_overflowing_facts
--- A fact whose slices sum beyond what a fact holds (NUMERIC(18,4), bigint): its rows are errors.
-WITH facts AS (
-    SELECT row_number, data,
+-- name: overflowing_facts
+-- A fact whose slices sum beyond what a fact holds (NUMERIC(18,4), bigint): its rows are errors
+-- (reject_rows, field spend).
+SELECT row_number FROM (
+    SELECT row_number,
            sum((data->>'spend')::numeric) OVER w AS spend,
            sum((data->>'impressions')::numeric) OVER w AS impressions,
            sum((data->>'clicks')::numeric) OVER w AS clicks,
@@ -45,56 +40,89 @@ WITH facts AS (
            sum((data->>'results')::numeric) OVER w AS results
     FROM import_staged_rows
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
-    WINDOW w AS (PARTITION BY split_part(natural_key, chr(30), 1))
-), over AS (
-    SELECT row_number, data FROM facts
-    WHERE spend >= 1e13 OR impressions >= 9e18 OR clicks >= 9e18 OR conversions >= 1e13
-       OR results >= 1e13
-), gone AS (
-    DELETE FROM import_staged_rows s USING over o
-    WHERE s.batch_id = %(batch_id)s AND s.row_number = o.row_number
-    RETURNING s.row_number
+    WINDOW w AS (PARTITION BY split_part(natural_key, chr(30), 1))) facts
+WHERE spend >= 1e13 OR impressions >= 9e18 OR clicks >= 9e18 OR conversions >= 1e13
+   OR results >= 1e13;
+
+-- name: reject_rows
+-- The rows found above leave the stage and become critical errors with their values. Each row
+-- of the list the worker passes is looked up by primary key (LATERAL … OFFSET 0: a nested loop
+-- over the list, by shape), and the rows found are deleted by their ctid (a TID scan). Joined
+-- to the stage by row_number instead, a stage without statistics ("the batch is one row") read
+-- the whole list once per staged row (docs/decisions/0187).
+WITH gone AS (
+    DELETE FROM import_staged_rows s
+    WHERE s.ctid = ANY (ARRAY(
+        SELECT x.ctid
+        FROM unnest(%(rows)s::int[]) AS r (row_number)
+        CROSS JOIN LATERAL (
+            SELECT x.ctid FROM import_staged_rows x
+            WHERE x.batch_id = %(batch_id)s AND x.row_number = r.row_number
+              AND x.tenant_id = %(tenant_id)s
+            OFFSET 0) x))
+    RETURNING s.row_number, s.data
 )
 INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
-SELECT %(tenant_id)s, %(batch_id)s, o.row_number, 'spend', %(code)s, 'critical', %(message)s, o.data
-FROM over o JOIN gone g USING (row_number);
+SELECT %(tenant_id)s, %(batch_id)s, row_number, %(field)s, %(code)s, 'critical', %(message)s, data
+FROM gone;
+
+-- name: slice_sums
+-- Rows of one fact that differ in their breakdown (Age, Gender, Placement…) are slices of it:
+-- the first row takes their sums (the patch) and the others are set aside (is_duplicate, not
+-- counted as duplicates), so promotion sees one row per fact whatever group the slices fell
+-- in. A metric no slice has stays NULL; indicators that differ become "mixed". One window and
+-- one aggregate over the batch; merge_slices writes what it returns. Run once, before the
+-- budget; running it again finds one row per fact and returns nothing.
+SELECT first_row, patch::text AS patch, others
+FROM (
+    SELECT first_row,
+           jsonb_build_object(
+               'spend', sum((data->>'spend')::numeric)::text,
+               'impressions', sum((data->>'impressions')::numeric),
+               'clicks', sum((data->>'clicks')::numeric),
+               'conversions', sum((data->>'conversions')::numeric)::text,
+               'results', sum((data->>'results')::numeric)::text,
+               'result_indicator',
+               CASE WHEN count(DISTINCT data->>'result_indicator') > 1 THEN 'mixed'
+                    ELSE min(data->>'result_indicator') END,
+               'breakdown', NULL, 'slices', count(*)) AS patch,
+           array_agg(row_number) FILTER (WHERE row_number <> first_row) AS others
+    FROM (
+        SELECT row_number, data, min(row_number) OVER w AS first_row, count(*) OVER w AS n
+        FROM import_staged_rows
+        WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
+        WINDOW w AS (PARTITION BY split_part(natural_key, chr(30), 1))) slices
+    WHERE n > 1
+    GROUP BY first_row) sums
+ORDER BY first_row;
 
 -- name: merge_slices
--- Rows of one fact that differ in their breakdown (Age, Gender, Placement…) are slices of it:
--- the first row takes their sums and the others are set aside (is_duplicate, not counted as
--- duplicates), so promotion sees one row per fact whatever group the slices fell in. A metric
--- no slice has stays NULL; indicators that differ become "mixed". Run once, before the budget;
--- running it again finds one row per fact and changes nothing.
-WITH slices AS (
-    SELECT row_number, data,
-           min(row_number) OVER w AS first, count(*) OVER w AS n
-    FROM import_staged_rows
-    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
-    WINDOW w AS (PARTITION BY split_part(natural_key, chr(30), 1))
-), sums AS (
-    SELECT first, count(*) AS n,
-           sum((data->>'spend')::numeric) AS spend,
-           sum((data->>'impressions')::numeric) AS impressions,
-           sum((data->>'clicks')::numeric) AS clicks,
-           sum((data->>'conversions')::numeric) AS conversions,
-           sum((data->>'results')::numeric) AS results,
-           CASE WHEN count(DISTINCT data->>'result_indicator') > 1 THEN 'mixed'
-                ELSE min(data->>'result_indicator') END AS result_indicator
-    FROM slices WHERE n > 1 GROUP BY first
-), merged AS (
-    UPDATE import_staged_rows s
-    SET data = s.data || jsonb_build_object(
-        'spend', m.spend::text, 'impressions', m.impressions, 'clicks', m.clicks,
-        'conversions', m.conversions::text, 'results', m.results::text,
-        'result_indicator', m.result_indicator, 'breakdown', NULL, 'slices', m.n)
-    FROM sums m
-    WHERE s.batch_id = %(batch_id)s AND s.row_number = m.first
+-- What slice_sums returned: each fact's first row takes its patch, the other slices are set
+-- aside. The rows are found as in reject_rows (a probe of the primary key per listed row) and
+-- written by ctid: the patch joins its row on the ctid (a TID probe, or one hash over the
+-- stage), never the list read once per staged row.
+WITH merged AS (
+    UPDATE import_staged_rows s SET data = s.data || m.patch
+    FROM (SELECT x.ctid AS tid, m.patch::jsonb AS patch
+          FROM unnest(%(firsts)s::int[], %(patches)s::text[]) AS m (row_number, patch)
+          CROSS JOIN LATERAL (
+              SELECT x.ctid FROM import_staged_rows x
+              WHERE x.batch_id = %(batch_id)s AND x.row_number = m.row_number
+                AND x.tenant_id = %(tenant_id)s
+              OFFSET 0) x
+          OFFSET 0) m
+    WHERE s.ctid = m.tid
     RETURNING 1
 ), aside AS (
     UPDATE import_staged_rows s SET is_duplicate = true
-    FROM slices x
-    WHERE s.batch_id = %(batch_id)s AND s.row_number = x.row_number AND x.n > 1
-      AND x.row_number <> x.first
+    WHERE s.ctid = ANY (ARRAY(
+        SELECT x.ctid
+        FROM unnest(%(aside)s::int[]) AS r (row_number)
+        CROSS JOIN LATERAL (
+            SELECT x.ctid FROM import_staged_rows x
+            WHERE x.batch_id = %(batch_id)s AND x.row_number = r.row_number
+              AND x.tenant_id = %(tenant_id)s
+            OFFSET 0) x))
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM merged) AS facts, (SELECT count(*) FROM aside) AS slices;
@@ -124,12 +152,21 @@ WITH grp AS (
         ORDER BY data->>'campaign_external_id', data->>'campaign_path') by_id
     ORDER BY path_key, external_id
 ), written AS (
-    UPDATE campaigns c SET external_id = src.external_id, batch_id = %(batch_id)s::uuid,
+    UPDATE campaigns c SET external_id = hit.external_id, batch_id = %(batch_id)s::uuid,
            updated_at = now()
-    FROM src
-    WHERE c.path_lookup = %(key_prefix)s::text || src.path_key AND c.external_id IS NULL
-      AND NOT EXISTS (SELECT 1 FROM campaigns x
-                      WHERE x.lookup_key = %(key_prefix)s::text || src.external_id)
+    FROM (SELECT src.external_id, x.id
+          FROM src
+          CROSS JOIN LATERAL (
+              SELECT x.id FROM campaigns x
+              WHERE x.path_lookup = %(key_prefix)s::text || src.path_key AND x.external_id IS NULL
+              OFFSET 0) x
+          LEFT JOIN LATERAL (
+              SELECT true AS taken FROM campaigns t
+              WHERE t.lookup_key = %(key_prefix)s::text || src.external_id
+              OFFSET 0) t ON true
+          WHERE t.taken IS NULL
+          OFFSET 0) hit
+    WHERE c.id = hit.id
     RETURNING 1
 )
 SELECT count(*) AS n FROM written;
@@ -183,8 +220,10 @@ WITH grp AS (
     SELECT %(tenant_id)s::uuid, %(client_id)s::uuid, %(platform)s::text, NULL, name, path_key,
            %(batch_id)s::uuid
     FROM src
-    WHERE NOT EXISTS (SELECT 1 FROM campaigns x
-                      WHERE x.path_lookup = %(key_prefix)s::text || src.path_key)
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM campaigns x
+        WHERE x.path_lookup = %(key_prefix)s::text || src.path_key) x
+    WHERE x.n = 0
     ON CONFLICT (path_lookup) WHERE external_id IS NULL DO NOTHING
     RETURNING 1
 )
@@ -205,12 +244,21 @@ WITH grp AS (
         ORDER BY data->>'ad_set_external_id', data->>'ad_set_path') by_id
     ORDER BY path_key, external_id
 ), written AS (
-    UPDATE ad_sets a SET external_id = src.external_id, batch_id = %(batch_id)s::uuid,
+    UPDATE ad_sets a SET external_id = hit.external_id, batch_id = %(batch_id)s::uuid,
            updated_at = now()
-    FROM src
-    WHERE a.path_lookup = %(key_prefix)s::text || src.path_key AND a.external_id IS NULL
-      AND NOT EXISTS (SELECT 1 FROM ad_sets x
-                      WHERE x.lookup_key = %(key_prefix)s::text || src.external_id)
+    FROM (SELECT src.external_id, x.id
+          FROM src
+          CROSS JOIN LATERAL (
+              SELECT x.id FROM ad_sets x
+              WHERE x.path_lookup = %(key_prefix)s::text || src.path_key AND x.external_id IS NULL
+              OFFSET 0) x
+          LEFT JOIN LATERAL (
+              SELECT true AS taken FROM ad_sets t
+              WHERE t.lookup_key = %(key_prefix)s::text || src.external_id
+              OFFSET 0) t ON true
+          WHERE t.taken IS NULL
+          OFFSET 0) hit
+    WHERE a.id = hit.id
     RETURNING 1
 )
 SELECT count(*) AS n FROM written;
@@ -281,8 +329,10 @@ WITH grp AS (
                ELSE (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM campaigns
                      WHERE path_lookup = %(key_prefix)s::text || src.campaign_path) END AS id
     ) c ON true
-    WHERE NOT EXISTS (SELECT 1 FROM ad_sets x
-                      WHERE x.path_lookup = %(key_prefix)s::text || src.path_key)
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM ad_sets x
+        WHERE x.path_lookup = %(key_prefix)s::text || src.path_key) x
+    WHERE x.n = 0
     ON CONFLICT (path_lookup) WHERE external_id IS NULL DO NOTHING
     RETURNING 1
 )
@@ -303,11 +353,21 @@ WITH grp AS (
         ORDER BY data->>'ad_external_id', data->>'ad_path') by_id
     ORDER BY path_key, external_id
 ), written AS (
-    UPDATE ads a SET external_id = src.external_id, batch_id = %(batch_id)s::uuid,
+    UPDATE ads a SET external_id = hit.external_id, batch_id = %(batch_id)s::uuid,
            updated_at = now()
-    FROM src
-    WHERE a.path_lookup = %(key_prefix)s::text || src.path_key AND a.external_id IS NULL
-      AND NOT EXISTS (SELECT 1 FROM ads x WHERE x.lookup_key = %(key_prefix)s::text || src.external_id)
+    FROM (SELECT src.external_id, x.id
+          FROM src
+          CROSS JOIN LATERAL (
+              SELECT x.id FROM ads x
+              WHERE x.path_lookup = %(key_prefix)s::text || src.path_key AND x.external_id IS NULL
+              OFFSET 0) x
+          LEFT JOIN LATERAL (
+              SELECT true AS taken FROM ads t
+              WHERE t.lookup_key = %(key_prefix)s::text || src.external_id
+              OFFSET 0) t ON true
+          WHERE t.taken IS NULL
+          OFFSET 0) hit
+    WHERE a.id = hit.id
     RETURNING 1
 )
 SELECT count(*) AS n FROM written;
@@ -393,7 +453,10 @@ WITH grp AS (
                ELSE (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM ad_sets
                      WHERE path_lookup = %(key_prefix)s::text || src.ad_set_path) END AS id
     ) s ON true
-    WHERE NOT EXISTS (SELECT 1 FROM ads x WHERE x.path_lookup = %(key_prefix)s::text || src.path_key)
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM ads x
+        WHERE x.path_lookup = %(key_prefix)s::text || src.path_key) x
+    WHERE x.n = 0
     ON CONFLICT (path_lookup) WHERE external_id IS NULL DO NOTHING
     RETURNING 1
 )

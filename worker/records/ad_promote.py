@@ -24,6 +24,7 @@ from psycopg.types.json import Jsonb
 
 from shared import contracts, db
 from shared.contracts import ad_metrics
+from shared.contracts.model import Rule
 from worker import runs
 from worker.records import completion
 from worker.records.promote import Counts
@@ -55,15 +56,28 @@ def prepare(conn: db.Conn, target: Target) -> dict[str, int]:
     fact are summed into its first row. Running it again changes nothing."""
     params = {**target.keys}
     with conn.transaction():
-        repeated = conn.execute(Q["reject_repeats"], {
-            **params, "code": ad_metrics.REPEATED.code,
-            "message": ad_metrics.REPEATED.message}).rowcount
-        overflowing = conn.execute(Q["reject_overflowing_facts"], {
-            **params, "code": ad_metrics.TOTAL_OUT_OF_RANGE.code,
-            "message": ad_metrics.TOTAL_OUT_OF_RANGE.message}).rowcount
-        merged = _one(conn.execute(Q["merge_slices"], params).fetchone())
+        repeated = _reject(conn, params, "repeated_facts", None, ad_metrics.REPEATED)
+        overflowing = _reject(conn, params, "overflowing_facts", "spend",
+                              ad_metrics.TOTAL_OUT_OF_RANGE)
+        sums = conn.execute(Q["slice_sums"], params).fetchall()
+        merged = _one(conn.execute(Q["merge_slices"], {
+            **params, "firsts": [s["first_row"] for s in sums],
+            "patches": [s["patch"] for s in sums],
+            "aside": [row for s in sums for row in s["others"]]}).fetchone()) \
+            if sums else {"facts": 0, "slices": 0}
     return {"repeated_rows": repeated, "overflowing_rows": overflowing,
             "summed_facts": merged["facts"], "summed_slices": merged["slices"]}
+
+
+def _reject(conn: db.Conn, params: dict[str, Any], query: str, field: str | None,
+            rule: Rule) -> int:
+    """The rows ``query`` finds (one pass over the batch) leave the stage as errors of
+    ``rule``, by primary key from the list (docs/decisions/0187)."""
+    rows = [r["row_number"] for r in conn.execute(Q[query], params)]
+    if not rows:
+        return 0
+    return conn.execute(Q["reject_rows"], {**params, "rows": rows, "field": field,
+                                           "code": rule.code, "message": rule.message}).rowcount
 
 
 def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
