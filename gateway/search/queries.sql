@@ -59,12 +59,16 @@ WITH terms AS MATERIALIZED (
                   string_agg(id || ':' || idf::real, ',' ORDER BY id))::sparsevec AS vec
     FROM (SELECT id, sum(idf) AS idf FROM idf GROUP BY id) per_dimension
 ), probe AS MATERIALIZED (
-    -- The exact scores of the best n chunks holding the rarest lexeme (skipped for syntax).
+    -- The exact scores of the best n chunks holding the rarest lexeme. Skipped for syntax, and
+    -- where it cannot pay: a chunk holding a lexeme once scores about 1.2·IDF, so θ falls
+    -- below the commonest lexeme's bound (2.2·IDF) unless the IDFs differ by about 2.2 / 1.2;
+    -- below 1.5 the probe only costs time (skipping it is always exact: θ = 0).
     SELECT -(f.bm25 <#> query.vec) AS score
     FROM chunk_fts f
     JOIN document_versions v ON v.doc_version_id = f.doc_version_id AND v.tenant_id = f.tenant_id
     CROSS JOIN query
     WHERE NOT %(syntax)s::boolean
+      AND (SELECT max(idf) > 1.5 * min(idf) FROM idf)
       AND f.tenant_id = %(tenant_id)s
       AND v.is_active
       AND f.tsv @@ (SELECT one FROM idf ORDER BY idf DESC, id LIMIT 1)
