@@ -101,7 +101,7 @@ def load(conn: db.Conn, tenant_id: uuid.UUID, chunks: int, rng: np.random.Genera
     conn.execute("SET maintenance_work_mem = '512MB'")
     conn.execute("CREATE INDEX idx_chunk_embeddings_hnsw ON chunk_embeddings "
                  "USING hnsw (embedding halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)")
-    conn.execute("VACUUM ANALYZE")
+    conn.execute("VACUUM ANALYZE")  # search_term_df (migration 0056) read index-only
 
 
 NO_FILTERS = {"doc_ids": None, "source_id": None, "file_type": None, "after": None,

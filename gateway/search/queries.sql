@@ -13,8 +13,8 @@
 -- planned (prepare=False), so the planner sees the real query.
 -- Score: each chunk's bm25 column holds the document side of BM25 per lexeme (migration 0055);
 -- the query side is each query lexeme's IDF, ln(1 + (N − df + 0.5) / (df + 0.5)), where df is
--- the count of the tenant's active chunks under the filters that hold the lexeme, and N the
--- tenant's active chunk count. The score is the inner product of the two sparse vectors.
+-- the count of the tenant's active chunks under the filters that hold the lexeme (kept per
+-- version by migration 0056's triggers), and N the tenant's active chunk count. The score is the inner product of the two sparse vectors.
 -- Pruning (MaxScore): a document-side weight is below k1 + 1 = 2.2, so a lexeme adds at most
 -- 2.2·IDF (BOUND, with room for float4 rounding). θ, the n-th best exact score among the chunks
 -- holding the rarest lexeme, is a score n chunks reach; a chunk holding none of the rarer
@@ -24,26 +24,26 @@
 -- The filters on documents are one EXISTS: without filters it folds to TRUE and no join is made.
 WITH terms AS MATERIALIZED (
     -- One tsquery per query lexeme, quoted by tsvector's own output; computed once each.
-    SELECT search_term_id(t.lexeme) AS id,
+    SELECT t.lexeme, search_term_id(t.lexeme) AS id,
            strip(array_to_tsvector(ARRAY[t.lexeme]))::text::tsquery AS one
     FROM unnest(to_tsvector('english', %(q)s::text)) AS t
 ), total AS (
     SELECT greatest(coalesce(sum(chunk_count), 0), 1) AS n
     FROM document_versions WHERE tenant_id = %(tenant_id)s AND is_active
 ), idf AS MATERIALIZED (
-    -- df: the lexeme's chunks among the tenant's active content under the filters, counted
-    -- from the GIN index's bitmap (no tsvector is read).
+    -- df: the lexeme's chunks among the tenant's active content under the filters, summed
+    -- over the versions' own counts (search_term_df, migration 0056), no chunk is read.
     SELECT t.id, t.one, ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf
     FROM terms t
     CROSS JOIN total
     CROSS JOIN LATERAL (
-        SELECT count(*) AS n
-        FROM chunk_fts f
-        JOIN document_versions v ON v.doc_version_id = f.doc_version_id
-                                AND v.tenant_id = f.tenant_id
-        WHERE f.tenant_id = %(tenant_id)s
+        SELECT coalesce(sum(s.df), 0) AS n
+        FROM search_term_df s
+        JOIN document_versions v ON v.doc_version_id = s.doc_version_id
+                                AND v.tenant_id = s.tenant_id
+        WHERE s.tenant_id = %(tenant_id)s
+          AND s.lexeme = t.lexeme
           AND v.is_active
-          AND f.tsv @@ t.one
           AND (%(doc_ids)s::uuid[] IS NULL AND %(source_id)s::uuid IS NULL
                AND %(file_type)s::text IS NULL AND %(after)s::timestamptz IS NULL
                AND %(before)s::timestamptz IS NULL
