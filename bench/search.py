@@ -13,7 +13,9 @@ took in the gateway, in Postgres and in this client (which, unlike latency, do n
 what else runs on the machine), and the vector query's plan.
 Target (issues 15 and 26): hybrid p95 under 100 ms. Text mode is BM25 over any of the query's
 words (ADR 0220), so common words match many chunks: the bench prints the keyword query's plan
-and time at this size.
+and time at this size, and the keyword SQL alone from 8 connections beside its honest baseline
+(bench/search_baseline.sql: df counted on the GIN bitmap, every match scored), with a check that
+both rank the same chunks (ADR 0225).
 
 Postgres runs with shared_buffers = 512MB (--shared-buffers), room for the 195 MB HNSW index
 and the 156 MB of vectors, as docs/operations.md asks of a production server; the versions
