@@ -13,7 +13,9 @@ took in the gateway, in Postgres and in this client (which, unlike latency, do n
 what else runs on the machine), and the vector query's plan.
 Target (issues 15 and 26): hybrid p95 under 100 ms. Text mode is BM25 over any of the query's
 words (ADR 0220), so common words match many chunks: the bench prints the keyword query's plan
-and time at this size.
+and time at this size, and the keyword SQL alone from 8 connections beside its honest baseline
+(bench/search_baseline.sql: df counted on the GIN bitmap, every match scored), with a check that
+both rank the same chunks (ADR 0225).
 
 Postgres runs with shared_buffers = 512MB (--shared-buffers), room for the 195 MB HNSW index
 and the 156 MB of vectors, as docs/operations.md asks of a production server; the versions
@@ -28,6 +30,7 @@ import asyncio
 import os
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -100,7 +103,7 @@ def load(conn: db.Conn, tenant_id: uuid.UUID, chunks: int, rng: np.random.Genera
     conn.execute("SET maintenance_work_mem = '512MB'")
     conn.execute("CREATE INDEX idx_chunk_embeddings_hnsw ON chunk_embeddings "
                  "USING hnsw (embedding halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)")
-    conn.execute("VACUUM ANALYZE")
+    conn.execute("VACUUM ANALYZE")  # search_term_df (migration 0056) read index-only
 
 
 NO_FILTERS = {"doc_ids": None, "source_id": None, "file_type": None, "after": None,
@@ -113,6 +116,58 @@ def plan(conn: db.Conn, tenant_id: uuid.UUID) -> str:
         "tenant_id": tenant_id, "vector": vector, "model": DEFAULT_EMBEDDING_MODEL, "n": 40,
         **NO_FILTERS}).fetchall()
     return "\n".join(r["QUERY PLAN"] for r in rows)
+
+
+BASELINE = db.load_queries(Path(__file__).with_name("search_baseline.sql"))["bm25_every_match"]
+
+
+def keyword_sql(url: str, tenant_id: uuid.UUID, queries: list[str], clients: int,
+                sql_text: str, n: int) -> tuple[list[float], dict[str, list[str]]]:
+    """The keyword query alone, straight to Postgres from `clients` threads, one connection
+    each: its latencies (ms) and the chunk ids it ranked per query."""
+    pending = list(queries)
+    latencies: list[float] = []
+    found: dict[str, list[str]] = {}
+    lock = threading.Lock()
+
+    def client() -> None:
+        with db.connect(url, autocommit=True) as conn:
+            while True:
+                with lock:
+                    if not pending:
+                        return
+                    q = pending.pop()
+                started = time.perf_counter()
+                rows = conn.execute(sql_text, {"tenant_id": tenant_id, "q": q, "syntax": False,
+                                               "n": n, **NO_FILTERS}, prepare=False).fetchall()
+                with lock:
+                    latencies.append((time.perf_counter() - started) * 1000)
+                    found[q] = [str(r["chunk_id"]) for r in rows]
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies, found
+
+
+def compare_keyword(url: str, tenant_id: uuid.UUID, queries: list[str], clients: int) -> None:
+    """The honest baseline (bench/search_baseline.sql: BM25 scoring every match) beside the
+    gateway's keyword query (ADR 0225), same queries, same connections, same n as a search of
+    k = 10 grouped by document asks (100); the two rankings must be equal."""
+    n = service.SearchRequest(q="x").pool_size
+    print(f"keyword SQL alone, n = {n}, {clients} concurrent connections, {len(queries)} "
+          f"queries (ms):")
+    results = {}
+    for name, sql_text in (("baseline (every match scored)", BASELINE),
+                           ("text_candidates (pruned)", service.Q["text_candidates"])):
+        before = _loadavg()
+        lat, results[name] = keyword_sql(url, tenant_id, queries, clients, sql_text, n)
+        print(f"  {name:<30} p50 {p(lat, 50):6.1f}  p95 {p(lat, 95):6.1f}  "
+              f"mean {statistics.mean(lat):6.1f}  load average {before} -> {_loadavg()}")
+    first, second = results.values()
+    print(f"  rankings equal for {sum(first[q] == second[q] for q in first)}/{len(first)} queries")
 
 
 def text_plan(conn: db.Conn, tenant_id: uuid.UUID, q: str) -> str:
@@ -223,6 +278,10 @@ def main() -> None:
                     sql.Literal(args.shared_buffers)))
             pg.stop()  # shared_buffers takes a restart
             pg.start()
+            # Common words, as people search: Zipf ranks 50-1500, 2 or 3 of them.
+            queries = [" ".join(rng.choice(words[50:1500], size=rng.integers(2, 4)))
+                       for _ in range(args.queries)]
+            compare_keyword(url, user.tenant_id, queries, args.clients)
             sqs = aws.client("sqs", endpoint_url=moto_url, region="us-east-1")
             queue_url, dlq_url = queue.ensure_queues(sqs, "bench-search")
             env = {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto_url, "SQS_QUEUE_URL": queue_url,
@@ -236,9 +295,6 @@ def main() -> None:
             gateway = _start_gateway(env, root)
             token = auth.issue_token(auth.Principal(user.user_id, user.tenant_id, "admin"),
                                      stack.TEST_JWT_SECRET, 2)
-            # Common words, as people search: Zipf ranks 50-1500, 2 or 3 of them.
-            queries = [" ".join(rng.choice(words[50:1500], size=rng.integers(2, 4)))
-                       for _ in range(args.queries)]
             asyncio.run(measure(gateway.url, token, queries[:20], "hybrid", 2))  # model loads
             print(f"k = 10, {args.clients} concurrent clients, {args.queries} queries per mode "
                   f"(ms, client-side, through the gateway):")

@@ -4,66 +4,114 @@
 -- (§2.2). The optional filters are one shape: a NULL parameter means "no filter".
 
 -- name: text_candidates
--- The keyword list: chunks ranked by BM25 (docs/decisions/0220), best first, with the score.
+-- The keyword list: chunks ranked by BM25 (docs/decisions/0220), best first, with the score;
+-- the exact top n, found without scoring every match (docs/decisions/0225).
 -- Which chunks: those holding ANY of the query's lexemes (english stemming, stop words out),
 -- or, when the user typed search syntax (%(syntax)s: "a phrase", -word, OR), those matching
 -- websearch_to_tsquery, which keeps its AND, phrase and NOT. The GIN index on tsv finds them;
--- both tsquery expressions are immutable functions of the parameters, folded into constants
--- when the statement is planned (prepare=False), so the planner sees the real query.
+-- the tsquery expressions of the parameters are folded into constants when the statement is
+-- planned (prepare=False), so the planner sees the real query.
 -- Score: each chunk's bm25 column holds the document side of BM25 per lexeme (migration 0055);
 -- the query side is each query lexeme's IDF, ln(1 + (N − df + 0.5) / (df + 0.5)), where df is
--- the count of the tenant's active chunks under the filters that hold the lexeme, and N the
--- tenant's active chunk count. The score is the inner product of the two sparse vectors; the
--- top n are kept by a bounded sort, nothing is materialized.
+-- the count of the tenant's active chunks under the filters that hold the lexeme (kept per
+-- version by migration 0056's triggers), and N the tenant's active chunk count. The score is the inner product of the two sparse vectors.
+-- Pruning (MaxScore): a document-side weight is below k1 + 1 = 2.2, so a lexeme adds at most
+-- 2.2·IDF (BOUND, with room for float4 rounding). θ, the n-th best exact score among the chunks
+-- holding the rarest lexeme, is a score n chunks reach; a chunk holding none of the rarer
+-- lexemes whose bounds, with every commoner one's, reach θ scores below θ and cannot be in the
+-- top n. So only chunks holding one of those rarer ("essential") lexemes are scored. Fewer than
+-- n probe chunks, or typed syntax: θ = 0, every lexeme is essential, every match is scored.
+-- The filters on documents are one EXISTS: without filters it folds to TRUE and no join is made.
 WITH terms AS MATERIALIZED (
     -- One tsquery per query lexeme, quoted by tsvector's own output; computed once each.
-    SELECT search_term_id(t.lexeme) AS id,
+    SELECT t.lexeme, search_term_id(t.lexeme) AS id,
            strip(array_to_tsvector(ARRAY[t.lexeme]))::text::tsquery AS one
     FROM unnest(to_tsvector('english', %(q)s::text)) AS t
 ), total AS (
     SELECT greatest(coalesce(sum(chunk_count), 0), 1) AS n
     FROM document_versions WHERE tenant_id = %(tenant_id)s AND is_active
-), idf AS (
-    -- df: the lexeme's chunks among the tenant's active content under the filters, counted
-    -- from the GIN index's bitmap (no tsvector is read).
-    SELECT t.id, ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf
+), idf AS MATERIALIZED (
+    -- df: the lexeme's chunks among the tenant's active content under the filters, summed
+    -- over the versions' own counts (search_term_df, migration 0056), no chunk is read.
+    SELECT t.id, t.one, ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf
     FROM terms t
     CROSS JOIN total
     CROSS JOIN LATERAL (
-        SELECT count(*) AS n
-        FROM chunk_fts f
-        JOIN document_versions v ON v.doc_version_id = f.doc_version_id
-                                AND v.tenant_id = f.tenant_id
-        JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
-        WHERE f.tenant_id = %(tenant_id)s
+        SELECT coalesce(sum(s.df), 0) AS n
+        FROM search_term_df s
+        JOIN document_versions v ON v.doc_version_id = s.doc_version_id
+                                AND v.tenant_id = s.tenant_id
+        WHERE s.tenant_id = %(tenant_id)s
+          AND s.lexeme = t.lexeme
           AND v.is_active
-          AND f.tsv @@ t.one
-          AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
-          AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
-          AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
-          AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
-          AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)) df
-), query AS (
+          AND (%(doc_ids)s::uuid[] IS NULL AND %(source_id)s::uuid IS NULL
+               AND %(file_type)s::text IS NULL AND %(after)s::timestamptz IS NULL
+               AND %(before)s::timestamptz IS NULL
+               OR EXISTS (SELECT FROM documents d
+                          WHERE d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+                            AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
+                            AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
+                            AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
+                            AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
+                            AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)))) df
+), query AS MATERIALIZED (
     SELECT format('{%%s}/1000000000',
                   string_agg(id || ':' || idf::real, ',' ORDER BY id))::sparsevec AS vec
     FROM (SELECT id, sum(idf) AS idf FROM idf GROUP BY id) per_dimension
+), probe AS MATERIALIZED (
+    -- The exact scores of the best n chunks holding the rarest lexeme. Skipped for syntax, and
+    -- where it cannot pay: a chunk holding a lexeme once scores about 1.2·IDF, so θ falls
+    -- below the commonest lexeme's bound (2.2·IDF) unless the IDFs differ by about 2.2 / 1.2;
+    -- below 1.5 the probe only costs time (skipping it is always exact: θ = 0).
+    SELECT -(f.bm25 <#> query.vec) AS score
+    FROM chunk_fts f
+    JOIN document_versions v ON v.doc_version_id = f.doc_version_id AND v.tenant_id = f.tenant_id
+    CROSS JOIN query
+    WHERE NOT %(syntax)s::boolean
+      AND (SELECT max(idf) > 1.5 * min(idf) FROM idf)
+      AND f.tenant_id = %(tenant_id)s
+      AND v.is_active
+      AND f.tsv @@ (SELECT one FROM idf ORDER BY idf DESC, id LIMIT 1)
+      AND (%(doc_ids)s::uuid[] IS NULL AND %(source_id)s::uuid IS NULL
+           AND %(file_type)s::text IS NULL AND %(after)s::timestamptz IS NULL
+           AND %(before)s::timestamptz IS NULL
+           OR EXISTS (SELECT FROM documents d
+                      WHERE d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+                        AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
+                        AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
+                        AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
+                        AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
+                        AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)))
+    ORDER BY f.bm25 <#> query.vec
+    LIMIT %(n)s
+), theta AS (
+    SELECT CASE WHEN count(*) >= %(n)s THEN min(score) ELSE 0 END AS t FROM probe
+), essential AS MATERIALIZED (
+    -- BOUND = 2.201 > 2.2: the stored weights and IDFs are float4, rounded either way.
+    SELECT string_agg(one::text, ' | ')::tsquery AS match
+    FROM (SELECT one, sum(2.201 * idf) OVER (ORDER BY idf, id ROWS UNBOUNDED PRECEDING) AS most
+          FROM idf) bounded, theta
+    WHERE most >= theta.t
 )
 SELECT f.chunk_id, v.doc_id, -(f.bm25 <#> query.vec) AS score
 FROM chunk_fts f
 JOIN document_versions v ON v.doc_version_id = f.doc_version_id AND v.tenant_id = f.tenant_id
-JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
 CROSS JOIN query
 WHERE f.tenant_id = %(tenant_id)s
   AND v.is_active
   AND f.tsv @@ (CASE WHEN %(syntax)s::boolean
                      THEN websearch_to_tsquery('english', %(q)s::text)
-                     ELSE replace(strip(to_tsvector('english', %(q)s::text))::text,
-                                  ' ', ' | ')::tsquery END)
-  AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
-  AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
-  AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
-  AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
-  AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)
+                     ELSE (SELECT match FROM essential) END)
+  AND (%(doc_ids)s::uuid[] IS NULL AND %(source_id)s::uuid IS NULL
+       AND %(file_type)s::text IS NULL AND %(after)s::timestamptz IS NULL
+       AND %(before)s::timestamptz IS NULL
+       OR EXISTS (SELECT FROM documents d
+                  WHERE d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+                    AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
+                    AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
+                    AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
+                    AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
+                    AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)))
 ORDER BY f.bm25 <#> query.vec, f.chunk_id
 LIMIT %(n)s;
 
