@@ -105,7 +105,7 @@ def _abstain(question: str, source: str = "none") -> dict[str, Any]:
 def _citation(n: int, hit: dict[str, Any]) -> dict[str, Any]:
     return {"n": n, "chunk_id": hit["chunk_id"], "doc_id": hit["doc_id"],
             "version": hit["version"], "chunk_index": hit["chunk_index"], "page": hit["page"],
-            "title": hit["title"], "quote": quote(hit["text"])}
+            "title": hit["title"], "parent": hit["parent"], "quote": quote(hit["text"])}
 
 
 def quote(text: str) -> str:

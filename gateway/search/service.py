@@ -292,10 +292,19 @@ async def _shown(cursor: AsyncCursor[DictRow] | None, fused: Sequence[Fused]) ->
         shown.append({
             "chunk_id": str(f.chunk_id), "doc_id": str(row["doc_id"]),
             "version": row["version_number"], "chunk_index": row["ordinal"],
-            "page": row["page"], "title": row["title"], "snippet": highlight(row["snippet"]),
+            "page": row["page"], "title": row["title"], "parent": _parent(row),
+            "snippet": highlight(row["snippet"]),
             "score": round(f.score, 6), "text_rank": f.text_rank, "vector_rank": f.vector_rank,
             "text": row["text"]})
     return shown
+
+
+def _parent(row: dict[str, Any]) -> dict[str, str | None] | None:
+    """The e-mail an attachment's chunk came from, so a hit says where it was found."""
+    if row["parent_doc_id"] is None:
+        return None
+    return {"doc_id": str(row["parent_doc_id"]), "title": row["parent_title"],
+            "subject": row["message_subject"]}
 
 
 async def search(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
