@@ -11,6 +11,7 @@ import pytest
 
 from tests.integration.test_upload import upload
 from tests.integration.test_upload_versions import new_version
+from tests.integration.test_web import sign_in
 from tests.support import stack
 from tests.support.stack import wait_until
 
@@ -103,6 +104,19 @@ def test_attachments_become_documents_that_follow_their_message(gateway, stack_e
             cited = {c["doc_id"]: c["parent"] for c in answer["citations"]}
             assert cited and all(p is not None for d, p in cited.items() if d not in docs.values())
             assert any(p and p["subject"] == SUBJECT for p in cited.values())
+
+            # and the pages say the same: the attachment's page names its e-mail, the e-mail's
+            # page lists its attachment, a search hit inside it links the e-mail
+            with sign_in(gateway, user.email) as browser:
+                page = browser.get(f"/documents/{eml_child['doc_id']}").text
+                assert (f'Attachment of the e-mail <a href="/documents/{docs["mail.eml"]}" '
+                        f'data-field="parent">{SUBJECT}</a>') in page
+                page = browser.get(f"/documents/{docs['mail.eml']}").text
+                assert f'<a href="/documents/{eml_child["doc_id"]}">fake-attachment.txt</a>' \
+                    in page
+                page = browser.get("/search", params={"q": "fake attachment",
+                                                      "mode": "text"}).text
+                assert f'attachment of <a href="/documents/{docs["mail.eml"]}" ' in page
 
             # and an attachment is versioned with its message, never on its own
             refused = new_version(client, eml_child["doc_id"], b"hello", name="fake.txt")
