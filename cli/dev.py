@@ -56,7 +56,8 @@ def run(*, workers: int | None, port: int | None) -> int:
         return 1
     moto = MotoServer(port=_saved_port("moto-port"), log_path=STATE / "moto.log")
     supervisor = Supervisor(backoff_s=settings.dev_restart_backoff_s,
-                            backoff_max_s=settings.dev_restart_backoff_max_s)
+                            backoff_max_s=settings.dev_restart_backoff_max_s,
+                            state_path=STATE / "children.json")
 
     def stop(*_: object) -> None:
         supervisor.stopping = True
@@ -66,8 +67,10 @@ def run(*, workers: int | None, port: int | None) -> int:
     try:
         database_url = _start_database(pg)
         moto.start()
-        env = _environment(database_url, moto.url, port)
-        _prepare_queues_and_bucket(env)
+        # The children reach SQS/S3 at DEV_AWS_ENDPOINT_URL when something sits between them
+        # and moto (bench/soak.py's outage switch); `ingest dev` itself always talks to moto.
+        env = _environment(database_url, settings.dev_aws_endpoint_url or moto.url, port)
+        _prepare_queues_and_bucket(env, moto.url)
         _write_private(STATE / "dev.env", "".join(f"{k}={v}\n" for k, v in env.items()))
         _republish_lost_jobs(database_url)
         token = _seed(database_url, env["JWT_SECRET"])
@@ -75,7 +78,7 @@ def run(*, workers: int | None, port: int | None) -> int:
         def moto_back() -> None:
             # A new moto has empty queues and no bucket: make them again on the same port (so
             # every child's URLs stay valid) and publish again what the old one held.
-            _prepare_queues_and_bucket(env)
+            _prepare_queues_and_bucket(env, moto.url)
             _republish_lost_jobs(database_url)
 
         supervisor.add("moto", _moto_starter(moto), moto_back, stop_last=True,
@@ -166,18 +169,18 @@ def _environment(database_url: str, aws_url: str, port: int) -> dict[str, str]:
     }
 
 
-def _client(service: str, env: dict[str, str]) -> Any:
+def _client(service: str, env: dict[str, str], endpoint_url: str) -> Any:
     # The keys are passed, not read from this process's environment, which may have none.
-    return aws.client(service, endpoint_url=env["AWS_ENDPOINT_URL"], region=env["AWS_REGION"],
+    return aws.client(service, endpoint_url=endpoint_url, region=env["AWS_REGION"],
                       credentials=(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]))
 
 
-def _prepare_queues_and_bucket(env: dict[str, str]) -> None:
-    urls = queue.ensure_queues(_client("sqs", env), QUEUE_NAME)
+def _prepare_queues_and_bucket(env: dict[str, str], moto_url: str) -> None:
+    urls = queue.ensure_queues(_client("sqs", env, moto_url), QUEUE_NAME)
     if "SQS_QUEUE_URL" in env and (env["SQS_QUEUE_URL"], env["SQS_DLQ_URL"]) != urls:
         log.error("moto gave the queues new URLs; restart `ingest dev`", extra={"urls": urls})
     env["SQS_QUEUE_URL"], env["SQS_DLQ_URL"] = urls
-    objectstore.ensure_bucket(_client("s3", env), BUCKET, env["AWS_REGION"])
+    objectstore.ensure_bucket(_client("s3", env, moto_url), BUCKET, env["AWS_REGION"])
 
 
 def _republish_lost_jobs(database_url: str) -> None:
@@ -221,7 +224,7 @@ def _existing_admin(conn: db.Conn) -> auth.Principal | None:
     from gateway.auth import users
 
     try:
-        principal = users.token_principal(conn, DEV_ADMIN)
+        principal = users.token_principal(conn, DEV_ADMIN, DEV_TENANT)
     except errors.NotFound:
         return None
     return principal if principal.role == auth.OPERATOR else None
@@ -248,7 +251,7 @@ def _announce(port: int, token: str, workers: int) -> None:
     print(f"""
 Dragonfly Ingest is running ({workers} worker process(es)); Ctrl-C stops everything.
   API:       http://127.0.0.1:{port}   (OpenAPI: http://127.0.0.1:{port}/schema)
-  Sign in:   {DEV_ADMIN} / password in {STATE}/dev-password
+  Sign in:   tenant {DEV_TENANT}, {DEV_ADMIN} / password in {STATE}/dev-password
   Token:     {token}
              (also in {STATE}/dev-token)
   Try:       curl -H "Authorization: Bearer $(cat {STATE}/dev-token)" \\

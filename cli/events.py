@@ -1,15 +1,18 @@
-"""`ingest events list | show | replay`: the event ledger's dead letters, for operators.
+"""`ingest events list | show | replay | discard | edit`: the event ledger, for operators.
 
 The same service as the API (gateway/events/replay.py), across every tenant unless --tenant
 names one. Results go to stdout (a table, or JSON with --json); a replay is recorded in
-event_replays as ``cli:<--actor or the OS user>``.
+event_replays, a discard or an edit (with its --reason) in event_actions, as
+``cli:<--actor or the OS user>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -20,7 +23,8 @@ def add_commands(sub: Any) -> None:
     actions = events.add_subparsers(dest="action", required=True)
 
     listing = actions.add_parser("list", help="events, newest first (dead letters by default)")
-    listing.add_argument("--state", choices=("pending", "processed", "dead_letter", "all"),
+    listing.add_argument("--state", choices=("pending", "processed", "dead_letter", "discarded",
+                                             "all"),
                          default="dead_letter")
     _filters(listing)
     listing.add_argument("--limit", type=int, default=100, help="at most this many (≤ 1000)")
@@ -43,6 +47,28 @@ def add_commands(sub: Any) -> None:
     replay.add_argument("--actor", default=None, help="who replays (default: the OS user)")
     _common(replay)
     replay.set_defaults(run=_replay)
+
+    discard = actions.add_parser("discard", help="set a pending or dead-letter event aside "
+                                 "for good, on the record")
+    discard.add_argument("ledger_id", type=int)
+    _why(discard)
+    discard.set_defaults(run=_discard)
+
+    edit = actions.add_parser("edit", help="replace a pending or dead-letter event's payload "
+                              "and apply it again, on the record")
+    edit.add_argument("ledger_id", type=int)
+    payload = edit.add_mutually_exclusive_group(required=True)
+    payload.add_argument("--payload", default=None, help="the new payload, a JSON object")
+    payload.add_argument("--payload-file", default=None,
+                         help="a file holding the new payload ('-': standard input)")
+    _why(edit)
+    edit.set_defaults(run=_edit)
+
+
+def _why(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reason", required=True, help="why: kept with the action")
+    parser.add_argument("--actor", default=None, help="who acts (default: the OS user)")
+    _common(parser)
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
@@ -139,4 +165,39 @@ def _replay(args: argparse.Namespace) -> int:
         return code
     print(f"replayed {result['replayed']} event(s): "
           f"{' '.join(map(str, result['ledger_ids'])) or 'none was a dead letter'}")
+    return 0
+
+
+def _discard(args: argparse.Namespace) -> int:
+    return _act(args, lambda replay, conn, tenant_id: replay.discard(
+        conn, args.ledger_id, tenant_id=tenant_id, actor=f"cli:{args.actor or getpass.getuser()}",
+        actor_user_id=None, reason=args.reason))
+
+
+def _edit(args: argparse.Namespace) -> int:
+    text = args.payload
+    if text is None:
+        text = sys.stdin.read() if args.payload_file == "-" else Path(args.payload_file).read_text()
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        print("The payload is not valid JSON; give one JSON object.", file=sys.stderr)
+        return 1
+    return _act(args, lambda replay, conn, tenant_id: replay.edit(
+        conn, args.ledger_id, tenant_id=tenant_id, actor=f"cli:{args.actor or getpass.getuser()}",
+        actor_user_id=None, reason=args.reason, payload=payload))
+
+
+def _act(args: argparse.Namespace, action: Any) -> int:
+    result: dict[str, Any] = {}
+
+    def work(replay: Any, conn: Any, tenant_id: Any) -> dict[str, Any]:
+        result.update(action(replay, conn, tenant_id))
+        return result
+
+    code = _run(args, work)
+    if code != -1:
+        return code
+    print(f"event {result['ledger_id']}: {result['action']} recorded "
+          f"(action {result['action_id']}); now {result['state']}")
     return 0

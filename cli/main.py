@@ -26,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.run(args) or 0)
 
 
+# E-mails are unique per tenant (docs/decisions/0202): an address two tenants use needs one.
+TENANT_HELP = "tenant name; needed when several tenants have this e-mail"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ingest", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -63,20 +67,24 @@ def _parser() -> argparse.ArgumentParser:
     listing.set_defaults(run=_users_list)
     set_role = users.add_parser("set-role", help="change a user's role (ends their sessions)")
     set_role.add_argument("--email", required=True)
+    set_role.add_argument("--tenant", help=TENANT_HELP)
     set_role.add_argument("--role", required=True, choices=("admin", "user", "operator"))
     set_role.set_defaults(run=_users_update)
     for action, text in (("deactivate", "refuse sign-in and end every session"),
                          ("reactivate", "allow sign-in again")):
         cmd = users.add_parser(action, help=text)
         cmd.add_argument("--email", required=True)
+        cmd.add_argument("--tenant", help=TENANT_HELP)
         cmd.set_defaults(run=_users_update, active=action == "reactivate")
     reset = users.add_parser("reset-password", help="set a new password (ends their sessions)")
     reset.add_argument("--email", required=True)
+    reset.add_argument("--tenant", help=TENANT_HELP)
     reset.add_argument("--password", help="default: $INGEST_PASSWORD or a prompt")
     reset.set_defaults(run=_users_update)
 
     token = sub.add_parser("token", help="print a bearer token for a user (for scripts)")
     token.add_argument("--email", required=True)
+    token.add_argument("--tenant", help=TENANT_HELP)
     token.add_argument("--hours", type=float, default=None, help="expiry (default JWT_EXPIRY_HOURS)")
     token.set_defaults(run=_token)
     ops.add_commands(sub)
@@ -113,18 +121,20 @@ def _gateway(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.edge import transport
     from shared.settings import GatewaySettings
 
     settings = GatewaySettings()
     applog.setup("gateway", settings.log_level)
     app = create_app(settings)
+    if not settings.session_cookie_secure and not settings.dev_mode:
+        logging.getLogger("gateway").warning(
+            "SESSION_COOKIE_SECURE=false: cookies go over plain HTTP; only for development")
     config = uvicorn.Config(
         app, host=args.host or settings.host, port=args.port or settings.port, loop="uvloop",
-        http="httptools", log_config=None, access_log=False, timeout_graceful_shutdown=10,
-        # X-Forwarded-For names the client only from TRUSTED_PROXIES (never by default: the
-        # sign-in throttle counts per client address).
-        proxy_headers=bool(settings.trusted_proxies),
-        forwarded_allow_ips=list(settings.trusted_proxies))
+        log_config=None, access_log=False, timeout_graceful_shutdown=10,
+        # Slow clients, connections per process, TLS, proxies (gateway/edge/transport.py).
+        **transport.server_options(settings))
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -228,7 +238,8 @@ def _users_update(args: argparse.Namespace) -> int:
     with db.connect(CommonSettings().database_url) as conn:
         try:
             user = users.cli_update(conn, args.email, role=getattr(args, "role", None),
-                                    active=getattr(args, "active", None), password=password)
+                                    active=getattr(args, "active", None), password=password,
+                                    tenant=args.tenant)
         except (errors.NotFound, errors.InvalidRequest) as exc:
             print(exc.detail, file=sys.stderr)
             return 1
@@ -247,8 +258,8 @@ def _token(args: argparse.Namespace) -> int:
     with db.connect(settings.database_url) as conn:
         try:
             # The token carries the user's current version: it ends with their sessions.
-            principal = users.token_principal(conn, args.email)
-        except errors.NotFound as exc:
+            principal = users.token_principal(conn, args.email, args.tenant)
+        except (errors.NotFound, errors.InvalidRequest) as exc:
             print(exc.detail, file=sys.stderr)
             return 1
     print(auth.issue_token(principal, settings.jwt_secret, args.hours or settings.jwt_expiry_hours))

@@ -5,16 +5,24 @@ worker, moto, Postgres). When one exits the supervisor logs it, waits (1 s, 2 s,
 capped; the count resets once a child has stayed up for the cap), starts it again and runs its
 ``after_restart`` hook (moto's re-creates the queues and republishes lost jobs). While stopping,
 nothing is restarted. See docs/decisions/0041-dev-stack-supervision.md.
+
+With a ``state_path`` it keeps a JSON file of every child's pid, whether it is up and how often
+it was restarted, rewritten at each change: what a person (or bench/soak.py) reads to find the
+process to look at, or to kill, without scanning the process table (docs/decisions/0240).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 log = logging.getLogger("cli.supervisor")
@@ -47,6 +55,7 @@ class Child:
     started_at: float = 0.0
     failures: int = 0
     restart_at: float | None = None
+    restarts: int = 0
     # Infrastructure (moto) stops after the others: a stopping worker still releases messages.
     stop_last: bool = False
 
@@ -56,11 +65,13 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, *, backoff_s: float, backoff_max_s: float) -> None:
+    def __init__(self, *, backoff_s: float, backoff_max_s: float,
+                 state_path: Path | None = None) -> None:
         self.base_s = backoff_s
         self.cap_s = backoff_max_s
         self.children: list[Child] = []
         self.stopping = False
+        self.state_path = state_path
 
     def add(self, name: str, start: Callable[[], Process],
             after_restart: Callable[[], None] | None = None, *, stop_last: bool = False,
@@ -70,6 +81,7 @@ class Supervisor:
         child = Child(name, start, after_restart, running or start(), time.monotonic(),
                       stop_last=stop_last)
         self.children.append(child)
+        self._write_state()
         return child
 
     def run(self, interval_s: float = 0.5) -> None:
@@ -100,6 +112,7 @@ class Supervisor:
         log.warning("child exited; restarting it", extra={
             "child": child.name, "pid": child.proc.pid, "returncode": child.proc.returncode,
             "restart_in_s": delay, "restarts_in_a_row": child.failures})
+        self._write_state()
 
     def _restart(self, child: Child) -> None:
         child.restart_at = None
@@ -115,7 +128,26 @@ class Supervisor:
             child.restart_at = time.monotonic() + backoff_s(child.failures, self.base_s,
                                                              self.cap_s)
             return
+        child.restarts += 1
         log.warning("child restarted", extra={"child": child.name, "pid": child.proc.pid})
+        self._write_state()
+
+    def _write_state(self) -> None:
+        """The children's pids (null while one waits for its restart), whole or not at all: a
+        reader never sees half a file."""
+        if self.state_path is None:
+            return
+        state = {c.name: {"pid": c.pid if c.restart_at is None else None,
+                          "up": c.restart_at is None, "restarts": c.restarts}
+                 for c in self.children}
+        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps({"children": state}, indent=1))
+            os.replace(tmp, self.state_path)
+        except OSError as exc:  # a full disk must not stop the supervision itself
+            log.warning("children state not written", extra={"error": str(exc)})
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def stop_all(self, grace_s: float = 30) -> None:
         """SIGTERM the children (``stop_last`` ones after the others), each tier waited for

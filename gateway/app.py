@@ -21,6 +21,7 @@ from gateway.context import Context, provide
 from gateway.documents import attachments
 from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
+from gateway.edge import json_depth, methods, query, transport
 from gateway.events import replay_routes as event_replay
 from gateway.events import routes as event_routes
 from gateway.events import writer as event_writer
@@ -89,7 +90,13 @@ def create_app(settings: GatewaySettings) -> Litestar:
         guards=[auth.authenticate],
         # An unknown address: the HTML 404 page for browsers, JSON for the API (gateway/web).
         exception_handlers={**errors.HANDLERS, NotFoundException: ui.not_found},  # type: ignore[dict-item]
-        middleware=[_request_context],
+        # OPTIONS is answered before any guard; JSON bodies are checked for depth as they are
+        # read, whichever parser the handler uses (gateway/edge, ADR 0200-0201).
+        middleware=[_request_context, transport.hsts(settings.hsts_max_age_s),
+                    methods.middleware, query.middleware,
+                    transport.slow_body(settings.body_min_bytes_per_s,
+                                        settings.body_rate_window_s),
+                    json_depth.middleware],
         lifespan=[lifespan],
         template_config=templates,
         # The API's description holds no tenant data, and a browser cannot attach a bearer
@@ -131,13 +138,21 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     ctx.exporter = metrics.Exporter(relay, alerter)
     # Event intake: the writer runs before the server takes its first request (the lifespan
     # ends before uvicorn listens), and reports the ledger's backlog at start (ADR 0135).
+    # Its own connections (ADR 0192): a burst of intake never takes the requests' pool.
+    writer_pool = db.async_pool(settings.database_url, min_size=1,
+                                max_size=settings.events_writer_connections,
+                                name="event-writer", timeout_s=settings.db_pool_timeout_s)
+    await writer_pool.open(wait=False)
     ctx.events = event_writer.Writer(
-        pool, queue_size=settings.events_queue_size, group_max=settings.events_group_max,
-        retry_budget=settings.events_writer_retry_budget, registry=ctx.exporter.registry)
+        writer_pool, queue_size=settings.events_queue_size, group_max=settings.events_group_max,
+        retry_budget=settings.events_writer_retry_budget, registry=ctx.exporter.registry,
+        tasks=settings.events_writer_connections)
     ctx.events.start()
     # Live updates: one LISTEN connection of its own for all open streams (ADR 0160).
     ctx.live = live_hub.Hub(settings.database_url, pool, max_streams=settings.live_max_streams,
-                            queue_size=settings.live_queue_size, registry=ctx.exporter.registry)
+                            queue_size=settings.live_queue_size, registry=ctx.exporter.registry,
+                            max_per_tenant=settings.live_max_streams_per_tenant,
+                            session_check_s=settings.live_heartbeat_s)
     tasks = [
         asyncio.create_task(event_writer.report_forever(
             pool, ctx.events.metrics, settings.events_stats_interval_s), name="event-report"),
@@ -169,6 +184,7 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await asyncio.to_thread(alerter.close, 2.0)
+        await writer_pool.close()
         await pool.close()
 
 

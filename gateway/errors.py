@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from gateway import paging
+from gateway import openapi, paging
+from gateway.edge import transport
 from shared import db, errors
 
 log = logging.getLogger(__name__)
@@ -26,12 +28,14 @@ STATUS: dict[type[errors.AppError], int] = {
     errors.AlreadyIngested: 409,
     errors.FileTooLarge: 413,
     errors.UnsupportedType: 415,
+    transport.RequestTimeout: 408,
     errors.TooManyAttempts: 429,
     errors.ServiceUnavailable: 503,
     errors.DatabaseUnavailable: 503,
 }
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 409: "conflict", 413: "request_too_large",
+               405: "method_not_allowed", 408: "request_timeout", 409: "conflict",
+               413: "request_too_large",
                429: "rate_limited"}
 
 
@@ -54,22 +58,62 @@ def app_error(_: Request, exc: errors.AppError) -> Response:
     extra = getattr(exc, "fields", None) or {}
     # A refusal that ends by itself (429) says when to come back.
     retry_after = getattr(exc, "retry_after_s", None)
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-    return Response({**_body(exc.code, exc.detail), **extra}, status_code=status, headers=headers)
+    headers = dict(getattr(exc, "headers", None) or {})
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    return Response({**_body(exc.code, exc.detail), **extra}, status_code=status,
+                    headers=headers or None)
 
 
-def http_error(_: Request, exc: HTTPException) -> Response:
+def http_error(request: Request, exc: HTTPException) -> Response:
     detail = exc.detail
     code = _HTTP_CODES.get(exc.status_code, "internal_error" if exc.status_code >= 500 else "error")
+    if exc.status_code == 405 and exc.headers and exc.headers.get("Allow"):
+        detail = (f"{request.method} is not a method of this path; it takes "
+                  f"{exc.headers['Allow']}.")
     if isinstance(exc, ValidationException) and exc.extra:
         problems = exc.extra if isinstance(exc.extra, list) else [exc.extra]
         first = problems[0]
         if isinstance(first, dict):
-            detail = f"{first.get('key', 'request')}: {first.get('message', detail)}"
+            key = first.get("key", "request")
+            # The rule the field declares, a sentence naming it (gateway/openapi.py), else
+            # msgspec's words.
+            rule = _declared_rule(request, key, first.get("source"))
+            detail = rule.strip() if rule else f"{key}: {first.get('message', detail)}"
+            code = _declared_code(request, key, str(first.get("message", ""))) or code
         # page/limit/cursor out of their declared bounds (gateway/paging.py).
         if all(isinstance(p, dict) and p.get("key") in paging.PARAMS for p in problems):
-            code, detail = paging.InvalidPaging.code, f"{detail}. {paging.InvalidPaging.__doc__}"
+            if first.get("key") == "cursor":
+                code, detail = paging.InvalidCursor.code, f"{detail}. {paging.InvalidCursor.__doc__}"
+            else:  # a listing without cursors must not send the client after a next_cursor
+                code, detail = paging.InvalidPaging.code, f"{detail}. {paging.advice(_route_deps(request))}"
     return Response(_body(code, detail), status_code=exc.status_code, headers=exc.headers)
+
+
+def _declared_rule(request: Request, key: str, source: str | None) -> str | None:
+    try:
+        return openapi.field_rule(request.route_handler, key, source)
+    except Exception:  # noqa: BLE001 - the generic message is still a fine answer
+        return None
+
+
+# Which declared constraint a msgspec message speaks of (JSON Schema's keyword for it).
+_KEYWORDS = (("matching regex", "pattern"), ("of length >=", "minLength"),
+             ("of length <=", "maxLength"), ("Invalid enum value", "enum"),
+             ("unknown field", "additionalProperties"), ("issing required", "required"),
+             (">=", "minimum"), ("<=", "maximum"))
+
+
+def _declared_code(request: Request, key: str, message: str) -> str | None:
+    """The code a handler declares for a field's refusal: ``opt={"error_codes": {"q":
+    "query_empty"}}``, or per keyword ``{"q": {"pattern": "query_empty", "maxLength":
+    "query_too_long"}}`` (codes clients already rely on survive the move into /schema)."""
+    declared = (getattr(request.route_handler, "opt", None) or {}).get("error_codes", {})
+    codes = declared.get(key)
+    if isinstance(codes, str) or codes is None:
+        return codes
+    keyword = next((k for words, k in _KEYWORDS if words in message), None)
+    return codes.get(keyword) or codes.get("*")
 
 
 def bad_value(_: Request, exc: Exception) -> Response:
@@ -89,3 +133,10 @@ def internal_error(_: Request, exc: Exception) -> Response:
 
 HANDLERS = {errors.AppError: app_error, HTTPException: http_error, UnicodeError: bad_value,
             db.BAD_VALUE: bad_value, Exception: internal_error}
+
+
+def _route_deps(request: Request) -> dict[str, Any] | None:
+    try:
+        return dict(request.route_handler.dependencies or {})
+    except (AttributeError, KeyError):  # no route matched (a 400 before routing)
+        return None

@@ -55,16 +55,34 @@ _MAGIC = {
 }
 # An e-mail starts with a header field ("Received:", "From:", ...) or an mbox "From " line.
 _EML_START = re.compile(rb"^(?:From |[!-9;-~]+:)")
+BY_CONTENT_TYPE = {content_type: ext for ext, content_type in CONTENT_TYPES.items()}
+
+
+def media_types(allowed: tuple[str, ...]) -> list[str]:
+    """The media types of these source types, as /schema names a file part's."""
+    return [CONTENT_TYPES[ext] for ext in allowed if ext in CONTENT_TYPES]
+
+
 # How much of the file the content check looks at.
 SNIFF_BYTES = 8192
+# Records files (the import path only): spreadsheets save "Unicode text" and Google Ads its
+# "Excel CSV" as UTF-16 with a byte-order mark, some tools as UTF-32 or UTF-16 without one.
+# Their NUL bytes are text, not a binary's (docs/decisions/0170).
+RECORDS_TYPES = ("csv", "jsonl")
+_UNICODE_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+                 (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 _HTML_START = re.compile(rb"^\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body|meta|title|div|p|h[1-6])\b",
                          re.IGNORECASE | re.DOTALL)
 
 
-def source_type_for(filename: str, allowed: tuple[str, ...]) -> str:
-    """The source type for a filename's extension, or UnsupportedType."""
+def source_type_for(filename: str, allowed: tuple[str, ...], content_type: str | None = None) -> str:
+    """The source type for a filename's extension, or UnsupportedType. A name without one is
+    typed by the part's Content-Type when that names an accepted type (`curl -F
+    'file=@-;type=text/csv'`, and what /schema declares for the part)."""
     given = filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
+    if not given and content_type:
+        given = BY_CONTENT_TYPE.get(content_type.split(";")[0].strip().lower(), "")
     ext = ALIASES.get(given, given)
     if ext in LEGACY and ext not in allowed:
         raise errors.UnsupportedType(LEGACY[ext])
@@ -91,6 +109,10 @@ def _looks_like(source_type: str, head: bytes, *, complete: bool) -> bool:
     if source_type == "pdf":
         # The spec allows junk before the header within the first KiB.
         return b"%PDF-" in head[:1024]
+    if source_type in RECORDS_TYPES and (codec := _wide_unicode(head)) is not None:
+        return _is_wide_text(head, codec, complete=complete)
+    if source_type in RECORDS_TYPES and _is_text_with_stray_nuls(head, complete=complete):
+        return True  # a NUL in a cell is that row's error (worker), not a binary file
     if source_type in _MAGIC:
         return head.startswith(_MAGIC[source_type])
     if source_type == "webp":
@@ -118,3 +140,40 @@ def _is_text(head: bytes, *, complete: bool) -> bool:
     except UnicodeDecodeError:
         # Not UTF-8: accept legacy single-byte text that has no control characters.
         return not re.search(rb"[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f]", head)
+
+
+def _wide_unicode(head: bytes) -> str | None:
+    """The codec of a UTF-16/32 text: by its byte-order mark, else UTF-16 recognisable by the
+    NUL high bytes of mostly-Latin text; None for anything else."""
+    for bom, codec in _UNICODE_BOMS:
+        if head.startswith(bom):
+            return codec
+    pairs = len(head) // 2
+    if pairs < 2:
+        return None
+    even = sum(1 for i in range(0, pairs * 2, 2) if head[i] == 0)
+    odd = sum(1 for i in range(1, pairs * 2, 2) if head[i] == 0)
+    if odd >= 0.6 * pairs and even <= 0.1 * pairs:
+        return "utf-16-le"
+    if even >= 0.6 * pairs and odd <= 0.1 * pairs:
+        return "utf-16-be"
+    return None
+
+
+def _is_wide_text(head: bytes, codec: str, *, complete: bool) -> bool:
+    """Whether the head decodes in ``codec`` into text without control characters (a NUL in
+    the text itself is no text file). A head cut mid-character is fine unless complete."""
+    try:
+        text = codecs.getincrementaldecoder(codec)().decode(head, final=complete)
+    except UnicodeDecodeError:
+        return False
+    return not re.search(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]", text)
+
+
+def _is_text_with_stray_nuls(head: bytes, *, complete: bool) -> bool:
+    """UTF-8 text with a few NUL bytes (under 1 %): a records file with a bad cell. A binary
+    (a PDF, a zip, an image) has far more, and is no valid UTF-8 besides."""
+    nuls = head.count(b"\x00")
+    if not nuls or nuls * 100 >= len(head) or head.startswith((b"%PDF-", b"PK\x03\x04")):
+        return False
+    return _is_text(head.replace(b"\x00", b""), complete=complete)

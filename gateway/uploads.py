@@ -28,7 +28,8 @@ from shared import errors, objectstore
 FLUSH_BYTES = 1024 * 1024
 # Multipart framing and the text fields are small; a body beyond cap + this is too large.
 FRAMING_SLACK = 64 * 1024
-# The text fields the form may carry besides `file`, each at most once, with its limit in bytes.
+# The text fields the form may carry besides `file`, each at most once, with its limit in
+# characters (as /schema declares it; the stream is cut at four bytes a character).
 TEXT_FIELDS = {"title": 1024, "doc_id": 64}
 # Everything in the body that is not file bytes, together: part headers (which the parser buffers
 # whole), boundaries, preamble and text values. A real form needs a few hundred bytes.
@@ -93,9 +94,17 @@ class _FileTarget(BaseTarget):
         # Kept here: the parser overwrites multipart_filename with each later part's name.
         self.filename = self.multipart_filename or ""
         # The name arrives with the part's headers: refuse a bad extension before any bytes.
-        self.source_type = filetypes.source_type_for(self.filename, self.allowed)
+        # A name without one waits for the part's Content-Type, set just after this.
+        if "." in self.filename:
+            self.typed()
+
+    def typed(self) -> None:
+        if not self.source_type:
+            self.source_type = filetypes.source_type_for(self.filename, self.allowed,
+                                                         self.multipart_content_type)
 
     def on_data_received(self, chunk: bytes) -> None:
+        self.typed()
         self.size += len(chunk)
         if self.size > self.max_bytes:
             raise too_large(self.max_bytes)
@@ -134,14 +143,20 @@ class _TextTarget(BaseTarget):
         self.started = True
 
     def on_data_received(self, chunk: bytes) -> None:
-        if len(self.value) + len(chunk) > self.limit:
-            raise errors.FieldTooLarge(
-                f"The '{self.name}' field is longer than {self.limit} bytes; shorten it.")
+        if len(self.value) + len(chunk) > 4 * self.limit:
+            raise self.too_long()
         self.value += chunk
+
+    def too_long(self) -> errors.FieldTooLarge:
+        return errors.FieldTooLarge(
+            f"The '{self.name}' field is longer than {self.limit} characters; shorten it.")
 
     def text(self) -> str | None:
         # Postgres text cannot hold NUL: drop it, keep the rest as sent.
-        return self.value.decode("utf-8", "replace").replace("\x00", "").strip() or None
+        value = self.value.decode("utf-8", "replace")
+        if len(value) > self.limit:
+            raise self.too_long()
+        return value.replace("\x00", "").strip() or None
 
 
 class _Sink:
@@ -248,15 +263,18 @@ def _feed(parser: StreamingFormDataParser, chunk: bytes, texts: Mapping[str, obj
 
 
 async def _finish(target: _FileTarget, texts: dict[str, _TextTarget], sink: _Sink) -> ReceivedFile:
-    if not target.source_type:
+    if not target.started:
         raise errors.InvalidRequest("The form has no file; send it in a field named 'file'.")
+    target.typed()  # an empty part without an extension has not been typed yet
     if not target.complete:
         raise errors.InvalidRequest("The upload ended before the end of the file; upload it again.")
     if target.size == 0:
         raise errors.EmptyFile()
     if not target.checked:
         target.check(complete=True)
-    doc_id = _doc_id(texts["doc_id"].text()) if "doc_id" in texts else None
+    # Read (and bounded) before the commit: a refusal then leaves nothing stored.
+    fields = {name: text.text() for name, text in texts.items()}
+    doc_id = _doc_id(fields["doc_id"]) if "doc_id" in texts else None
     uri = await sink.commit(target.take())
     return ReceivedFile(
         upload_uri=uri,
@@ -267,9 +285,9 @@ async def _finish(target: _FileTarget, texts: dict[str, _TextTarget], sink: _Sin
         content_type=filetypes.CONTENT_TYPES[target.source_type],
         size_bytes=target.size,
         content_hash=f"sha256:{sink.sha.hexdigest()}",
-        title=texts["title"].text() if "title" in texts else None,
+        title=fields.get("title"),
         doc_id=doc_id,
-        fields={name: text.text() for name, text in texts.items()},
+        fields=fields,
     )
 
 

@@ -90,8 +90,10 @@ class PlatformBucket(Forbidden):
     code = "platform_bucket"
 
 
-class EndpointNotAllowed(InvalidRequest):
-    """This endpoint is not allowed; ask an operator to add it to SOURCE_ENDPOINT_ALLOWLIST."""
+class EndpointNotAllowed(Forbidden):
+    """This endpoint is not allowed; ask an operator to add it to SOURCE_ENDPOINT_ALLOWLIST.
+
+    403: a well-formed URL the platform's rules keep the gateway from calling (ADR 0200)."""
 
     code = "endpoint_not_allowed"
 
@@ -106,6 +108,12 @@ class UploadExpired(Conflict):
     """The uploaded file is no longer stored, so the run cannot be retried; upload it again."""
 
     code = "upload_expired"
+
+
+class SourceObjectDeleted(Conflict):
+    """The run's S3 object was deleted from its bucket; put it back and sync instead."""
+
+    code = "source_object_deleted"
 
 
 class AlreadyIngested(Conflict):
@@ -186,6 +194,12 @@ class DatabaseUnavailable(ServiceUnavailable):
     """The database is unreachable; retry in a minute."""
 
     code = "database_unavailable"
+
+
+class StorageUnavailable(ServiceUnavailable):
+    """The file store is full; retry in a minute."""
+
+    code = "storage_unavailable"
 
 
 class LiveStreamsFull(ServiceUnavailable):

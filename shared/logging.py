@@ -39,6 +39,25 @@ REDACTIONS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] =
      r"\1[REDACTED]"),
     (re.compile(r"\b\d{3}-\d{2}-\d{4}\b"), "[SSN_REDACTED]"),
     (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[EMAIL_REDACTED]"),
+    # Phones: E.164 and international (+1 212 555 9876), North American written forms
+    # ((212) 555-9876, 212-555-9876, 212.555.9876) and bare 10- or 11-digit numbers.
+    (re.compile(r"(?<![\w+])\+\d(?:[\s.()-]?\d){7,14}\b"), "[PHONE_REDACTED]"),
+    (re.compile(r"(?<!\w)\(\d{3}\)\s?\d{3}[\s.-]\d{4}\b"), "[PHONE_REDACTED]"),
+    (re.compile(r"\b\d{3}[.-]\d{3}[.-]\d{4}\b"), "[PHONE_REDACTED]"),
+    (re.compile(r"\b1?\d{10}\b"), "[PHONE_REDACTED]"),
+    # Postgres writes row values into an error's DETAIL ("Failing row contains (…)", "Key (…)=
+    # (…) already exists") and CONTEXT (COPY's "line 3, column data: …"); psycopg's text of an
+    # exception carries both. In a JSON line the value ends at its closing quote.
+    (re.compile(r"(DETAIL|CONTEXT):(?:[^\"\\]|\\.)*"), r"\1: [REDACTED]"),
+    (re.compile(r"Failing row contains(?:[^\"\\]|\\.)*"), "Failing row contains [REDACTED]"),
+    (re.compile(r"\bKey \((?:[^\"\\]|\\.)*?\)=\((?:[^\"\\]|\\.)*"), "Key [REDACTED]"),
+]
+# The same Postgres details in a plain string (before it is serialised): to its end, whatever
+# quotes the row's values hold.
+_DB_DETAILS = [
+    (re.compile(r"(?s)(DETAIL|CONTEXT):.*"), r"\1: [REDACTED]"),
+    (re.compile(r"(?s)Failing row contains.*"), "Failing row contains [REDACTED]"),
+    (re.compile(r"(?s)\bKey \(.*?\)=\(.*"), "Key [REDACTED]"),
 ]
 
 # LogRecord attributes that are plumbing, not fields of the event.
@@ -60,13 +79,22 @@ def redact(text: str) -> str:
     return text
 
 
+def scrub(text: str) -> str:
+    """A database error's text fit to log or store: its DETAIL and CONTEXT (row values) cut
+    off, then redacted like any log line. For exception texts written to tables (a dead
+    letter's reason) as much as to logs."""
+    for pattern, replacement in _DB_DETAILS:
+        text = pattern.sub(replacement, text)
+    return redact(text)
+
+
 # Extra fields whose string value is a secret whatever it looks like.
 _SECRET_KEY = re.compile(r"(?i)(passw|secret|^token$|_token$|api_?key|authorization|credential)")
 
 
 def _redact_value(value: Any) -> Any:
     if isinstance(value, str):
-        return redact(value)
+        return scrub(value)
     if isinstance(value, dict):
         return {k: "[REDACTED]" if isinstance(v, str) and _SECRET_KEY.search(str(k))
                 else _redact_value(v) for k, v in value.items()}

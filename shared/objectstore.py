@@ -7,11 +7,15 @@ writer's object becomes visible only on ``commit``; ``abort`` leaves nothing beh
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
+
+from shared import errors
 
 # S3 parts must be at least 5 MiB except the last; 8 MiB keeps memory per upload small.
 S3_PART_BYTES = 8 * 1024 * 1024
@@ -43,25 +47,47 @@ def split_s3(uri: str) -> tuple[str, str]:
 
 
 # ── file:// ─────────────────────────────────────────────────────────────────────────────────
+# A file system out of space (or over a quota) is a passing outage of the store, like a database
+# that is down: callers answer 503 and workers leave the job for redelivery (chaos soak, issue
+# 24). Any other OSError is left as it is.
+_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+@contextlib.contextmanager
+def _space() -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in _FULL:
+            raise errors.StorageUnavailable("The file store is full; retry in a minute.") \
+                from exc
+        raise
+
+
 class FileWriter:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        with _space():
+            path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.uri = path.as_uri()
         # Written beside the target and renamed on commit: a reader never sees half a file.
         self._tmp = path.with_name(path.name + ".part")
-        self._fh = open(self._tmp, "wb")  # noqa: SIM115 - closed in commit/abort
+        with _space():
+            self._fh = open(self._tmp, "wb")  # noqa: SIM115 - closed in commit/abort
 
     def write(self, data: bytes | memoryview) -> None:
-        self._fh.write(data)
+        with _space():
+            self._fh.write(data)
 
     def commit(self) -> str:
-        self._fh.close()
-        os.replace(self._tmp, self.path)
+        with _space():
+            self._fh.close()
+            os.replace(self._tmp, self.path)
         return self.uri
 
     def abort(self) -> None:
-        self._fh.close()
+        with contextlib.suppress(OSError):  # a close that cannot flush a full disk
+            self._fh.close()
         self._tmp.unlink(missing_ok=True)
         _remove_empty_parents(self.path.parent, levels=2)
 
@@ -82,8 +108,12 @@ class FileStore:
 
     def put_bytes(self, key: str, data: bytes) -> str:
         w = self.writer(key)
-        w.write(data)
-        return w.commit()
+        try:
+            w.write(data)
+            return w.commit()
+        except BaseException:
+            w.abort()  # no .part file left behind on a full disk
+            raise
 
 
 def _remove_empty_parents(folder: Path, levels: int) -> None:

@@ -52,6 +52,12 @@ class Queue:
     def delete(self, receipt_handle: str) -> None:
         self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=receipt_handle)
 
+    def delete_batch(self, receipts: list[str]) -> list[str]:
+        """Delete up to ten messages in one call; return the receipts SQS refused."""
+        response = self.sqs.delete_message_batch(QueueUrl=self.url, Entries=[
+            {"Id": str(i), "ReceiptHandle": r} for i, r in enumerate(receipts[:10])])
+        return [receipts[int(f["Id"])] for f in response.get("Failed", [])]
+
     def change_visibility(self, receipt_handle: str, seconds: int) -> None:
         self.sqs.change_message_visibility(
             QueueUrl=self.url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds)

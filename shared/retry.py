@@ -28,7 +28,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from shared import db
+from shared import db, errors
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,7 +41,8 @@ _AWS_TRANSIENT_CODES = {"RequestTimeout", "SlowDown", "InternalError", "ServiceU
 
 
 def is_transient(exc: BaseException) -> bool:
-    if db.is_retryable(exc) or isinstance(exc, (*_AWS_NETWORK, ConnectionError, TimeoutError)):
+    if db.is_retryable(exc) or isinstance(exc, (*_AWS_NETWORK, ConnectionError, TimeoutError,
+                                                errors.StorageUnavailable)):
         return True
     if isinstance(exc, ClientError):
         return exc.response.get("Error", {}).get("Code") in _AWS_TRANSIENT_CODES

@@ -42,11 +42,13 @@ class CommonSettings(BaseSettings):
 
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     embedding_dim: int = 384
-    # How this process runs the model (docs/decisions/0110-0112): `torch` (fp32 on the CPU, fp16
-    # on cuda) or `onnx-int8` (an int8 ONNX export, made on first use and cached in
-    # EMBEDDING_CACHE_DIR). Same model, same vector space: versions of both are searched together.
-    # onnx-int8 is the default: 1.6-3.6x the embedding speed at cosine 0.99 to torch (ADR 0110).
-    embedding_variant: Literal["torch", "onnx-int8"] = "onnx-int8"
+    # How this process runs the model (docs/decisions/0110-0112, 0231): `torch` (fp32 on the CPU,
+    # fp16 on cuda), `onnx-int8` (an int8 ONNX export, made on first use and cached in
+    # EMBEDDING_CACHE_DIR), or `auto`: both timed at first load on a fixed sample and the faster
+    # one that agrees with fp32 (cosine >= 0.99) kept, the choice cached per machine beside the
+    # export. Same model, same vector space: versions of both are searched together. int8 is
+    # 1.6-3.6x faster on 2 cores, torch 1.8x faster on 16 (issue 27): hence auto by default.
+    embedding_variant: Literal["auto", "torch", "onnx-int8"] = "auto"
     embedding_device: Literal["cpu", "cuda"] = "cpu"
     embedding_cache_dir: str = ".ingest/models"
 
@@ -89,9 +91,28 @@ class GatewaySettings(CommonSettings):
 
     jwt_secret: str = ""
     jwt_expiry_hours: float = 24
-    # The web UI's session cookie is Secure when this is set or the request came over https;
-    # set it behind a TLS-terminating proxy that forwards plain http.
-    session_cookie_secure: bool = False
+    # Cookies (session, sign-in form, device) are Secure unless this is false; unset means
+    # true outside DEV_MODE (ADR 0203). false is for plain-HTTP development only (the gateway
+    # warns at start); a request that came over https always gets Secure cookies.
+    session_cookie_secure: bool | None = None
+    # Strict-Transport-Security on answers to requests that came over https (TLS here, or a
+    # TRUSTED_PROXIES proxy's X-Forwarded-Proto: https); 0 = never sent.
+    hsts_max_age_s: int = Field(default=31536000, ge=0)
+    # Serve TLS directly (both set), instead of behind a TLS-terminating proxy.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    # Slow and numerous clients (ADR 0203, gateway/edge/transport.py): a request's headers must
+    # arrive within HEADER_TIMEOUT_S; a body must keep up at least BODY_MIN_BYTES_PER_S over
+    # every BODY_RATE_WINDOW_S (else 408 and the connection closes); at most MAX_CONNECTIONS
+    # connections per process (more are refused at once); an idle keep-alive connection
+    # closes after KEEPALIVE_TIMEOUT_S.
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_min_bytes_per_s: int = Field(default=1024, ge=0)
+    body_rate_window_s: float = Field(default=10.0, gt=0)
+    max_connections: int = Field(default=1000, ge=1)
+    keepalive_timeout_s: float = Field(default=5.0, gt=0)
+    # A device cookie (ADR 0204) is good for this many days after its sign-in.
+    login_device_cookie_days: float = Field(default=90.0, gt=0)
     auth_enabled: bool = True
     # Only with AUTH_ENABLED=false in dev mode: the principal every request acts as.
     dev_tenant_id: str | None = None
@@ -172,9 +193,14 @@ class GatewaySettings(CommonSettings):
     # CPU threads of the query model (EMBEDDING_VARIANT, like the workers). A query is a few
     # tokens: one thread is as fast as more, and leaves the other cores to Postgres (ADR 0158).
     search_embed_threads: int = Field(default=1, ge=1, le=64)
-    # /v1/ask cites a chunk only if its cosine similarity to the question is at least this,
-    # or it matches every word of the question; nothing passes = "no evidence" (ADR 0106).
-    ask_min_similarity: float = Field(default=0.35, ge=-1, le=1)
+    # /v1/ask answers only when the best chunk stands out from the question's other nearest
+    # neighbours: (best − background) / (1 − background) ≥ ASK_MIN_LIFT, where background is
+    # the median cosine of neighbours 10-40, and best ≥ ASK_MIN_SIMILARITY; a tenant with fewer
+    # than 40 chunks has no neighbours to compare with and needs ASK_SMALL_TENANT_SIMILARITY.
+    # Calibrated on the search evaluation (bench/search_quality.py, docs/decisions/0223).
+    ask_min_lift: float = Field(default=0.23, ge=0, le=1)
+    ask_min_similarity: float = Field(default=0.25, ge=-1, le=1)
+    ask_small_tenant_similarity: float = Field(default=0.35, ge=-1, le=1)
     # With a key, answers are written by the Anthropic Messages API; failures fall back to the
     # extractive answer (ADR 0107). The base URL lets tests and proxies stand in for the API.
     anthropic_api_key: str = ""
@@ -197,6 +223,13 @@ class GatewaySettings(CommonSettings):
     events_commit_timeout_s: float = Field(default=30.0, gt=0)
     events_writer_retry_budget: int = Field(default=8, ge=1)
     events_stats_interval_s: float = Field(default=60.0, gt=0)
+    # The writer commits groups over this many connections of its own at once (ADR 0192), and
+    # refuses a source_emitted_at later than its clock plus EVENTS_MAX_FUTURE_SKEW_S (ADR 0191).
+    events_writer_connections: int = Field(default=4, ge=1, le=32)
+    events_max_future_skew_s: float = Field(default=86400.0, ge=0)
+    # POST /v1/webhooks/{id}/rotate-secret: how long the replaced secret keeps signing beside
+    # the new one when the request names no grace period (docs/decisions/0196).
+    webhook_secret_grace_s: float = Field(default=86400.0, ge=0, le=7 * 86400)
 
     # Live updates (gateway/live/, docs/decisions/0160): GET /v1/live streams a tenant's events
     # to its open pages. At most LIVE_MAX_STREAMS streams per process (more: 503, the pages
@@ -204,6 +237,10 @@ class GatewaySettings(CommonSettings):
     # stream ends after LIVE_STREAM_MAX_S and the browser reconnects (so a revoked session stops
     # there); a stream more than LIVE_QUEUE_SIZE messages behind is closed and resumes.
     live_max_streams: int = Field(default=500, ge=1)
+    # One tenant's share of them (then 429): no tenant takes every place (docs/decisions/0197).
+    # Every LIVE_HEARTBEAT_S the streams whose session ended (sign-out, deactivation, password
+    # change) are ended too.
+    live_max_streams_per_tenant: int = Field(default=100, ge=1)
     live_heartbeat_s: float = Field(default=15.0, gt=0)
     live_stream_max_s: float = Field(default=600.0, gt=0)
     live_queue_size: int = Field(default=100, ge=1)
@@ -218,6 +255,14 @@ class GatewaySettings(CommonSettings):
     @property
     def upload_max_bytes(self) -> int:
         return int(self.upload_max_size_mb * 1024 * 1024)
+
+    @model_validator(mode="after")
+    def _secure_cookies_outside_dev(self) -> GatewaySettings:
+        if self.session_cookie_secure is None:
+            self.session_cookie_secure = not self.dev_mode
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("TLS_CERT_FILE and TLS_KEY_FILE go together: set both or neither")
+        return self
 
     @model_validator(mode="after")
     def _refuse_unsafe_auth(self) -> GatewaySettings:
@@ -276,6 +321,10 @@ class WorkerSettings(CommonSettings):
     # promote at once across all workers; another waits in the outbox (not the queue) this long.
     records_tenant_slots: int = Field(default=3, ge=1, le=100)
     records_slot_wait_s: int = Field(default=30, ge=1)
+    # Processes that validate a large records file's rows beside the one that reads and stages
+    # it (worker/records/validate.py, docs/decisions/0184); 0 or 1: validate in the job's own
+    # thread. A file under 4 MiB is always validated there.
+    records_validate_processes: int = Field(default=2, ge=0, le=64)
     # Event ledger apply (worker/ledger/, docs/decisions/0139-0141): a thread of this process
     # beside the SQS consumer claims due pending events, LEDGER_APPLY_BATCH per claim, each
     # claim hiding its rows for the lease; failures back off with full jitter (base × 2^n, cap)
@@ -297,14 +346,27 @@ class WorkerSettings(CommonSettings):
     webhook_dispatch_batch: int = Field(default=20, ge=1, le=500)
     webhook_dispatch_poll_s: float = Field(default=1.0, gt=0)
     webhook_dispatch_lease_s: float = Field(default=120.0, gt=0)
+    # One attempt's whole deadline: resolving, connecting, sending and the entire answer
+    # (docs/decisions/0195). At most WEBHOOK_CONCURRENCY attempts of this worker are in flight,
+    # and at most WEBHOOK_PER_ENDPOINT of one endpoint across every worker. Keep the lease well
+    # above it: a claim whose lease ends mid-attempt is sent again by another worker.
     webhook_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    webhook_concurrency: int = Field(default=16, ge=1, le=256)
+    webhook_per_endpoint: int = Field(default=2, ge=1, le=64)
     webhook_backoff_base_s: float = Field(default=5.0, gt=0)
     webhook_backoff_max_s: float = Field(default=3600.0, gt=0)
     webhook_retry_window_s: float = Field(default=86400.0, gt=0)
 
     chunk_target_tokens: int = 200
     chunk_max_tokens: int = 254
-    embed_batch_size: int = 32
+    # A chunk below this many tokens is merged into a neighbour (ADR 0221); at most target / 2.
+    chunk_min_tokens: int = Field(default=64, ge=1)
+    # Padded tokens per forward pass of the embed queue, shared by every document in flight
+    # (docs/decisions/0230); 0 = by device: 2,048 x 256 on cuda, 32 x 256 on the CPU.
+    embed_batch_tokens: int = Field(default=0, ge=0)
+    # Tokens waiting in the embed queue at most (documents put more in as it drains; each gets
+    # at least one in); 0 = six passes' worth.
+    embed_queue_tokens: int = Field(default=0, ge=0)
     max_uncompressed_mb: int = 200
     # Embedding threads per process (torch or onnxruntime intra-op); 0 = the machine's cores.
     torch_threads: int = 0
@@ -333,3 +395,6 @@ class DevSettings(BaseSettings):
     # each exit in a row up to the cap (docs/decisions/0041).
     dev_restart_backoff_s: float = Field(default=1.0, gt=0)
     dev_restart_backoff_max_s: float = Field(default=30.0, gt=0)
+    # The SQS/S3 endpoint handed to the gateway and workers instead of moto's own URL: a proxy
+    # between them and moto, e.g. bench/soak.py's switch for a queue outage (ADR 0240).
+    dev_aws_endpoint_url: str | None = None

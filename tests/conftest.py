@@ -107,6 +107,13 @@ def s3(moto: MotoServer):
     return aws.client("s3", endpoint_url=moto.url, region="us-east-1")
 
 
+def tenant_of(email: str) -> str:
+    """The tenant a test user signs in to: Tenants.user names its users <role>-…@<tenant>.test
+    (sign-in names the tenant, docs/decisions/0202); other addresses are acme's."""
+    domain = email.rpartition("@")[2].lower()
+    return domain.removesuffix(".test") if domain.endswith(".test") else "acme"
+
+
 @dataclass(frozen=True)
 class User:
     user_id: uuid.UUID
@@ -114,6 +121,7 @@ class User:
     email: str
     role: str
     token: str
+    tenant: str = "acme"  # its tenant's name: sign-in names it (docs/decisions/0202)
 
 
 class Tenants:
@@ -132,7 +140,7 @@ class Tenants:
             "RETURNING user_id", (tenant_id, email, _TEST_HASH, role)).fetchone()["user_id"]
         principal = auth.Principal(user_id, tenant_id, role)
         return User(user_id, tenant_id, email, role,
-                    auth.issue_token(principal, stack.TEST_JWT_SECRET, 1))
+                    auth.issue_token(principal, stack.TEST_JWT_SECRET, 1), tenant)
 
 
 @pytest.fixture
@@ -165,6 +173,9 @@ def stack_env(database_url: str, moto: MotoServer, queues: Queues, tmp_path: Pat
         # Required outside DEV_MODE (docs/decisions/0062); /metrics tests use their own.
         "METRICS_TOKEN": "test-metrics-token-" + "m" * 20,
         "DEV_MODE": "false",
+        # Tests speak plain HTTP to 127.0.0.1: cookies without Secure, as for local
+        # development (docs/decisions/0203); test_cookies.py checks the default.
+        "SESSION_COOKIE_SECURE": "false",
         "OUTBOX_POLL_S": "0.5",
         "OUTBOX_MAX_BACKOFF_S": "1",
         "LOG_LEVEL": "INFO",

@@ -4,6 +4,9 @@ Handlers know nothing of SQS; they return Ack, Leave or DeadLetter and this loop
 While a job runs, its message's visibility is extended in batches, so a healthy long job is
 never redelivered under a running worker. SIGTERM stops polling at once (even mid long-poll),
 gives jobs a grace period, then releases what is unfinished (visibility 0) and returns.
+
+Acks that come together (the documents of one write group, docs/decisions/0233) are deleted
+together, up to ten a call; each job still waits for its own delete before its slot frees.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from worker.handler import Ack, DeadLetter, Leave, Outcome
 log = logging.getLogger(__name__)
 Handler = Callable[..., Outcome]
 MAX_VISIBILITY_S = 12 * 3600  # SQS's ceiling
+# While most slots are busy, a freed slot waits this long for others before polling, so one
+# receive brings several documents rather than one per finished job (docs/decisions/0232).
+GATHER_S = 0.05
 
 
 class Consumer:
@@ -50,6 +56,7 @@ class Consumer:
         self._slot_freed = threading.Event()
         # Long polls abandoned at stop: one may still receive a message, even one we release.
         self._late_polls: list[threading.Thread] = []
+        self._deletes = _Deletes(queue)
         self.processed = 0
 
     def stop(self) -> None:
@@ -67,7 +74,7 @@ class Consumer:
     # ── polling ───────────────────────────────────────────────────────────────────────────
     def _poll(self, once: bool) -> None:
         while not self.stopping.is_set():
-            free = self.slots - self._count()
+            free = self._gather()
             if free <= 0:
                 self._slot_freed.wait(0.5)
                 self._slot_freed.clear()
@@ -79,6 +86,16 @@ class Consumer:
                 return
             for message in messages:
                 self._dispatch(message)
+
+    def _gather(self) -> int:
+        """Free slots, after up to GATHER_S for more while fewer than half of them are free."""
+        deadline = time.monotonic() + GATHER_S
+        free = self.slots - self._count()
+        while 0 < free < min(self.slots, 10) / 2 and time.monotonic() < deadline:
+            self._slot_freed.wait(max(0.0, deadline - time.monotonic()))
+            self._slot_freed.clear()
+            free = self.slots - self._count()
+        return free
 
     def _drained(self) -> bool:
         """Nothing visible and nothing in flight: messages left for later still count as work."""
@@ -154,7 +171,7 @@ class Consumer:
         worker_metrics.settled(type(outcome).__name__.lower())
         try:
             if isinstance(outcome, Ack):
-                retry.transient()(self.queue.delete)(message.receipt_handle)
+                self._deletes.delete(message.receipt_handle)
             elif isinstance(outcome, DeadLetter):
                 retry.transient()(self.queue.dead_letter)(message, outcome.reason)
                 log.error("message moved to the dead-letter queue",
@@ -211,3 +228,57 @@ class Consumer:
             for late in self._late_polls:
                 late.join(timeout=2)
             log.warning("released unfinished jobs at shutdown", extra={"jobs": len(unfinished)})
+
+
+class _Delete:
+    def __init__(self, receipt: str) -> None:
+        self.receipt = receipt
+        self.done = threading.Event()
+        self.error: Exception | None = None
+
+
+class _Deletes:
+    """One thread deleting acknowledged messages, up to ten per call, taking whatever waits
+    (never waiting for more). A caller returns once its own message is deleted, or raises why not."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self.calls = 0
+        self._pending: list[_Delete] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def delete(self, receipt: str) -> None:
+        entry = _Delete(receipt)
+        with self._cond:
+            self._pending.append(entry)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._forever, daemon=True,
+                                                name="delete-messages")
+                self._thread.start()
+            self._cond.notify()
+        entry.done.wait()
+        if entry.error is not None:
+            raise entry.error
+
+    def _forever(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+                batch, self._pending = self._pending[:10], self._pending[10:]
+            try:
+                refused = set(retry.transient()(self.queue.delete_batch)(
+                    [e.receipt for e in batch]))
+                self.calls += 1
+                for entry in batch:
+                    if entry.receipt in refused:
+                        entry.error = ClientError(
+                            {"Error": {"Code": "BatchEntryRefused",
+                                       "Message": "the queue refused to delete the message"}},
+                            "DeleteMessageBatch")
+            except Exception as exc:  # noqa: BLE001 - each caller logs its own
+                for entry in batch:
+                    entry.error = exc
+            for entry in batch:
+                entry.done.set()

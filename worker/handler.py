@@ -61,6 +61,9 @@ class IngestHandler:
         # Leases of the jobs in flight, so a shutdown can let go of their runs at once.
         self._leases: set[runs.RunLease] = set()
         self._leases_lock = threading.Lock()
+        # Lock sessions of finished jobs, kept for the next ones: one per slot (ADR 0232).
+        self.connections = runs.LeaseConnections(settings.database_url,
+                                                 keep=settings.worker_max_concurrent_jobs)
 
     def abandon(self) -> None:
         """Release every run this process holds (shutdown, before its messages are released)."""
@@ -87,7 +90,8 @@ class IngestHandler:
             lease = runs.RunLease(self.settings.database_url, job,
                                   stale_after_s=self.settings.running_stale_after_s,
                                   heartbeat_s=self.settings.heartbeat_interval_s,
-                                  worker=self.settings.worker_id)
+                                  worker=self.settings.worker_id,
+                                  connections=self.connections)
         except psycopg.OperationalError:
             log.error("database unreachable; leaving the message for redelivery")
             return Leave("database unreachable")

@@ -12,12 +12,12 @@ from typing import Any
 from pgvector.psycopg import register_vector
 
 from shared import alerts, aws, db, errors, objectstore, queue
+from shared.embedding import model as embedding
 from shared.settings import WorkerSettings
 from worker import metrics as worker_metrics
 from worker.consumer import Consumer
 from worker.handler import IngestHandler
 from worker.ledger import applier as ledger
-from worker.pipeline import embed
 from worker.pipeline.runner import Pipeline
 from worker.records.pipeline import RecordsPipeline
 from worker.webhooks import dispatcher as webhooks
@@ -30,8 +30,8 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
     # Reads the model's facts only (no torch, no weights): a configuration that can never work
     # stops the worker here; the weights load on the first document job (ADR 0112).
     try:
-        embedder = embed.load_embedder(
-            settings.embedding_model, batch_size=settings.embed_batch_size,
+        embedder = embedding.load_embedder(
+            settings.embedding_model, batch_tokens=settings.embed_batch_tokens,
             variant=settings.embedding_variant, device=settings.embedding_device,
             cache_dir=settings.embedding_cache_dir, threads=settings.torch_threads)
     except ValueError as exc:
@@ -96,6 +96,7 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
             # either commits or rolls back with it.
         log.info("worker stopped", extra={"jobs_handled": consumer.processed})
         alerter.close(timeout=2)
+        handler.connections.close()
         pool.close()
 
 

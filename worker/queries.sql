@@ -7,6 +7,12 @@
 -- run_lock_key() (migrations/0008), the one definition every process shares.
 SELECT pg_try_advisory_lock(run_lock_key(%(run_id)s)) AS locked;
 
+-- name: unlock_all
+-- A job ended cleanly and its session is kept for the next job (docs/decisions/0232): release
+-- every session-level advisory lock it holds (the run's, a records job's tenant slot), exactly
+-- what closing the session would have released.
+SELECT pg_advisory_unlock_all();
+
 -- name: end_stuck_owner
 -- The owner's session lives but its heartbeat is older than the stale window: its process is
 -- wedged. Ending that session releases the lock (and makes the owner's own writes fail on the
@@ -124,6 +130,17 @@ FOR SHARE OF mv;
 -- Serialises version numbering and activation of one document across workers.
 SELECT pg_advisory_xact_lock(%(key)s);
 
+-- name: newer_version_exists
+-- Under the document lock: has a run submitted after this one (an S3 key changed again, a
+-- later upload by doc_id) already made its version? Then this run's content is superseded
+-- and must not replace it: the newest submission wins, whatever order workers finish in.
+SELECT EXISTS (
+    SELECT 1 FROM document_versions v JOIN ingestion_runs newer ON newer.run_id = v.run_id
+    JOIN ingestion_runs this ON this.run_id = %(run_id)s
+    WHERE v.tenant_id = %(tenant_id)s AND v.doc_id = %(doc_id)s
+      AND (newer.created_at, newer.run_id) > (this.created_at, this.run_id)
+) AS newer;
+
 -- name: deactivate_active_version
 UPDATE document_versions SET is_active = false, deactivated_at = now()
 WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s AND is_active;
@@ -140,9 +157,13 @@ FROM document_versions WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s
 RETURNING version_number;
 
 -- name: insert_fts
--- Postgres computes the vectors from the rows just copied, so text never travels twice.
+-- Postgres computes the vectors from the rows just copied, so text never travels twice. What is
+-- indexed is the chunk's contextual header, then its text (ADR 0221); Postgres derives the
+-- bm25 column from tsv (migration 0055, ADR 0220).
 INSERT INTO chunk_fts (chunk_id, tenant_id, doc_version_id, tsv)
-SELECT chunk_id, tenant_id, doc_version_id, to_tsvector(%(config)s::regconfig, text)
+SELECT chunk_id, tenant_id, doc_version_id,
+       to_tsvector(%(config)s::regconfig,
+                   CASE WHEN context = '' THEN text ELSE context || E'\n\n' || text END)
 FROM chunks WHERE tenant_id = %(tenant_id)s AND doc_version_id = %(doc_version_id)s;
 
 -- name: insert_attachment

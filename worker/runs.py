@@ -1,15 +1,21 @@
 """A worker's hold on one run: the advisory lock, the claim, and a live heartbeat.
 
 Ownership is the lock (docs/decisions/0075-lock-is-ownership.md). The lock lives on a dedicated
-session connection opened for the job (never a pooled or transaction-pooled one: the lock must
-stay with this job), so it dies with the owner's process. A run whose lock can be taken has no
-live owner and is taken over at once, whatever its heartbeat says; the heartbeat window only
-decides about an owner whose session lives but has stopped beating (a wedged process).
+session connection held by the job alone (never a pooled or transaction-pooled one: the lock
+must stay with this job), so it dies with the owner's process. A run whose lock can be taken has
+no live owner and is taken over at once, whatever its heartbeat says; the heartbeat window only
+decides about an owner whose session lives but has stopped beating (a wedged process). When a
+job ends cleanly its session's advisory locks are all released and the session is kept for the
+process's next job (``LeaseConnections``, docs/decisions/0232): a small document then costs no
+new connection; a session that may still hold anything (lost, abandoned, failed) is closed.
 
 The heartbeat thread writes ``updated_at``, ``stage`` and ``progress`` on the lock connection
 every few seconds, so if the connection drops the lock is known to be gone and the job aborts.
-Every write names the run's ``takeover_count`` as of the claim (the fence): once another worker
-has taken the run over, a previous owner's writes match nothing.
+A new stage is written at once, unless the previous write was under a fifth of the heartbeat
+ago: then the heartbeat thread writes it when that fifth is up, so a document done in half a
+second costs one stage write, not five. Every write names the run's ``takeover_count`` as of the
+claim (the fence): once another worker has taken the run over, a previous owner's writes match
+nothing.
 
 Each claim that runs the job opens an attempt (``run_attempts``, docs/decisions/0100): a first
 delivery starts the attempt a retry or redrive queued, or adds one; a takeover ends the dead
@@ -24,6 +30,7 @@ import math
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -76,9 +83,55 @@ def lock_key(run_id: UUID) -> int:
     return int.from_bytes(run_id.bytes[:8], "big", signed=True)
 
 
+class LeaseConnections:
+    """Lock sessions kept between jobs of one process: a job takes one (or opens one), and one
+    that ended cleanly gives it back with every advisory lock of the session released."""
+
+    def __init__(self, database_url: str, *, keep: int) -> None:
+        self.database_url = database_url
+        self.keep = keep
+        self._idle: list[db.Conn] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> tuple[db.Conn, bool]:
+        """A session and whether it was kept from an earlier job; opening may raise
+        psycopg.OperationalError (the caller leaves the message for later)."""
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed:
+                    return conn, True
+        return open_lock_connection(self.database_url), False
+
+    def give_back(self, conn: db.Conn) -> None:
+        try:
+            # The run's lock and any tenant slot of a records job: as if the session closed.
+            conn.execute(Q["unlock_all"])
+        except psycopg.Error:
+            conn.close()
+            return
+        with self._lock:
+            if len(self._idle) < self.keep:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+
+def open_lock_connection(database_url: str) -> db.Conn:
+    return db.connect(database_url, autocommit=True, connect_timeout=5)
+
+
 class RunLease:
     def __init__(self, database_url: str, job: jobs.IngestJob | jobs.RecordsJob, *,
-                 stale_after_s: float, heartbeat_s: float, worker: str | None = None) -> None:
+                 stale_after_s: float, heartbeat_s: float, worker: str | None = None,
+                 connections: LeaseConnections | None = None) -> None:
         self.job = job
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
         # Our attempt's number once the claim opened it, and its stage times (ms) so far:
@@ -88,10 +141,20 @@ class RunLease:
         self.keys = {"run_id": job.run_id, "tenant_id": job.tenant_id}
         self.stale_after_s = stale_after_s
         self.heartbeat_s = heartbeat_s
+        self._database_url = database_url
+        self._connections = connections
         # Opening may raise psycopg.OperationalError: the caller leaves the message for later.
-        self.conn = db.connect(database_url, autocommit=True, connect_timeout=5)
+        if connections is not None:
+            self.conn, self._reused = connections.take()
+        else:
+            self.conn, self._reused = open_lock_connection(database_url), False
         self.stage = "starting"
         self.progress = 0.0
+        # A stage change within this long of the last write waits for the heartbeat thread.
+        self._min_report_s = heartbeat_s / 5
+        self._last_write = time.monotonic()
+        self._unwritten = False
+        self._wake = threading.Event()
         # takeover_count as of our claim; every later write of ours is conditional on it.
         self.fence = 0
         self._stop = threading.Event()
@@ -100,7 +163,15 @@ class RunLease:
 
     def claim(self) -> ClaimResult:
         """Count the delivery, take the lock, and move the run to running if it is ours to run."""
-        row = self.conn.execute(Q["count_delivery"], self.keys).fetchone()
+        try:
+            row = self.conn.execute(Q["count_delivery"], self.keys).fetchone()
+        except psycopg.OperationalError:
+            if not self._reused:
+                raise
+            # A kept session that died while idle (a restart, a terminated backend): a new one.
+            self.conn.close()
+            self.conn, self._reused = open_lock_connection(self._database_url), False
+            row = self.conn.execute(Q["count_delivery"], self.keys).fetchone()
         if row is None:
             return ClaimResult(Claim.MISSING)
         if row["status"] in ("succeeded", "failed"):
@@ -176,11 +247,16 @@ class RunLease:
         self._thread.start()
 
     def report(self, stage: str, progress: float) -> None:
-        """Record where the job is; written with the next heartbeat, and at once on a new stage."""
+        """Record where the job is; written with the next heartbeat, and on a new stage at once
+        (or, right after another write, a fifth of a heartbeat later)."""
         changed = stage != self.stage
         self.stage, self.progress = stage, max(0.0, min(1.0, progress))
         if changed:
-            self.beat()
+            if time.monotonic() - self._last_write >= self._min_report_s:
+                self.beat()
+            else:
+                self._unwritten = True
+                self._wake.set()
         self.check()
 
     def check(self) -> None:
@@ -188,6 +264,8 @@ class RunLease:
             raise LeaseLost(f"lost the lock on run {self.job.run_id}")
 
     def beat(self) -> None:
+        self._last_write = time.monotonic()
+        self._unwritten = False
         try:
             done = self.conn.execute(Q["heartbeat"], {
                 **self.keys, "stage": self.stage, "progress": self.progress, "fence": self.fence,
@@ -205,7 +283,13 @@ class RunLease:
             self.lost.set()
 
     def _beat_forever(self) -> None:
-        while not self._stop.wait(self.heartbeat_s):
+        while not self._stop.is_set():
+            since = time.monotonic() - self._last_write
+            due = (self._min_report_s if self._unwritten else self.heartbeat_s) - since
+            if due > 0:
+                self._wake.wait(due)
+                self._wake.clear()
+                continue
             self.beat()
             if self.lost.is_set():
                 return
@@ -234,11 +318,17 @@ class RunLease:
 
     def stop_heartbeat(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
 
     def close(self) -> None:
+        """Let go of the run: its lock is released with the session's, or the session closes."""
         self.stop_heartbeat()
+        idle = self._thread is None or not self._thread.is_alive()
+        if self._connections is not None and idle and not self.lost.is_set() and not self.conn.closed:
+            self._connections.give_back(self.conn)
+            return
         with contextlib.suppress(psycopg.Error):
             self.conn.close()  # releases the advisory lock
 
@@ -247,6 +337,7 @@ class RunLease:
         connection, so the worker that receives the released message takes the run over at
         once. The job's own thread notices at its next check; its writes are fenced."""
         self._stop.set()
+        self._wake.set()
         self.lost.set()
         with contextlib.suppress(psycopg.Error):
             self.conn.close()

@@ -9,6 +9,9 @@ version ``ver`` is older than the user's, is refused (docs/decisions/0055-revoca
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,10 +31,30 @@ from shared import logging as applog
 ROLES = ("admin", "user")
 OPERATOR = "operator"
 BCRYPT_ROUNDS = 12
-# bcrypt only reads the first 72 bytes; longer passwords are refused rather than truncated.
-MAX_PASSWORD_BYTES = 72
+# Characters, not bytes: bcrypt reads only 72 bytes, so it gets an HMAC-SHA256 of the password
+# keyed with its own salt (passlib's bcrypt_sha256, which also stops a leaked unsalted SHA-256
+# of the password elsewhere from being tried against ours). ADR 0200: the limits are what
+# /schema declares, with no byte count a client cannot see.
+MIN_PASSWORD_CHARS = 8
+MAX_PASSWORD_CHARS = 1024
+PASSWORD_RULE = f"{MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters"
+_PREHASHED = "$bcrypt-sha256$"
+# Hashes written before the prehash: plain bcrypt of at most 72 bytes, still verified.
+_LEGACY_MAX_BYTES = 72
+_SALT_CHARS = 29  # "$2b$12$" and 22 characters of salt
+
+
+def _prehashed(password: str, salt: bytes) -> bytes:
+    return base64.b64encode(hmac.new(salt, password.encode(), hashlib.sha256).digest())
+
+
+def _hash(password: str) -> str:
+    salt = bcrypt.gensalt(BCRYPT_ROUNDS)
+    return _PREHASHED + bcrypt.hashpw(_prehashed(password, salt), salt).decode()
+
+
 # Verified against when the e-mail is unknown, so both cases take the same time.
-_DUMMY_HASH = bcrypt.hashpw(b"dummy-password", bcrypt.gensalt(BCRYPT_ROUNDS))
+_DUMMY_HASH = _hash("dummy-password")
 # The users table's queries (gateway/auth/users.py owns them); this module reads one per request.
 Q = db.load_queries(Path(__file__).with_name("users.sql"))
 SESSION_ENDED = "Your session has ended; sign in again."
@@ -56,17 +79,21 @@ class Principal:
 
 
 def hash_password(password: str) -> str:
-    raw = password.encode()
-    if not 8 <= len(raw) <= MAX_PASSWORD_BYTES:
-        raise errors.InvalidRequest("Passwords must be 8 to 72 bytes long; choose another one.")
-    return bcrypt.hashpw(raw, bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
+    if not MIN_PASSWORD_CHARS <= len(password) <= MAX_PASSWORD_CHARS:
+        raise errors.InvalidRequest(f"Passwords must be {PASSWORD_RULE} long; choose another "
+                                    "one.")
+    return _hash(password)
 
 
 def verify_password(password: str, password_hash: str | None) -> bool:
-    raw = password.encode()
-    if len(raw) > MAX_PASSWORD_BYTES:
-        return False
-    return bcrypt.checkpw(raw, (password_hash or _DUMMY_HASH.decode()).encode()) and bool(password_hash)
+    stored = password_hash or _DUMMY_HASH
+    if stored.startswith(_PREHASHED):
+        hashed = stored[len(_PREHASHED):].encode()
+        right = bcrypt.checkpw(_prehashed(password, hashed[:_SALT_CHARS]), hashed)
+    else:
+        raw = password.encode()
+        right = len(raw) <= _LEGACY_MAX_BYTES and bcrypt.checkpw(raw, stored.encode())
+    return right and bool(password_hash)
 
 
 def issue_token(principal: Principal, secret: str, expiry_hours: float) -> str:
@@ -176,11 +203,20 @@ async def admin_only(connection: ASGIConnection, _: BaseRouteHandler) -> None:
         raise errors.Forbidden("Only admins may do this; ask an admin of your tenant.")
 
 
-async def operator_only(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    # Dead letters and fleet-wide figures span tenants: platform staff only, not tenant admins.
+async def operator_only(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+    """Routes that span tenants: platform staff only, not tenant admins. The refusal says what
+    the route shows (``opt={"operators_see": ...}``) and where a tenant admin finds their own
+    tenant's (``opt={"tenant_view": ...}``)."""
     if not current(connection).is_operator:
-        raise errors.Forbidden("Only platform operators may do this; a tenant admin sees their "
-                               "own tenant's dead letters at /v1/dead-letters.")
+        raise errors.Forbidden(operator_refusal(handler.opt))
+
+
+def operator_refusal(opt: dict) -> str:  # type: ignore[type-arg]
+    sees, own = opt.get("operators_see"), opt.get("tenant_view")
+    if not sees:
+        return "Only platform operators may do this: it spans every tenant."
+    where = f"; a tenant admin sees their own tenant's at {own}" if own else ""
+    return f"Only platform operators see {sees}{where}."
 
 
 def current(connection: ASGIConnection) -> Principal:

@@ -9,6 +9,11 @@ SELECT greatest(
     login_attempt(%(address)s, %(per_address)s, %(window_s)s, %(lockout_s)s, %(lockout_max_s)s)
 ) AS wait_s;
 
+-- name: attempt_device
+-- A client with the account's device cookie: its own key, with the account's limit.
+SELECT login_attempt(%(device)s, %(per_account)s, %(window_s)s, %(lockout_s)s,
+                     %(lockout_max_s)s) AS wait_s;
+
 -- name: succeeded
 WITH account AS (
     DELETE FROM login_throttle WHERE key = %(account)s
@@ -17,3 +22,8 @@ UPDATE login_throttle SET attempts = greatest(attempts - 1, 0) WHERE key = %(add
 
 -- name: forget_account
 DELETE FROM login_throttle WHERE key = %(account)s;
+
+-- name: locks
+-- For the Users page: which of a tenant's accounts are locked now.
+SELECT key, locked_until, lockouts FROM login_throttle
+WHERE key = ANY(%(keys)s) AND locked_until > now();

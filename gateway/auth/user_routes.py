@@ -7,6 +7,7 @@ Another tenant's user id answers 404, an operator's 403, the admin's own 409
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 from uuid import UUID
 
 from litestar import Request, Router, get, patch, post
@@ -14,30 +15,35 @@ from litestar.params import FromPath, JSONBody
 
 from gateway import auth, openapi
 from gateway.auth import users
+from gateway.auth.routes import Email, NewPassword
 from gateway.context import Ctx
+
+# auth.ROLES: the roles an admin may give (operators only by the CLI).
+Role = Literal["admin", "user"]
 
 
 @dataclass
 class NewUser:
-    email: str
-    password: str
-    role: str = "user"
+    email: Email
+    password: NewPassword
+    role: Role = "user"
 
 
 @dataclass
 class UserChange:
-    role: str | None = None
+    role: Role | None = None
     active: bool | None = None
 
 
 @dataclass
 class PasswordReset:
-    password: str
+    password: NewPassword
 
 
 @post("/", status_code=201, responses=openapi.errors(409))
 async def create_user(data: JSONBody[NewUser], request: Request, ctx: Ctx) -> dict:
-    """Admins add users to their own tenant."""
+    """Admins add users to their own tenant; an e-mail is unique within the tenant only (409
+    when this tenant has it), whatever other tenants have (docs/decisions/0202)."""
     principal = auth.current(request)
     return await users.create_user_async(ctx.pool, tenant_id=principal.tenant_id,
                                          email=data.email, password=data.password, role=data.role)
@@ -45,7 +51,8 @@ async def create_user(data: JSONBody[NewUser], request: Request, ctx: Ctx) -> di
 
 @get("/")
 async def list_users(request: Request, ctx: Ctx) -> dict:
-    """The users of the admin's tenant, by e-mail."""
+    """The users of the admin's tenant, by e-mail; `sign_in_locked_until` says until when wrong
+    passwords from unknown devices lock one out (their known devices still sign in)."""
     items = await users.list_users(ctx.pool, auth.current(request).tenant_id)
     return {"items": items, "total": len(items)}
 

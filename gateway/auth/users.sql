@@ -15,12 +15,29 @@ RETURNING user_id, tenant_id, email, role, token_version;
 -- The CLI's create --replace: a new password and role end the user's sessions.
 UPDATE users SET password_hash = %(password_hash)s, role = %(role)s,
                  token_version = token_version + 1, updated_at = now()
-WHERE email = %(email)s
+WHERE tenant_id = %(tenant_id)s AND email = %(email)s
 RETURNING user_id, tenant_id, email, role, token_version;
 
--- name: find_user_by_email
-SELECT user_id, tenant_id, email, role, password_hash, token_version, deactivated_at
-FROM users WHERE email = %(email)s;
+-- name: find_login_user
+-- Sign-in names the tenant (docs/decisions/0202): the tenant's name in any case, then the
+-- e-mail within it. An exact spelling wins over another case of the same name.
+SELECT u.user_id, u.tenant_id, u.email, u.role, u.password_hash, u.token_version,
+       u.deactivated_at
+FROM users u JOIN tenants t ON t.tenant_id = u.tenant_id
+WHERE lower(t.name) = lower(%(tenant)s) AND u.email = %(email)s
+ORDER BY t.name = %(tenant)s DESC
+LIMIT 1;
+
+-- name: find_users_by_email
+-- The operators' CLI: an e-mail across tenants, or within the one named.
+SELECT u.user_id, u.tenant_id, t.name AS tenant_name, u.email, u.role, u.password_hash,
+       u.token_version, u.deactivated_at
+FROM users u JOIN tenants t ON t.tenant_id = u.tenant_id
+WHERE u.email = %(email)s AND (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
+ORDER BY t.name;
+
+-- name: tenant_name
+SELECT name FROM tenants WHERE tenant_id = %(tenant_id)s;
 
 -- name: find_tenant
 SELECT tenant_id FROM tenants WHERE name = %(name)s;

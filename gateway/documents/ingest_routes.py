@@ -9,7 +9,7 @@ from litestar import Request, Response, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
 
-from gateway import auth, openapi, uploads
+from gateway import auth, filetypes, openapi, uploads
 from gateway.context import Ctx
 from gateway.documents import intake
 from shared import objectstore
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 # /schema: the form this route streams by hand, and its two answers (docs/decisions/0051).
 UPLOAD_FORM = openapi.form_body(
-    ("file",),
+    ("file",), file_types=filetypes.media_types(GatewaySettings.model_fields["allowed_types"].default),
     file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="The document; its filename's "
                 "extension decides the type and its first bytes must agree. Accepted by default (ALLOWED_TYPES): "
                 + ", ".join(f".{t}" for t in GatewaySettings.model_fields["allowed_types"].default)

@@ -8,7 +8,7 @@ in chunk_fts, plus a substring match on the title; results are ranked (docs/deci
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from gateway import paging, views
@@ -16,6 +16,7 @@ from shared import db, errors
 
 Q = db.load_queries(Path(__file__).with_name("listing.sql"))
 STATES = ("active", "inactive", "failed", "all")
+State = Literal["active", "inactive", "failed", "all"]  # STATES, an enum in /schema
 MAX_SEARCH_CHARS = 200
 
 
@@ -40,20 +41,14 @@ def clean_state(state: str | None) -> str:
     return state
 
 
-def scope(tenant_id: UUID, state: str, search: str | None) -> tuple[object, ...]:
-    """What a cursor belongs to: a cursor of one filter never pages another."""
-    return ("documents", tenant_id, state, search)
-
-
 async def list_page(pool: db.AsyncPool, *, tenant_id: UUID, window: paging.Window,
-                    state: str, search: str | None, secret: str = "") -> dict[str, Any]:
+                    state: str, search: str | None) -> dict[str, Any]:
     params = {"tenant_id": tenant_id, "state": state, "query": search,
               "like": _like(search) if search else None,
-              **window.params(secret, scope(tenant_id, state, search))}
+              **window.params()}
     async with pool.connection() as conn:
         rows = await (await conn.execute(Q["list_documents"], params)).fetchall()
-    out = window.result(rows, view, secret=secret, scope=scope(tenant_id, state, search),
-                        key=("created_at", "doc_id"))
+    out = window.result(rows, view, key=("created_at", "doc_id"))
     return out | {"status": state, "search": search}
 
 

@@ -18,11 +18,13 @@ Q = db.load_queries(Path(__file__).parents[1] / "queries.sql")
 
 
 @get("/v1/documents", tags=["documents"], dependencies=paging.CURSORS,
-     responses=openapi.errors(400))
+     responses=openapi.errors(400), opt={"error_codes": {"status": "invalid_status"}})
 async def list_documents(request: Request, ctx: Ctx, window: paging.Paged,
-                         search: FromQuery[str | None] = None, status: FromQuery[str | None] = None,
+                         search: Annotated[str | None, Parameter(
+                             max_length=documents.MAX_SEARCH_CHARS, pattern=openapi.NO_NUL)] = None,
+                         status: FromQuery[documents.State | None] = None,
                          filename: Annotated[str | None, Parameter(
-                             max_length=255,
+                             max_length=255, pattern=openapi.NO_NUL,
                              description="Only uploaded documents made from a file of exactly "
                                          "this name (at most 20, no paging).")] = None) -> dict:
     """Documents newest first, by `status`: `active` (default), `inactive` (deactivated),
@@ -39,8 +41,7 @@ async def list_documents(request: Request, ctx: Ctx, window: paging.Paged,
                 "total": len(found), "next_cursor": None}
     return await documents.list_page(
         ctx.pool, tenant_id=principal.tenant_id, window=window,
-        state=documents.clean_state(status), search=documents.clean_search(search),
-        secret=ctx.settings.jwt_secret)
+        state=documents.clean_state(status), search=documents.clean_search(search))
 
 
 @get("/v1/documents/{doc_id:uuid}", tags=["documents"], responses=openapi.errors(404))

@@ -3,29 +3,59 @@
 
 -- name: upsert_events
 -- One statement per writer group, one row per distinct key (a statement may not touch one key
--- twice). A repeat only bumps the ingest counters, and counts a conflict when its payload hash
--- differs; payload, state and apply columns stay the first delivery's (docs/decisions/0135).
--- RETURNING gives the stored hash, so the writer tells duplicate from conflict.
-INSERT INTO event_ledger AS l (tenant_id, source_system, source_event_id, source_sequence,
-                               source_emitted_at, type, payload, payload_sha256)
-SELECT * FROM unnest(%(tenant_id)s::uuid[], %(source_system)s::text[],
-                     %(source_event_id)s::text[], %(source_sequence)s::bigint[],
-                     %(source_emitted_at)s::timestamptz[], %(type)s::text[],
-                     %(payload)s::jsonb[], %(payload_sha256)s::text[])
-ON CONFLICT (tenant_id, source_system, source_event_id) DO UPDATE SET
-    ingest_attempt_count = l.ingest_attempt_count + 1,
-    ingest_last_seen_at = now(),
-    conflict_count = l.conflict_count
-        + (l.payload_sha256 <> EXCLUDED.payload_sha256)::int,
-    last_conflict_sha256 = CASE WHEN l.payload_sha256 <> EXCLUDED.payload_sha256
-                                THEN EXCLUDED.payload_sha256 ELSE l.last_conflict_sha256 END,
-    last_conflict_at = CASE WHEN l.payload_sha256 <> EXCLUDED.payload_sha256
-                            THEN now() ELSE l.last_conflict_at END
-RETURNING (xmax = 0) AS inserted, ledger_id, tenant_id, source_system, source_event_id,
-          payload_sha256;
+-- twice). A repeat only bumps the ingest counters, and counts a conflict when it differs from
+-- the stored event (payload hash, type, sequence or emitted time); payload, state and apply
+-- columns stay the first delivery's (docs/decisions/0135, 0191).
+-- Ledger ids are arrival order, which "newest wins" falls back on (ADR 0140): they are drawn in
+-- the group's array order (rank 0..n-1; a function scan yields its rows in order), while
+-- rows are inserted, and so locked, in key order, as every writer does (fewer deadlocks).
+-- The result names each key's rank and the stored envelope, so the writer tells new,
+-- duplicate and each kind of conflict apart; the time as whole microseconds, which a stored
+-- value outside Python's range cannot break.
+WITH input AS (
+    -- The group as one JSON array of rows (orjson on the gateway): eight Postgres arrays cost
+    -- the gateway more CPU to write, per event, than the rest of the intake path.
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
+        AS t (rank int, tenant_id uuid, source_system text, source_event_id text,
+              source_sequence bigint, source_emitted_at timestamptz, type text, payload jsonb,
+              payload_sha256 text)
+), ids AS MATERIALIZED (
+    SELECT g AS rank, nextval(pg_get_serial_sequence('event_ledger', 'ledger_id')) AS ledger_id
+    FROM generate_series(0, %(n)s - 1) AS g
+), up AS (
+    INSERT INTO event_ledger AS l (ledger_id, tenant_id, source_system, source_event_id,
+                                   source_sequence, source_emitted_at, type, payload,
+                                   payload_sha256)
+    SELECT ids.ledger_id, i.tenant_id, i.source_system, i.source_event_id, i.source_sequence,
+           i.source_emitted_at, i.type, i.payload, i.payload_sha256
+    FROM input i JOIN ids USING (rank)
+    ORDER BY i.tenant_id, i.source_system, i.source_event_id
+    ON CONFLICT (tenant_id, source_system, source_event_id) DO UPDATE SET
+        ingest_attempt_count = l.ingest_attempt_count + 1,
+        ingest_last_seen_at = now(),
+        conflict_count = l.conflict_count + (
+            l.payload_sha256 <> EXCLUDED.payload_sha256 OR l.type <> EXCLUDED.type
+            OR l.source_sequence IS DISTINCT FROM EXCLUDED.source_sequence
+            OR l.source_emitted_at IS DISTINCT FROM EXCLUDED.source_emitted_at)::int,
+        last_conflict_sha256 = CASE WHEN l.payload_sha256 <> EXCLUDED.payload_sha256
+                                    THEN EXCLUDED.payload_sha256 ELSE l.last_conflict_sha256 END,
+        last_conflict_at = CASE WHEN l.payload_sha256 <> EXCLUDED.payload_sha256
+                                     OR l.type <> EXCLUDED.type
+                                     OR l.source_sequence IS DISTINCT FROM EXCLUDED.source_sequence
+                                     OR l.source_emitted_at IS DISTINCT FROM EXCLUDED.source_emitted_at
+                                THEN now() ELSE l.last_conflict_at END
+    RETURNING (xmax = 0) AS inserted, ledger_id, tenant_id, source_system, source_event_id,
+              payload_sha256, type, source_sequence,
+              CASE WHEN isfinite(source_emitted_at)
+                   THEN (extract(epoch FROM source_emitted_at) * 1000000)::bigint END AS emitted_us
+)
+SELECT i.rank, up.inserted, up.ledger_id, up.payload_sha256, up.type, up.source_sequence,
+       up.emitted_us
+FROM up JOIN input i USING (tenant_id, source_system, source_event_id);
 
 -- name: count_repeats
 -- Further deliveries of keys that the same group already upserted once: the counters only.
+-- conflicts counts every differing delivery; conflict_sha256 is the last differing payload.
 UPDATE event_ledger AS l SET
     ingest_attempt_count = l.ingest_attempt_count + r.repeats,
     ingest_last_seen_at = now(),

@@ -3,13 +3,17 @@ code, and never takes the rest of the batch with it (DESIGN.md "Event ledger")."
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
+
+import orjson
 
 # Bounds the ledger's CHECK constraints also hold (migrations/0018_event_ledger.sql).
 MAX_SOURCE_SYSTEM = 100
@@ -18,6 +22,61 @@ MAX_TYPE = 100
 MAX_SEQUENCE = 2**63 - 1
 FIELDS = {"source_system", "source_event_id", "source_sequence", "source_emitted_at", "type",
           "payload"}
+# A JSON number with more digits than this is refused (number_too_large), per event. Far beyond
+# any value a contract takes, and far below the 4,300 digits past which Python refuses to turn
+# text into an int: a stored payload the worker could not read back would stall its apply.
+MAX_NUMBER_DIGITS = 1000
+# How far ahead of this gateway's clock a source_emitted_at may be (EVENTS_MAX_FUTURE_SKEW_S).
+DEFAULT_FUTURE_SKEW_S = 86400.0
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# A real U+0000 in canonical JSON text: "\u0000" after an even number of backslashes (an odd
+# number makes it the six characters of text "\u0000", which jsonb takes).
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                            allow_nan=False)
+NUL_DETAIL = ("payload holds a NUL character (U+0000), which cannot be stored; remove it or "
+              "encode it.")
+
+
+class TooLarge:
+    """Stands in for a number the body parser would not turn into a Python value (see
+    ``loads``), so the event that holds it is refused alone with number_too_large."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _int(text: str) -> int | TooLarge:
+    digits = len(text) - text.startswith("-")
+    return TooLarge(digits) if digits > MAX_NUMBER_DIGITS else int(text)
+
+
+def _float(text: str) -> float | TooLarge:
+    value = float(text)  # a float never fails: too large becomes inf
+    return value if math.isfinite(value) else TooLarge(len(text))
+
+
+# Nineteen digits in a row: a number orjson might read as a float (it keeps integers exactly up
+# to 2^64 only), or just a long id in a string; either way the exact parser takes the body.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+def loads(body: bytes) -> Any:
+    """The request body as JSON, with each huge number left as a TooLarge marker instead of
+    failing the whole body: one event's 5,000-digit amount is that event's error.
+
+    orjson first (several times faster; intake is CPU-bound), when the body holds no run of
+    19 digits: then it reads every number exactly as Python's own parser would. Whatever orjson
+    refuses (a number too big for a float, a lone surrogate, NaN) goes to the stdlib parser,
+    which takes it or says what is wrong."""
+    if not _LONG_DIGITS.search(body):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            return orjson.loads(body)
+    return json.loads(body, parse_int=_int, parse_float=_float)
 
 
 @dataclass(frozen=True)
@@ -44,65 +103,116 @@ class Refused(Exception):
         super().__init__(detail)
 
 
-def check(raw: Any, tenant_id: UUID, max_payload_bytes: int) -> Event:
+def check(raw: Any, tenant_id: UUID, max_payload_bytes: int, *,
+          max_future_skew_s: float = DEFAULT_FUTURE_SKEW_S, now: datetime | None = None) -> Event:
     """The event, or Refused with the first thing wrong with it."""
     if not isinstance(raw, dict):
         raise Refused("invalid_event", "Each event must be a JSON object.")
-    unknown = sorted(set(raw) - FIELDS)
+    unknown = raw.keys() - FIELDS
     if unknown:
-        raise Refused("unknown_field", f"Unknown field {unknown[0]!r}; an event has "
+        raise Refused("unknown_field", f"Unknown field {min(unknown)!r}; an event has "
                       "source_system, source_event_id, source_sequence, source_emitted_at, "
                       "type and payload.")
     payload = raw.get("payload")
     if not isinstance(payload, dict):
         raise Refused("invalid_payload", "payload must be a JSON object (one row of its type).")
-    payload_json = _canonical(payload)
-    if len(payload_json.encode()) > max_payload_bytes:
-        raise Refused("payload_too_large",
-                      f"payload is larger than {max_payload_bytes // 1024} KiB; split it.")
+    payload_json, data = _canonical(payload)
+    _fits(data, max_payload_bytes)
     return Event(
         tenant_id=tenant_id,
         source_system=_text(raw, "source_system", MAX_SOURCE_SYSTEM),
         source_event_id=_text(raw, "source_event_id", MAX_SOURCE_EVENT_ID),
         source_sequence=_sequence(raw.get("source_sequence")),
-        source_emitted_at=_emitted_at(raw.get("source_emitted_at")),
+        source_emitted_at=_emitted_at(raw.get("source_emitted_at"), now=now,
+                                      skew_s=max_future_skew_s),
         type=_text(raw, "type", MAX_TYPE),
         payload_json=payload_json,
-        payload_sha256=hashlib.sha256(payload_json.encode()).hexdigest(),
+        payload_sha256=hashlib.sha256(data).hexdigest(),
     )
 
 
-def _canonical(payload: dict) -> str:
+def canonical(payload: dict, max_bytes: int) -> str:
+    """The payload as stored (sorted keys, no spaces), or Refused: also how an operator's edit
+    is checked (gateway/events/replay.py)."""
+    text, data = _canonical(payload)
+    _fits(data, max_bytes)
+    return text
+
+
+def _fits(data: bytes, max_bytes: int) -> None:
+    if len(data) > max_bytes:
+        raise Refused("payload_too_large",
+                      f"payload is larger than {max_bytes // 1024} KiB; split it.")
+
+
+def _canonical(payload: dict) -> tuple[str, bytes]:
+    """(canonical JSON, its UTF-8) or Refused. Per event on the intake path, so the common
+    case is one dumps, one encode and one regex search, all in C."""
     try:
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
-        text.encode()  # a lone surrogate ("\ud800") cannot be stored
+        text = _ENCODER.encode(payload)
+        data = text.encode()  # a lone surrogate ("\ud800") cannot be stored
+    except TypeError as exc:
+        _scan(payload)  # a TooLarge marker: say which refusal
+        raise Refused("invalid_payload", "payload holds a value that is not JSON.") from exc
     except (ValueError, UnicodeError) as exc:
         raise Refused("invalid_payload", "payload holds a value that cannot be stored "
-                      "(broken Unicode or a non-finite number).") from exc
-    if "\\u0000" in text:  # Postgres jsonb refuses NUL characters in strings
-        raise Refused("invalid_payload", "payload holds a NUL character, which cannot be stored.")
-    return text
+                      "(broken Unicode or a number out of range).") from exc
+    if "\\u0000" in text and _NUL.search(text):
+        raise Refused("payload_has_nul", NUL_DETAIL)
+    return text, data
+
+
+def _scan(payload: dict) -> None:
+    """Refuse what jsonb cannot hold or the worker could not read back: a NUL character in a
+    key or string (the six characters ``\\u0000`` as text are fine), a huge number. A loop,
+    not recursion: the depth is the body parser's to bound."""
+    stack: list[Any] = [payload]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str) and "\x00" in value:
+            raise Refused("payload_has_nul", NUL_DETAIL)
+        elif isinstance(value, TooLarge):
+            raise Refused("number_too_large", "payload holds a number too large to keep "
+                          f"(more than {MAX_NUMBER_DIGITS} digits, or beyond a float's range); "
+                          "send it as text.")
 
 
 def _text(raw: dict, name: str, limit: int) -> str:
     value = raw.get(name)
-    if not isinstance(value, str) or not value.strip():
+    if value is not None and not isinstance(value, str):
+        raise Refused(f"invalid_{name}", f"{name} must be a string, not {_kind(value)}.")
+    if value is None or not value.strip():
         raise Refused(f"missing_{name}", f"{name} is required: a non-empty string.")
     if len(value) > limit:
         raise Refused(f"invalid_{name}", f"{name} must be at most {limit} characters.")
-    if "\x00" in value or not value.isprintable():
+    if not value.isprintable():  # NUL and other control characters included
         raise Refused(f"invalid_{name}", f"{name} may hold printable characters only.")
-    try:
-        value.encode()
-    except UnicodeError as exc:
-        raise Refused(f"invalid_{name}", f"{name} holds broken Unicode.") from exc
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeError as exc:
+            raise Refused(f"invalid_{name}", f"{name} holds broken Unicode.") from exc
     return value
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, TooLarge):
+        return "a number"
+    return {bool: "true/false", int: "a number", float: "a number", list: "a list",
+            dict: "an object"}.get(type(value), "another type")
 
 
 def _sequence(value: Any) -> int | None:
     if value is None:
         return None
+    if isinstance(value, TooLarge):
+        raise Refused("number_too_large", "source_sequence must be a whole number from 0 to "
+                      f"2^63-1; this one has {value.digits} digits.")
     # bool is an int in Python but not a sequence number; 1.0 from a sloppy encoder is fine.
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
@@ -112,7 +222,12 @@ def _sequence(value: Any) -> int | None:
     return value
 
 
-def _emitted_at(value: Any) -> datetime | None:
+def _emitted_at(value: Any, *, now: datetime | None, skew_s: float) -> datetime | None:
+    """An aware time, in UTC. Refused: no offset, a UTC value outside what Postgres and Python
+    both hold (year 1 to 9999: ``0001-01-01T00:00:00+14:00`` is in year 0), or later than
+    this gateway's clock plus the allowed skew. Far-past times are taken: "newest
+    wins" then treats the event as older than any of its entity's events with a later time
+    (docs/decisions/0140, 0191)."""
     if value is None:
         return None
     try:
@@ -126,4 +241,19 @@ def _emitted_at(value: Any) -> datetime | None:
         raise Refused("invalid_source_emitted_at",
                       "source_emitted_at needs an offset (Z or +hh:mm): a time without one is "
                       "ambiguous.")
-    return parsed
+    try:
+        utc = parsed.astimezone(UTC)
+    except OverflowError as exc:
+        raise Refused("source_emitted_at_out_of_range", "source_emitted_at must lie between "
+                      "0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z in UTC.") from exc
+    if utc > (now or datetime.now(UTC)) + timedelta(seconds=skew_s):
+        raise Refused("source_emitted_at_in_future", "source_emitted_at is later than this "
+                      "server's clock allows (EVENTS_MAX_FUTURE_SKEW_S); check the source's "
+                      "clock.")
+    return utc
+
+
+def micros(value: datetime | None) -> int | None:
+    """A time as whole microseconds since 1970 (negative before): how the writer compares a
+    resend's time with the stored one, exactly."""
+    return None if value is None else (value - EPOCH) // timedelta(microseconds=1)

@@ -1,5 +1,6 @@
-"""Event ledger reads and replay over HTTP (docs/decisions/0142): GET /v1/events,
-GET /v1/events/{ledger_id}, POST /v1/events/replay.
+"""Event ledger reads and replay over HTTP (docs/decisions/0142, 0194): GET /v1/events,
+GET /v1/events/{ledger_id}, POST /v1/events/replay, and one event's discard and
+edit-and-replay (POST /v1/events/{ledger_id}/discard, /edit).
 
 Admins only (a tenant admin sees and replays their own tenant's events; an operator every
 tenant's, or one with ?tenant_id=). The tenant comes from the verified token, never from the
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 from litestar import Request, get, post
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.params import FromPath, FromQuery, JSONBody, Parameter, PathParameter, QueryParameter
+from msgspec import Meta
 
 from gateway import auth, openapi
 from gateway.context import Context, Ctx
@@ -25,23 +27,57 @@ TAGS = ["events"]
 GUARDS = [auth.admin_only]
 
 
+# Ids up to 2**53: what every JSON reader holds exactly (Postgres' bigint holds more).
+LedgerId = Annotated[int, Meta(ge=1, le=2**53)]
+FilterText = Annotated[str, Meta(max_length=replay.MAX_FILTER_CHARS, pattern=openapi.NO_NUL)]
+if TYPE_CHECKING:
+    State = str
+else:
+    State = Literal[replay.STATES]  # an enum in /schema (ADR 0200)
+
+
 @dataclass
 class ReplayRequest:
-    ledger_ids: list[int] = field(default_factory=list)
+    ledger_ids: list[LedgerId] = field(default_factory=list)
     # A filter instead of ids: every dead letter matching it (all: true with no filter = all).
     all: bool = False
-    source_system: str | None = None
-    type: str | None = None
-    error: str | None = None
+    source_system: FilterText | None = None
+    type: FilterText | None = None
+    error: FilterText | None = None
+
+
+# replay_events' rule, as /schema declares it: some ids, or a filter, never both.
+_IDS = {"required": ["ledger_ids"], "properties": {"ledger_ids": {"minItems": 1}}}
+_FILTERED = {"anyOf": [{"required": ["all"], "properties": {"all": {"const": True}}}] + [
+    {"required": [name], "properties": {name: {"type": "string", "minLength": 1}}}
+    for name in ("source_system", "type", "error")]}
+Replay = Annotated[ReplayRequest, Meta(extra_json_schema={"oneOf": [
+    {**_IDS, "not": _FILTERED}, {**_FILTERED, "not": _IDS}]})]
+
+
+@dataclass
+class DiscardRequest:
+    reason: str
+
+
+@dataclass
+class EditRequest:
+    payload: dict[str, Any]
+    reason: str
 
 
 @get("/v1/events", guards=GUARDS, tags=TAGS, responses=openapi.errors(400, 503))
 async def list_events(request: Request, ctx: Ctx,
                       # `state` is a name Litestar reserves for the app state.
-                      wanted_state: Annotated[str | None, QueryParameter(name="state")] = None,
-                      source_system: FromQuery[str | None] = None,
-                      type: FromQuery[str | None] = None, error: FromQuery[str | None] = None,
-                      limit: FromQuery[int] = 100, offset: FromQuery[int] = 0,
+                      wanted_state: Annotated[State | None, QueryParameter(name="state")] = None,
+                      source_system: Annotated[str | None, Parameter(
+                          max_length=replay.MAX_FILTER_CHARS, pattern=openapi.NO_NUL)] = None,
+                      type: Annotated[str | None, Parameter(
+                          max_length=replay.MAX_FILTER_CHARS, pattern=openapi.NO_NUL)] = None,
+                      error: Annotated[str | None, Parameter(
+                          max_length=replay.MAX_FILTER_CHARS, pattern=openapi.NO_NUL)] = None,
+                      limit: Annotated[int, Parameter(ge=1, le=replay.MAX_LIMIT)] = 100,
+                      offset: Annotated[int, Parameter(ge=0, le=2**53)] = 0,
                       tenant_id: FromQuery[UUID | None] = None) -> dict:
     """Your tenant's ledger events, newest first, filtered by state, source, type and error."""
     wanted = replay.Filter.of(state=wanted_state, source_system=source_system, type=type, error=error)
@@ -50,14 +86,15 @@ async def list_events(request: Request, ctx: Ctx,
 
 
 @get("/v1/events/{ledger_id:int}", guards=GUARDS, tags=TAGS, responses=openapi.errors(404, 503))
-async def show_event(ledger_id: FromPath[int], request: Request, ctx: Ctx) -> dict:
+async def show_event(ledger_id: Annotated[int, PathParameter(ge=1, le=2**53)], request: Request,
+                     ctx: Ctx) -> dict:
     """One event in full: payload, apply state and error, and the replays that touched it."""
     return await _call(ctx, replay.show, ledger_id, tenant_id=_scope(request, None))
 
 
 @post("/v1/events/replay", guards=GUARDS, tags=TAGS, status_code=200,
       responses=openapi.errors(400, 503))
-async def replay_events(data: JSONBody[ReplayRequest], request: Request, ctx: Ctx) -> dict:
+async def replay_events(data: JSONBody[Replay], request: Request, ctx: Ctx) -> dict:
     """Reset dead letters (chosen ids, or all matching a filter) to pending, on the record."""
     principal = auth.current(request)
     filtered = data.all or any((data.source_system, data.type, data.error))
@@ -73,7 +110,32 @@ async def replay_events(data: JSONBody[ReplayRequest], request: Request, ctx: Ct
                        ledger_ids=data.ledger_ids or None, wanted=wanted)
 
 
-ROUTES = [list_events, show_event, replay_events]
+@post("/v1/events/{ledger_id:int}/discard", guards=GUARDS, tags=TAGS, status_code=200,
+      responses=openapi.errors(400, 404, 409, 503))
+async def discard_event(ledger_id: FromPath[int], data: JSONBody[DiscardRequest],
+                        request: Request, ctx: Ctx) -> dict:
+    """Set a pending or dead-letter event aside for good (never applied), saying why. A resend
+    of it stays a duplicate. 409 `event_settled` once it was applied or discarded."""
+    principal = auth.current(request)
+    return await _call(ctx, replay.discard, ledger_id, tenant_id=_scope(request, None),
+                       actor=f"user:{principal.user_id}", actor_user_id=principal.user_id,
+                       reason=data.reason)
+
+
+@post("/v1/events/{ledger_id:int}/edit", guards=GUARDS, tags=TAGS, status_code=200,
+      responses=openapi.errors(400, 404, 409, 503))
+async def edit_event(ledger_id: FromPath[int], data: JSONBody[EditRequest], request: Request,
+                     ctx: Ctx) -> dict:
+    """Replace a pending or dead-letter event's payload and apply it again (due now, a fresh
+    attempt budget), saying why; the payload it replaced stays on the record."""
+    principal = auth.current(request)
+    return await _call(ctx, replay.edit, ledger_id, tenant_id=_scope(request, None),
+                       actor=f"user:{principal.user_id}", actor_user_id=principal.user_id,
+                       reason=data.reason, payload=data.payload,
+                       max_payload_bytes=ctx.settings.events_max_payload_kb * 1024)
+
+
+ROUTES = [list_events, show_event, replay_events, discard_event, edit_event]
 
 
 def _scope(request: Request, asked: UUID | None) -> UUID | None:

@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, post
-from litestar.params import FromPath, FromQuery, JSONBody
+from litestar.params import FromPath, JSONBody, Parameter
 from litestar.types import ControllerRouterHandler
+from msgspec import Meta
 
 from gateway import auth, openapi
 from gateway.context import Ctx
@@ -43,7 +44,10 @@ class CommitPending(errors.ServiceUnavailable):
 # ── API keys: a tenant admin's ─────────────────────────────────────────────────────────────
 @dataclass
 class NewKeyRequest:
-    name: str
+    # keys.create's rule as /schema declares it.
+    name: Annotated[str, Meta(max_length=100, pattern=openapi.NON_BLANK,
+                              description="name must be 1 to 100 characters, e.g. "
+                                          "'billing-system'.")]
 
 
 @post("/", status_code=201, responses=openapi.errors(400))
@@ -74,13 +78,31 @@ api_keys = Router("/v1/api-keys", route_handlers=[create_key, list_keys, revoke_
 
 
 # ── intake: a producer's, with its API key ─────────────────────────────────────────────────
+# /schema: the batch this route reads by hand. Each item is judged on its own (a refused one
+# is an outcome of the 202), so the array's items are any JSON; its size limits are 413s.
+EVENTS_BODY = openapi.json_body({"type": "array", "minItems": 1, "items": {}}, (
+    "A JSON array of events, each an object of source_system, source_event_id, optional "
+    "source_sequence and source_emitted_at, type and payload (an object). At most "
+    "EVENTS_MAX_BATCH events and EVENTS_MAX_BODY_KB of JSON (else 413)."))
+
+
 @post("/v1/events", opt={"api_key": "only"}, request_max_body_size=None, status_code=202,
-      tags=["events"], responses=openapi.errors(400, 401, 413, 429, 503))
+      tags=["events"], responses=openapi.errors(400, 401, 413, 429, 503),
+      operation_class=EVENTS_BODY)
 async def post_events(request: Request, ctx: Ctx) -> dict:
     """Up to EVENTS_MAX_BATCH events as a JSON array, sent with 'X-Api-Key'. The answer comes
     after the accepted events committed and gives each event's outcome, in order: new,
-    duplicate (seen before, same payload), conflict (seen before with another payload; the
-    first is kept) or rejected (with a code; the others are still taken).
+    duplicate (seen before, identical), conflict (seen before with another payload, type,
+    source_sequence or source_emitted_at: `code` says which; the first is kept) or rejected
+    (with a code; the others are still taken).
+
+    `source_emitted_at` needs an offset and must not be later than the server's clock plus
+    EVENTS_MAX_FUTURE_SKEW_S (default one day; `source_emitted_at_in_future`) nor outside
+    years 1-9999 in UTC (`source_emitted_at_out_of_range`).
+
+    Order: when two events of one batch change the same record and neither a
+    `source_sequence` (of the same source system) nor a `source_emitted_at` tells which is
+    newer, the later one in the array wins.
 
     Workers then apply each event by its `type`: `judgment.upserted` and `plaintiff.upserted`
     carry one row of that contract (GET /v1/contracts/{name}), keyed by its column or field
@@ -90,6 +112,7 @@ async def post_events(request: Request, ctx: Ctx) -> dict:
     caller: keys.KeyCaller = request.state.key_caller
     settings = ctx.settings
     raw = _parse(await _read_body(request, settings.events_max_body_kb * 1024))
+    now = datetime.now(UTC)
     if len(raw) > settings.events_max_batch:
         raise TooManyEvents(f"A batch may hold at most {settings.events_max_batch} events; "
                             f"this one holds {len(raw)}.")
@@ -97,12 +120,13 @@ async def post_events(request: Request, ctx: Ctx) -> dict:
     checked: list[tuple[int, intake.Event]] = []
     for i, item in enumerate(raw):
         try:
-            checked.append((i, intake.check(item, caller.tenant_id,
-                                            settings.events_max_payload_kb * 1024)))
+            checked.append((i, intake.check(
+                item, caller.tenant_id, settings.events_max_payload_kb * 1024,
+                max_future_skew_s=settings.events_max_future_skew_s, now=now)))
         except intake.Refused as exc:
             outcomes[i] = {"outcome": "rejected", "code": exc.code, "detail": exc.detail}
-    futures = ctx.events.submit([event for _, event in checked]) if checked else []
-    results = await _committed(futures, settings.events_commit_timeout_s)
+    results = await _committed(ctx.events.submit([event for _, event in checked]),
+                               settings.events_commit_timeout_s) if checked else []
     for (i, _), result in zip(checked, results, strict=True):
         outcomes[i] = result
     counts = dict.fromkeys(OUTCOMES, 0)
@@ -125,7 +149,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 def _parse(body: bytes) -> list[Any]:
     try:
-        raw = json.loads(body)
+        raw = intake.loads(body)
     except (ValueError, UnicodeError) as exc:
         raise errors.InvalidRequest("The body must be a JSON array of events.") from exc
     if not isinstance(raw, list) or not raw:
@@ -133,31 +157,22 @@ def _parse(body: bytes) -> list[Any]:
     return raw
 
 
-async def _committed(futures: list[asyncio.Future[dict[str, Any]]],
-                     timeout_s: float) -> list[dict[str, Any]]:
-    if not futures:
-        return []
-    _, pending = await asyncio.wait(futures, timeout=timeout_s)
-    if pending:
-        for future in pending:
-            future.cancel()  # the writer may still commit them; a resend is a duplicate
-        raise CommitPending()
-    results = []
-    for future in futures:
-        exc = future.exception()
-        if isinstance(exc, Unstorable):
-            results.append({"outcome": "rejected", "code": "unstorable",
-                            "detail": "The database refused this event; check its values."})
-        elif exc is not None:
-            raise exc
-        else:
-            results.append(future.result())
-    return results
+async def _committed(future: asyncio.Future[list[Any]], timeout_s: float) -> list[dict[str, Any]]:
+    try:
+        # On timeout the future is cancelled: the writer may still commit the events, and a
+        # resend is then a duplicate.
+        settled = await asyncio.wait_for(future, timeout_s)
+    except TimeoutError:
+        raise CommitPending() from None
+    return [{"outcome": "rejected", "code": "unstorable",
+             "detail": "The database refused this event; check its values."}
+            if isinstance(result, Unstorable) else result for result in settled]
 
 
 @get("/v1/events/cursor", opt={"api_key": "also"}, tags=["events"],
       responses=openapi.errors(400, 401, 403))
-async def cursor(request: Request, ctx: Ctx, source_system: FromQuery[str]) -> dict:
+async def cursor(request: Request, ctx: Ctx, source_system: Annotated[str, Parameter(
+        min_length=1, max_length=intake.MAX_SOURCE_SYSTEM, pattern=openapi.NO_NUL)]) -> dict:
     """The highest source_sequence stored without a gap from the lowest one, for this tenant
     and source (null: none stored): a reconnecting producer resends from the next one. With
     an API key, or as a signed-in admin."""

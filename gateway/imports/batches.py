@@ -13,7 +13,7 @@ import io
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 import orjson
@@ -42,11 +42,16 @@ def _walked_backwards(name: str) -> str:
 FROM_END = {suffix: _walked_backwards("page_errors" + suffix) for suffix in ("", "_by_code")}
 STATUSES = ("pending", "processing", "staging_complete", "promoting", "completed", "partial",
             "failed")
+if TYPE_CHECKING:
+    Status = str
+else:
+    Status = Literal[STATUSES]  # an enum in /schema (ADR 0200)
 EXPORT_CHUNK = 5000
 # A cell a spreadsheet would read as a formula (or a DDE payload) starts with one of these.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 NOT_FOUND = "No import batch with that id exists in your tenant."
 ErrorCode = Annotated[str | None, QueryParameter(name="errorCode", min_length=1, max_length=100,
+                                            pattern=openapi.NO_NUL,
                                             required=False,
                                             description="Only errors with this code.")]
 
@@ -77,7 +82,22 @@ def batch_status(row: dict[str, Any]) -> dict[str, Any]:
         "completedAt": _iso(row["completed_at"]),
         "source": row["source"],
         "sourceReference": row["source_reference"],
+        "file": file_read(row),
     } | ad_metrics(row)
+
+
+def file_read(row: dict[str, Any]) -> dict[str, Any]:
+    """How the worker read the file (docs/decisions/0170): the encoding, delimiter and decimal
+    separator it used (null until it read the file), the option the upload gave, and the rows
+    it skipped as export furniture, by reason."""
+    return {
+        "encoding": row.get("file_encoding"),
+        "delimiter": row.get("file_delimiter"),
+        "decimalSeparator": row.get("decimal_separator_read"),
+        "decimalSeparatorOption": row.get("decimal_separator") or "auto",
+        "rowsSkipped": row.get("rows_skipped") or 0,
+        "skippedReasons": row.get("skipped_reasons") or {},
+    }
 
 
 def ad_metrics(row: dict[str, Any]) -> dict[str, Any]:
@@ -92,8 +112,19 @@ def ad_metrics(row: dict[str, Any]) -> dict[str, Any]:
         "adSetsUpserted": row["ad_sets_upserted"],
         "adsUpserted": row["ads_upserted"],
         "dailyMetricsUpserted": row["daily_metrics_upserted"],
+        "periodMetricsUpserted": row.get("period_metrics_upserted") or 0,
         "affectedDates": [d.isoformat() for d in row["affected_dates"]],
+        # ids | names | ids_and_names: how campaigns, ad sets and ads were identified.
+        "entityKeys": row.get("entity_keys"),
+        # day | period | all_time, and the period's first and last day (docs/decisions/0174).
+        "reportGrain": row.get("report_grain"),
+        "reportPeriod": {"start": _day(row.get("report_period_start")),
+                         "end": _day(row.get("report_period_end"))},
     }}
+
+
+def _day(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
 
 
 def _listed(row: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +135,8 @@ def _listed(row: dict[str, Any]) -> dict[str, Any]:
 
 def _error(row: dict[str, Any], with_raw: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"rowNumber": row["row_number"], "errorCode": row["code"],
-                           "errorMessage": row["message"]}
+                           "errorMessage": row["message"], "severity": row["severity"],
+                           "field": row["field"]}
     if with_raw:
         out["rawData"] = row["raw"]
     return out
@@ -143,8 +175,9 @@ async def get_batch_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx,
                            window: paging.Paged,
                            error_code: ErrorCode = None) -> dict[str, Any]:
     """A batch's row errors and warnings in row order (BatchErrorsResult), `page`/`limit` at a
-    time; `totalErrors` counts all that match `errorCode`. `rawData` only for the tenant's
-    admins and the uploader."""
+    time, each with its `severity`; `totalErrors` counts the errors (critical) and
+    `totalWarnings` the warnings that match `errorCode`. `rawData` only for the tenant's admins
+    and the uploader."""
     principal = auth.current(request)
     batch = await _batch(ctx, principal.tenant_id, batch_id)
     keys: dict[str, Any] = {"tenant_id": principal.tenant_id, "batch_id": batch_id}
@@ -156,7 +189,8 @@ async def get_batch_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx,
         rows = await _error_page(conn, suffix, keys, total.get("n", 0), total.get("settled"),
                                  offset=(window.page - 1) * window.limit, limit=window.limit)
     with_raw = sees_raw(principal, batch)
-    return {"batchId": str(batch_id), "totalErrors": total.get("n", 0),
+    return {"batchId": str(batch_id), "totalErrors": total.get("errors", 0),
+            "totalWarnings": total.get("warnings", 0),
             "errors": [_error(r, with_raw) for r in rows]}
 
 
@@ -176,10 +210,11 @@ async def _error_page(conn: Any, suffix: str, keys: dict[str, Any], total: int,
     return rows[::-1]
 
 
-@get("/v1/imports", tags=["imports"], dependencies=paging.CURSORS)
+@get("/v1/imports", tags=["imports"], dependencies=paging.CURSORS,
+     opt={"error_codes": {"contract": "unknown_contract"}})
 async def list_imports(request: Request, ctx: Ctx, window: paging.Paged,
-                       status: FromQuery[str | None] = None,
-                       contract: FromQuery[str | None] = None) -> dict[str, Any]:
+                       status: FromQuery[Status | None] = None,
+                       contract: FromQuery[intake.ContractName | None] = None) -> dict[str, Any]:
     """The tenant's import batches, newest first, by `status` and `contract`; follow
     `next_cursor` to read them all."""
     principal = auth.current(request)
@@ -187,13 +222,11 @@ async def list_imports(request: Request, ctx: Ctx, window: paging.Paged,
         raise errors.InvalidRequest(f"status must be one of {', '.join(STATUSES)}.")
     if contract is not None and contract not in intake.CONTRACTS:
         raise intake.UnknownContract()
-    scope = ("imports", principal.tenant_id, status, contract)
-    secret = ctx.settings.jwt_secret
     async with ctx.pool.connection() as conn:
         rows = await (await conn.execute(Q["list_batches"], {
             "tenant_id": principal.tenant_id, "status": status, "contract": contract,
-            **window.params(secret, scope)})).fetchall()
-    return window.result(rows, _listed, secret=secret, scope=scope, key=("created_at", "batch_id"))
+            **window.params()})).fetchall()
+    return window.result(rows, _listed, key=("created_at", "batch_id"))
 
 
 @get("/v1/imports/{batch_id:uuid}/errors.csv", tags=["imports"], responses=openapi.errors(404))
@@ -204,7 +237,8 @@ async def export_errors(batch_id: FromPath[UUID], request: Request, ctx: Ctx) ->
     batch = await _batch(ctx, principal.tenant_id, batch_id)
     with_raw = sees_raw(principal, batch)
     rows = _export_rows(ctx, principal.tenant_id, batch_id, with_raw)
-    return Stream(rows, media_type="text/csv; charset=utf-8", headers={
+    # Litestar adds "; charset=utf-8" to a text/* type itself: named here too, it came twice.
+    return Stream(rows, media_type="text/csv", headers={
         "Content-Disposition": f'attachment; filename="batch-{batch_id}-errors.csv"'})
 
 

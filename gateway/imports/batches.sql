@@ -10,6 +10,10 @@ SELECT b.batch_id, b.contract, b.contract_version, b.file_name, b.file_hash, b.b
        -- ad metrics (migrations/0021): the batch page's per-entity counts
        b.platform, b.client_id, b.campaigns_upserted, b.ad_sets_upserted, b.ads_upserted,
        b.daily_metrics_upserted, b.affected_dates,
+       -- how the file was read (migrations/0030)
+       b.decimal_separator, b.file_encoding, b.file_delimiter, b.decimal_separator_read,
+       b.rows_skipped, b.skipped_reasons, b.entity_keys, b.report_grain,
+       b.report_period_start, b.report_period_end, b.period_metrics_upserted,
        b.db_duration_ms, b.created_at, b.started_at, b.completed_at, r.run_id
 FROM import_batches b
 LEFT JOIN ingestion_runs r ON r.batch_id = b.batch_id AND r.tenant_id = b.tenant_id
@@ -25,6 +29,10 @@ SELECT b.batch_id, b.contract, b.contract_version, b.file_name, b.file_hash, b.b
        -- ad metrics (migrations/0021): the batch page's per-entity counts
        b.platform, b.client_id, b.campaigns_upserted, b.ad_sets_upserted, b.ads_upserted,
        b.daily_metrics_upserted, b.affected_dates,
+       -- how the file was read (migrations/0030)
+       b.decimal_separator, b.file_encoding, b.file_delimiter, b.decimal_separator_read,
+       b.rows_skipped, b.skipped_reasons, b.entity_keys, b.report_grain,
+       b.report_period_start, b.report_period_end, b.period_metrics_upserted,
        b.db_duration_ms, b.created_at, b.started_at, b.completed_at, r.run_id,
        (SELECT count(*) FROM import_batches c WHERE c.tenant_id = %(tenant_id)s
           AND (%(status)s::text IS NULL OR c.status = %(status)s)
@@ -43,13 +51,26 @@ LIMIT %(limit)s OFFSET %(offset)s;
 -- "(code IS NULL OR code = …)": a generic plan of that form cannot pick the code index.
 
 -- name: count_errors
--- A finished batch's totals were taken when it finished (migrations/0027); an unfinished one's
--- are counted (the SubPlan runs only in that branch).
+-- A finished batch's totals were taken when it finished (migrations/0027, 0030); an unfinished
+-- one's are counted (the SubPlans run only in that branch). n: errors and warnings (the pages);
+-- errors and warnings apart (`totalErrors`, `totalWarnings`).
 SELECT CASE WHEN b.error_totals IS NOT NULL
             THEN (SELECT COALESCE(sum(value::bigint), 0)::bigint
                   FROM jsonb_each_text(b.error_totals))
             ELSE (SELECT count(*) FROM import_row_errors e WHERE e.batch_id = b.batch_id)
        END AS n,
+       CASE WHEN b.error_totals IS NOT NULL AND b.error_severity_totals IS NOT NULL
+            THEN (SELECT COALESCE(sum(value::bigint), 0)::bigint
+                  FROM jsonb_each_text(b.error_severity_totals -> 'critical'))
+            ELSE (SELECT count(*) FROM import_row_errors e
+                  WHERE e.batch_id = b.batch_id AND e.severity = 'critical')
+       END AS errors,
+       CASE WHEN b.error_totals IS NOT NULL AND b.error_severity_totals IS NOT NULL
+            THEN (SELECT COALESCE(sum(value::bigint), 0)::bigint
+                  FROM jsonb_each_text(b.error_severity_totals -> 'warning'))
+            ELSE (SELECT count(*) FROM import_row_errors e
+                  WHERE e.batch_id = b.batch_id AND e.severity = 'warning')
+       END AS warnings,
        b.error_totals IS NOT NULL AS settled
 FROM import_batches b
 WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s;
@@ -60,6 +81,16 @@ SELECT CASE WHEN b.error_totals IS NOT NULL
             ELSE (SELECT count(*) FROM import_row_errors e
                   WHERE e.batch_id = b.batch_id AND e.code = %(code)s)
        END AS n,
+       CASE WHEN b.error_totals IS NOT NULL AND b.error_severity_totals IS NOT NULL
+            THEN COALESCE((b.error_severity_totals -> 'critical' ->> %(code)s)::bigint, 0)
+            ELSE (SELECT count(*) FROM import_row_errors e
+                  WHERE e.batch_id = b.batch_id AND e.code = %(code)s AND e.severity = 'critical')
+       END AS errors,
+       CASE WHEN b.error_totals IS NOT NULL AND b.error_severity_totals IS NOT NULL
+            THEN COALESCE((b.error_severity_totals -> 'warning' ->> %(code)s)::bigint, 0)
+            ELSE (SELECT count(*) FROM import_row_errors e
+                  WHERE e.batch_id = b.batch_id AND e.code = %(code)s AND e.severity = 'warning')
+       END AS warnings,
        b.error_totals IS NOT NULL AS settled
 FROM import_batches b
 WHERE b.tenant_id = %(tenant_id)s AND b.batch_id = %(batch_id)s;

@@ -7,11 +7,12 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 from litestar import Request, Response, get, post
 from litestar.params import JSONBody
+from msgspec import Meta
 
 from gateway import auth, openapi
 from gateway.context import Ctx
@@ -19,6 +20,8 @@ from shared import db, errors
 
 Q = db.load_queries(Path(__file__).with_name("clients.sql"))
 MAX_NAME = 200  # ad_clients checks the same bound
+# Text with something visible and no control character (Unicode's Cc: C0, DEL and C1).
+NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
 
 
 class ClientExists(errors.Conflict):
@@ -35,21 +38,24 @@ class InvalidClientName(errors.InvalidRequest):
 
 def clean_name(name: str) -> str:
     """Trimmed, inner whitespace collapsed; control characters refused (they are never part
-    of a name and would hide one client behind another in a list)."""
+    of a name and would hide one client behind another in a list). Unicode's other "C"
+    characters (format, private use, unassigned) a pattern in /schema cannot list: kept."""
     cleaned = " ".join(name.split())
     if not 1 <= len(cleaned) <= MAX_NAME or any(
-            unicodedata.category(ch).startswith("C") for ch in cleaned):
+            unicodedata.category(ch) == "Cc" for ch in cleaned):
         raise InvalidClientName()
     return cleaned
 
 
 @dataclass
 class NewClient:
-    name: str
+    # clean_name's rule as /schema declares it: some text, no control character.
+    name: Annotated[str, Meta(max_length=MAX_NAME, pattern=NAME_PATTERN,
+                              description=InvalidClientName.__doc__)]
 
 
 @post("/v1/clients", status_code=201, guards=[auth.admin_only], tags=["imports"],
-      responses=openapi.errors(400, 409))
+      responses=openapi.errors(400, 409), opt={"error_codes": {"name": "invalid_client_name"}})
 async def create_client(data: JSONBody[NewClient], request: Request, ctx: Ctx) -> Response:
     """A new advertiser client of this tenant (admins): `{"name"}` → the client."""
     principal = auth.current(request)

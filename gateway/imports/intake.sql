@@ -6,25 +6,38 @@
 SELECT 1 FROM ad_clients WHERE tenant_id = %(tenant_id)s AND client_id = %(client_id)s;
 
 -- name: insert_batch
--- DO NOTHING on the (tenant, contract, file hash, platform, client) key (NULLS NOT DISTINCT,
--- docs/decisions/0146): of concurrent identical uploads exactly one gets a row back; the
--- others wait for its commit here, then get none (a duplicate).
+-- DO NOTHING on the (tenant, contract, file hash, platform, client, options) key (NULLS NOT
+-- DISTINCT, docs/decisions/0146, 0176): of concurrent identical uploads exactly one gets a row
+-- back; the others wait for its commit here, then get none (a duplicate). The same file with
+-- other options (error budget, force_partial, decimal separator) is another batch.
 INSERT INTO import_batches (tenant_id, contract, contract_version, file_name, file_hash,
                             byte_size, upload_uri, source, source_reference,
                             error_threshold_percent, force_partial, created_by,
-                            platform, client_id)
+                            platform, client_id, decimal_separator)
 VALUES (%(tenant_id)s, %(contract)s, %(contract_version)s, %(file_name)s, %(file_hash)s,
         %(byte_size)s, %(upload_uri)s, %(source)s, %(source_reference)s,
         %(error_threshold_percent)s, %(force_partial)s, %(created_by)s,
-        %(platform)s, %(client_id)s)
-ON CONFLICT (tenant_id, contract, file_hash, platform, client_id) DO NOTHING
+        %(platform)s, %(client_id)s, %(decimal_separator)s)
+ON CONFLICT (tenant_id, contract, file_hash, platform, client_id, options_key) DO NOTHING
 RETURNING batch_id;
 
 -- name: existing_batch
+-- The batch of the same file and options: options_key as migrations/0030 generates it.
 SELECT batch_id, status FROM import_batches
 WHERE tenant_id = %(tenant_id)s AND contract = %(contract)s AND file_hash = %(file_hash)s
   AND platform IS NOT DISTINCT FROM %(platform)s
-  AND client_id IS NOT DISTINCT FROM %(client_id)s;
+  AND client_id IS NOT DISTINCT FROM %(client_id)s
+  AND options_key = %(error_threshold_percent)s::numeric(5, 2)::text || '|'
+                    || %(force_partial)s::boolean::text || '|'
+                    || COALESCE(%(decimal_separator)s::text, 'auto');
+
+-- name: same_file_other_options
+-- The latest other batch of the same file (other options), for the answer to say so.
+SELECT batch_id FROM import_batches
+WHERE tenant_id = %(tenant_id)s AND contract = %(contract)s AND file_hash = %(file_hash)s
+  AND platform IS NOT DISTINCT FROM %(platform)s
+  AND client_id IS NOT DISTINCT FROM %(client_id)s AND batch_id <> %(batch_id)s
+ORDER BY created_at DESC LIMIT 1;
 
 -- name: insert_run
 -- The batch's run (docs/decisions/0090): the lease, heartbeat and crash guard work on it.

@@ -17,24 +17,28 @@ from litestar.params import FromQuery
 
 from gateway import auth, openapi
 from gateway.context import Context, Ctx
-from gateway.imports.intake import UnknownContract
+from gateway.imports.intake import ContractName, UnknownContract
 from shared import contracts, db
 
 Q = db.load_queries(Path(__file__).with_name("ops.sql"))
 
 
 @get("/v1/imports/ops", guards=[auth.admin_only], tags=["imports"],
-     responses=openapi.errors(400, 403))
-async def tenant_ops(request: Request, ctx: Ctx, contract: FromQuery[str | None] = None) -> dict:
+     responses=openapi.errors(400, 403), opt={"error_codes": {"contract": "unknown_contract"}})
+async def tenant_ops(request: Request, ctx: Ctx,
+                     contract: FromQuery[ContractName | None] = None) -> dict:
     """Your tenant's import errors of the last 7 days by code and contract, and its stale
     imports (unfinished and silent for over an hour)."""
     return await _views(ctx, auth.current(request).tenant_id, contract)
 
 
 @get("/v1/admin/imports/ops", guards=[auth.operator_only], tags=["admin"],
-     responses=openapi.errors(400, 403))
+     responses=openapi.errors(400, 403), opt={
+         "error_codes": {"contract": "unknown_contract"},
+         "operators_see": "every tenant's import errors and stale imports",
+         "tenant_view": "/v1/imports/ops"})
 async def fleet_ops(ctx: Ctx, tenant_id: FromQuery[UUID | None] = None,
-                    contract: FromQuery[str | None] = None) -> dict:
+                    contract: FromQuery[ContractName | None] = None) -> dict:
     """Every tenant's (or one tenant's) import errors of the last 7 days and stale imports."""
     return await _views(ctx, tenant_id, contract)
 

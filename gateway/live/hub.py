@@ -5,6 +5,10 @@ batch on the channel `df_live` (migrations/0025). This process listens on one co
 own, whatever the number of open pages, and hands each announcement to the streams of that
 announcement's tenant only. A stream holds no database connection: it waits on its own queue.
 See docs/decisions/0160-live-updates.md.
+
+Each tenant's events are numbered on their own (docs/decisions/0197). Streams are capped per
+process and per tenant, and every heartbeat one query finds the streams whose session has
+ended (sign-out, deactivation, password change) and ends them.
 """
 
 from __future__ import annotations
@@ -46,20 +50,41 @@ class Message:
 RESYNC = Message("live.resync", {})
 
 
+class TenantStreamsFull(errors.TooManyAttempts):
+    """Your tenant has too many live streams open on this server; the page checks for changes
+    itself meanwhile."""
+
+    code = "live_tenant_streams_full"
+
+
+@dataclass(frozen=True)
+class Session:
+    """Who opened a stream, as its token said: the stream lives while this session does."""
+
+    user_id: UUID
+    tenant_id: UUID
+    token_version: int
+
+
 @dataclass(eq=False)
 class Subscriber:
     tenant_id: UUID
     queue: asyncio.Queue[Message | None]
     # Set when the stream fell too far behind: its queue ends with None, and it reconnects.
     dropped: bool = False
+    # None: not watched (AUTH_ENABLED=false in dev mode has no sessions to end).
+    session: Session | None = None
 
 
 class Hub:
     def __init__(self, database_url: str, pool: db.AsyncPool, *, max_streams: int,
-                 queue_size: int, registry: CollectorRegistry | None = None) -> None:
+                 queue_size: int, registry: CollectorRegistry | None = None,
+                 max_per_tenant: int | None = None, session_check_s: float = 15.0) -> None:
         self._url = database_url
         self._pool = pool
         self._max = max_streams
+        self._max_per_tenant = max_per_tenant or max_streams
+        self._session_check_s = session_check_s
         self._queue_size = queue_size
         self._by_tenant: dict[UUID, set[Subscriber]] = {}
         self._count = 0
@@ -72,13 +97,20 @@ class Hub:
                   registry=registry).set_function(lambda: int(self.listening.is_set()))
 
     # ── streams ───────────────────────────────────────────────────────────────────────────
-    def check_room(self) -> None:
+    def check_room(self, tenant_id: UUID) -> None:
+        """Room for one more stream of ``tenant_id``: under this process's cap and under the
+        tenant's share of it, so one tenant (one user with many tabs, a script) cannot take
+        every place of the gateway."""
         if self._count >= self._max:
             raise errors.LiveStreamsFull()
+        if len(self._by_tenant.get(tenant_id, ())) >= self._max_per_tenant:
+            raise TenantStreamsFull(retry_after_s=30, detail=(
+                f"Your tenant already has {self._max_per_tenant} live streams open on this "
+                "server; close some pages (they check for changes themselves meanwhile)."))
 
-    def subscribe(self, tenant_id: UUID) -> Subscriber:
-        self.check_room()
-        sub = Subscriber(tenant_id, asyncio.Queue(self._queue_size))
+    def subscribe(self, tenant_id: UUID, session: Session | None = None) -> Subscriber:
+        self.check_room(tenant_id)
+        sub = Subscriber(tenant_id, asyncio.Queue(self._queue_size), session=session)
         self._by_tenant.setdefault(tenant_id, set()).add(sub)
         self._count += 1
         return sub
@@ -102,10 +134,7 @@ class Hub:
         with Last-Event-ID to another gateway, or to this one once it is back."""
         for subs in list(self._by_tenant.values()):
             for sub in list(subs):
-                sub.dropped = True
-                while not sub.queue.empty():
-                    sub.queue.get_nowait()
-                sub.queue.put_nowait(None)
+                _end(sub)
 
     @property
     def open_streams(self) -> int:
@@ -113,15 +142,65 @@ class Hub:
 
     async def backlog(self, tenant_id: UUID, after: int) -> list[Message]:
         """The tenant's events after `after` (a Last-Event-ID), oldest first; RESYNC last when
-        there were more than a stream should replay."""
+        there were more than a stream should replay, or when `after` is no id of this tenant's
+        (an id of the old global numbering)."""
         async with self._pool.connection() as conn:
             rows = await (await conn.execute(Q["events_after"], {
                 "tenant_id": tenant_id, "after": after, "limit": BACKLOG_MAX + 1})).fetchall()
+            last = None if rows else await (await conn.execute(Q["last_seq"], {
+                "tenant_id": tenant_id})).fetchone()
+        if not rows and after > (last["last_seq"] if last else 0):
+            return [RESYNC]
         messages = [_event_message(r) for r in rows[:BACKLOG_MAX]]
         return [*messages, RESYNC] if len(rows) > BACKLOG_MAX else messages
 
+    # ── sessions ──────────────────────────────────────────────────────────────────────────
+    async def watch_sessions_forever(self) -> None:
+        """Every SESSION_CHECK interval (the heartbeat), end the streams whose session ended."""
+        while True:
+            await asyncio.sleep(self._session_check_s)
+            try:
+                await self.end_ended_sessions()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.warning("live streams' sessions could not be checked", exc_info=True)
+
+    async def end_ended_sessions(self) -> int:
+        watched: dict[Session, list[Subscriber]] = {}
+        for tenant_subs in self._by_tenant.values():
+            for sub in tenant_subs:
+                if sub.session is not None and not sub.dropped:
+                    watched.setdefault(sub.session, []).append(sub)
+        if not watched:
+            return 0
+        sessions = list(watched)
+        async with self._pool.connection() as conn:
+            rows = await (await conn.execute(Q["ended_sessions"], {
+                "user_ids": [s.user_id for s in sessions],
+                "tenant_ids": [s.tenant_id for s in sessions],
+                "versions": [s.token_version for s in sessions]})).fetchall()
+        ended = {(r["user_id"], r["token_version"]) for r in rows}
+        count = 0
+        for session, streams in watched.items():
+            if (session.user_id, session.token_version) in ended:
+                for sub in streams:
+                    _end(sub)
+                    count += 1
+        if count:
+            log.info("live streams ended with their sessions", extra={"streams": count})
+        return count
+
     # ── the listener ──────────────────────────────────────────────────────────────────────
     async def run_forever(self, *, retry_max_s: float = 30.0) -> None:
+        """The listener, and beside it the session watch."""
+        watch = asyncio.create_task(self.watch_sessions_forever(), name="live-sessions")
+        try:
+            await self._listen_forever(retry_max_s=retry_max_s)
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+
+    async def _listen_forever(self, *, retry_max_s: float) -> None:
         """Listen, dispatch, and after a lost connection listen again with backoff; streams
         stay open meanwhile and are told to resync once the listener is back."""
         delay, lost = 0.5, False
@@ -156,7 +235,7 @@ class Hub:
         if tenant_id not in self._by_tenant:
             return  # nobody of this tenant is watching: not even the event's body is read
         if note["kind"] == "event":
-            message = await self._event(tenant_id, int(note["seq"]))
+            message = await self._event(tenant_id, int(note["tenant_seq"]))
         elif note["kind"] == "run":
             message = Message("run.status", {k: note.get(k) for k in (
                 "run_id", "batch_id", "status", "stage")})
@@ -199,8 +278,18 @@ class Hub:
             sub.queue.put_nowait(None)
 
 
+def _end(sub: Subscriber) -> None:
+    """End a stream: its queue ends with None, and the browser reconnects (or, for an ended
+    session, is refused and signs in again)."""
+    sub.dropped = True
+    while not sub.queue.empty():
+        sub.queue.get_nowait()
+    sub.queue.put_nowait(None)
+
+
 def _event_message(row: dict[str, Any]) -> Message:
     return Message(row["event_type"], {
         "event_id": str(row["event_id"]), "event_type": row["event_type"],
         "batch_id": str(row["batch_id"]) if row["batch_id"] else None,
-        "created_at": row["created_at"].isoformat(), "payload": row["payload"]}, row["seq"])
+        "created_at": row["created_at"].isoformat(), "payload": row["payload"]},
+        row["tenant_seq"])

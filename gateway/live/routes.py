@@ -38,28 +38,35 @@ LastEventId = Annotated[str | None, HeaderParameter(
 
 @get("/v1/live", tags=["live"], media_type="text/event-stream",
      response_description="A text/event-stream of the tenant's events (see above).",
-     responses=openapi.errors(400, 503))
+     responses=openapi.errors(400, 429, 503))
 async def live(request: Request, ctx: Ctx,
                last_event_id: LastEventId = None) -> ServerSentEvent:
     """Server-sent events for the caller's tenant: each new outbox event (`ingestion.complete`,
     `webhook.test`, with its id), run and import-batch status changes (`run.status`,
     `batch.status`, no id), and `live.resync` when something may have been missed. A comment
     every few seconds keeps the connection open; the stream ends after a while and the client
-    reconnects with `Last-Event-ID`. 503 `live_streams_full` when this server has too many."""
+    reconnects with `Last-Event-ID`. Event ids count this tenant's events only. The stream
+    ends within a heartbeat once its session ends (sign-out, deactivation, password change).
+    503 `live_streams_full` when this server has too many streams, 429
+    `live_tenant_streams_full` when the caller's tenant has LIVE_MAX_STREAMS_PER_TENANT."""
     hub: live_hub.Hub = ctx.live
-    hub.check_room()  # refuse with a proper answer while one can still be given
+    principal = auth.current(request)
+    hub.check_room(principal.tenant_id)  # refuse with a proper answer while one can be given
     after = int(last_event_id) if last_event_id is not None else None
+    session = live_hub.Session(principal.user_id, principal.tenant_id, principal.token_version) \
+        if ctx.settings.auth_enabled else None
     return ServerSentEvent(
-        _stream(hub, auth.current(request).tenant_id, after, ctx.settings),
+        _stream(hub, principal.tenant_id, session, after, ctx.settings),
         # Proxies must pass each event on at once and never cache a tenant's stream.
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-async def _stream(hub: live_hub.Hub, tenant_id: UUID, after: int | None,
+async def _stream(hub: live_hub.Hub, tenant_id: UUID, session: live_hub.Session | None,
+                  after: int | None,
                   settings: GatewaySettings) -> AsyncIterator[ServerSentEventMessage]:
     try:
-        sub = hub.subscribe(tenant_id)
-    except errors.LiveStreamsFull:
+        sub = hub.subscribe(tenant_id, session)
+    except (errors.LiveStreamsFull, live_hub.TenantStreamsFull):
         return  # filled up since the check: an empty stream, and the client retries later
     try:
         # Announcements made before the listener is up reach nobody: wait for it a little, so
@@ -86,7 +93,7 @@ async def _stream(hub: live_hub.Hub, tenant_id: UUID, after: int | None,
                 yield ServerSentEventMessage(data=None, comment="keepalive")
                 continue
             if message is None:
-                return  # fell behind: reconnect and resume from the outbox
+                return  # fell behind, or the session ended: the client reconnects
             if message.id is not None and message.id in replayed:
                 continue  # committed while the backlog was read: sent once already
             yield _encode(message)

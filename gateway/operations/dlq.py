@@ -385,6 +385,8 @@ def _str(value: object) -> str | None:
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# What parse_age reads, as the API declares it: a number of seconds, or one with a unit.
+AGE_PATTERN = r"^\s*[0-9]{1,9}(\.[0-9]{1,3})?[smhdwSMHDW]?\s*$"
 
 
 def parse_age(text: str | float) -> float:

@@ -13,7 +13,8 @@ FOR UPDATE OF d;
 
 -- name: lock_run
 -- FOR UPDATE: a retry and a redrive of one run at the same moment reopen it once.
-SELECT run_id, tenant_id, doc_id, batch_id, status, error, initiated_by, config, stats
+SELECT run_id, tenant_id, doc_id, batch_id, status, error, error_code, initiated_by, config,
+       stats
 FROM ingestion_runs
 WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 FOR UPDATE;

@@ -141,6 +141,10 @@ def _check_retryable(run: dict[str, Any], actor: Actor) -> None:
     if run["status"] != "failed":
         raise errors.RunNotFailed(f"Only a failed run can be retried; this one is "
                                   f"{run['status']}.")
+    if run.get("error_code") == errors.SourceObjectDeleted.code:
+        # Running it again would serve an object the bucket no longer has (ADR 0241).
+        raise errors.SourceObjectDeleted("This run's object was deleted from its bucket; put it "
+                                         "back and sync the source instead of retrying.")
 
 
 async def _check_content(conn: db.AsyncConn, run: dict[str, Any]) -> None:

@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Annotated
 from uuid import UUID
 
 from litestar import Request, post
 from litestar.params import FromPath, JSONBody
+from msgspec import Meta
 
 from gateway import auth, openapi
 from gateway.context import Ctx
@@ -15,7 +17,7 @@ from shared import objectstore
 
 @dataclass
 class RetryRequest:
-    reason: str = "retried by its user"
+    reason: Annotated[str, Meta(max_length=1000, pattern=openapi.NO_NUL)] = "retried by its user"
 
 
 @post("/v1/ingestion-runs/{run_id:uuid}/retry", status_code=202, tags=["runs"],

@@ -5,6 +5,12 @@
 -- A filter left NULL does not filter. Listings read through a NOT MATERIALIZED CTE so the
 -- filters are written once, and inlined twice: into the page (keyset on the
 -- (tenant_id, created_at DESC, id DESC) index) and into its total.
+--
+-- A batch's rows are seen all at once (docs/decisions/0181): a row is read only when its
+-- batch_id is NULL (an event wrote it) or names a batch of the tenant that is completed or
+-- partial. The worker inserts a large batch's rows over many transactions while the batch is
+-- promoting, and completes the batch in one: until then none of them is seen. The tenant's
+-- finished batches are a hashed set, looked up once per query.
 
 -- name: list_judgments
 -- q: a part of the normalised case number (A–Z0–9, the contract's key) or of either party's
@@ -15,6 +21,9 @@ WITH f AS NOT MATERIALIZED (
            j.created_at, j.updated_at
     FROM judgments j
     WHERE j.tenant_id = %(tenant_id)s
+      AND (j.batch_id IS NULL OR j.batch_id IN (
+          SELECT v.batch_id FROM import_batches v
+          WHERE v.tenant_id = %(tenant_id)s AND v.status IN ('completed', 'partial')))
       AND (%(q_key)s::text IS NULL
            OR j.case_number_normalized LIKE %(q_key)s
            OR j.plaintiff_name_normalized ILIKE %(q_name)s
@@ -43,6 +52,9 @@ WITH f AS NOT MATERIALIZED (
            p.created_at, p.updated_at
     FROM plaintiffs p
     WHERE p.tenant_id = %(tenant_id)s
+      AND (p.batch_id IS NULL OR p.batch_id IN (
+          SELECT v.batch_id FROM import_batches v
+          WHERE v.tenant_id = %(tenant_id)s AND v.status IN ('completed', 'partial')))
       AND (%(q_name)s::text IS NULL OR p.name_normalized ILIKE %(q_name)s)
       AND (%(status)s::text IS NULL OR p.status = %(status)s)
       AND (%(state)s::text IS NULL OR p.state = %(state)s)
@@ -51,13 +63,25 @@ WITH f AS NOT MATERIALIZED (
           SELECT 1 FROM plaintiff_judgments l
           JOIN judgments j ON j.tenant_id = l.tenant_id AND j.id = l.judgment_id
           WHERE l.tenant_id = %(tenant_id)s AND l.plaintiff_id = p.id
-            AND j.tenant_id = %(tenant_id)s AND j.case_number_normalized = %(case_number)s))
+            AND j.tenant_id = %(tenant_id)s AND j.case_number_normalized = %(case_number)s
+            AND (l.batch_id IS NULL OR l.batch_id IN (
+              SELECT v.batch_id FROM import_batches v
+              WHERE v.tenant_id = %(tenant_id)s AND v.status IN ('completed', 'partial')))
+            AND (j.batch_id IS NULL OR j.batch_id IN (
+              SELECT v.batch_id FROM import_batches v
+              WHERE v.tenant_id = %(tenant_id)s AND v.status IN ('completed', 'partial')))))
 )
 SELECT f.*, (SELECT count(*) FROM f) AS total,
        -- The judgments a plaintiff is linked to, as displayed (a few; the link table's index).
        ARRAY(SELECT j.case_number FROM plaintiff_judgments l
              JOIN judgments j ON j.tenant_id = l.tenant_id AND j.id = l.judgment_id
              WHERE l.tenant_id = %(tenant_id)s AND l.plaintiff_id = f.id
+               AND (l.batch_id IS NULL OR l.batch_id IN (
+                 SELECT v.batch_id FROM import_batches v
+                 WHERE v.tenant_id = %(tenant_id)s AND v.status IN ('completed', 'partial')))
+               AND (j.batch_id IS NULL OR j.batch_id IN (
+                 SELECT v.batch_id FROM import_batches v
+                 WHERE v.tenant_id = %(tenant_id)s AND v.status IN ('completed', 'partial')))
              ORDER BY j.case_number_normalized LIMIT 20) AS case_numbers
 FROM f
 WHERE (%(after_at)s::timestamptz IS NULL
@@ -108,7 +132,13 @@ WITH pairs AS (
         WHERE q.name_normalized %% p1.name_normalized
         OFFSET 0
     ) p2 ON p2.tenant_id = %(tenant_id)s AND p1.id < p2.id
+        AND (p2.batch_id IS NULL OR p2.batch_id IN (
+              SELECT v.batch_id FROM import_batches v
+              WHERE v.tenant_id = %(tenant_id)s AND v.status IN ('completed', 'partial')))
     WHERE p1.tenant_id = %(tenant_id)s
+      AND (p1.batch_id IS NULL OR p1.batch_id IN (
+          SELECT v.batch_id FROM import_batches v
+          WHERE v.tenant_id = %(tenant_id)s AND v.status IN ('completed', 'partial')))
       AND similarity(p1.name_normalized, p2.name_normalized) > %(min_similarity)s
 ), scored AS (
     SELECT pairs.*,

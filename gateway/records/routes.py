@@ -7,39 +7,44 @@ wrong type is a 400 before the handler runs) and calls gateway/records/service.p
 from __future__ import annotations
 
 from datetime import date
-from decimal import Decimal
 from typing import Annotated, Any
 from uuid import UUID
 
 from litestar import Request, get
 from litestar.params import Parameter, QueryParameter
 
-from gateway import auth, paging
+from gateway import auth, openapi, paging
 from gateway.context import Ctx
 from gateway.records import service
 
 Search = Annotated[str | None, Parameter(
-    max_length=service.MAX_SEARCH, required=False,
+    max_length=service.MAX_SEARCH, required=False, pattern=openapi.NO_NUL,
     description="A part of a case number (in any spelling: `cv 12345` = `CV-12345`) or of a "
                 "name.")]
 CaseNumber = Annotated[str | None, Parameter(
-    max_length=100, required=False,
+    max_length=100, required=False, pattern=openapi.NO_NUL,
     description="One case number in any spelling; compared by its normalised form.")]
-Text = Annotated[str | None, Parameter(max_length=service.MAX_SEARCH, required=False)]
+Text = Annotated[str | None, Parameter(max_length=service.MAX_SEARCH, required=False,
+                                       pattern=openapi.NO_NUL)]
 Day = Annotated[date | None, Parameter(required=False, description="YYYY-MM-DD, inclusive.")]
-# msgspec cannot bound a Decimal: JudgmentFilters.check refuses negative and non-finite ones.
-Amount = Annotated[Decimal | None, Parameter(required=False,
-                                             description="USD, 0 or more, inclusive.")]
+# A Decimal cannot carry a pattern: the amount is declared as the text it is, then read.
+Amount = Annotated[str | None, Parameter(required=False, pattern=service.AMOUNT_PATTERN,
+                                         description="USD, 0 or more, inclusive, e.g. 1500.50.")]
 Batch = Annotated[UUID | None, Parameter(required=False,
                                          description="Only records the batch last wrote.")]
-Status = Annotated[str | None, Parameter(required=False, description="One of " + ", ".join(
+Status = Annotated[service.Status | None, Parameter(required=False, description="One of " + ", ".join(
     service.STATUSES) + ".")]
 # `state` is a name Litestar reserves for the app state: the argument is us_state.
 State = Annotated[str | None, QueryParameter(name="state", required=False, max_length=2,
-                                        description="2-letter state code.")]
+                                             pattern=r"^[A-Z]{2}$",
+                                             description="2-letter state code, e.g. NY.")]
+# The codes these refusals had before /schema declared them (ADR 0200).
+ERROR_CODES = {"amount_min": "invalid_filter", "amount_max": "invalid_filter",
+               "status": "invalid_filter", "state": {"pattern": "invalid_filter"}}
 
 
-@get("/v1/records/judgments", tags=["records"], dependencies=paging.CURSORS)
+@get("/v1/records/judgments", tags=["records"], dependencies=paging.CURSORS,
+     opt={"error_codes": ERROR_CODES})
 async def list_judgments(request: Request, ctx: Ctx, window: paging.Paged,
                          q: Search = None, case_number: CaseNumber = None, county: Text = None,
                          court: Text = None, filed_from: Day = None, filed_to: Day = None,
@@ -50,13 +55,14 @@ async def list_judgments(request: Request, ctx: Ctx, window: paging.Paged,
     principal = auth.current(request)
     filters = service.JudgmentFilters(
         service.clean_text(q), service.clean_text(case_number), service.clean_text(county),
-        service.clean_text(court), filed_from, filed_to, amount_min, amount_max,
-        batch_id).check()
+        service.clean_text(court), filed_from, filed_to, service.amount(amount_min),
+        service.amount(amount_max), batch_id).check()
     return await service.judgments(ctx.pool, tenant_id=principal.tenant_id, filters=filters,
-                                   window=window, secret=ctx.settings.jwt_secret)
+                                   window=window)
 
 
-@get("/v1/records/plaintiffs", tags=["records"], dependencies=paging.CURSORS)
+@get("/v1/records/plaintiffs", tags=["records"], dependencies=paging.CURSORS,
+     opt={"error_codes": ERROR_CODES})
 async def list_plaintiffs(request: Request, ctx: Ctx, window: paging.Paged,
                           q: Search = None, case_number: CaseNumber = None,
                           status: Status = None, us_state: State = None,
@@ -69,7 +75,7 @@ async def list_plaintiffs(request: Request, ctx: Ctx, window: paging.Paged,
         service.clean_text(q), service.clean_text(case_number), service.clean_text(status),
         service.clean_text(us_state), batch_id).check()
     return await service.plaintiffs(ctx.pool, tenant_id=principal.tenant_id, filters=filters,
-                                    window=window, secret=ctx.settings.jwt_secret,
+                                    window=window,
                                     with_contacts=principal.is_admin)
 
 

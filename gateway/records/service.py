@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from gateway import paging
@@ -31,6 +31,13 @@ MAX_SEARCH = 200
 # What only a tenant's admins see of a plaintiff (DESIGN.md "Personal data").
 CONTACT_FIELDS = ("email", "phone", "contact_name")
 _STATE = re.compile(r"[A-Z]{2}")
+# What the API declares an amount filter to be (ADR 0200): dollars and cents, 0 or more.
+AMOUNT_PATTERN = r"^[0-9]{1,15}(\.[0-9]{1,6})?$"
+# The statuses as a type the API declares (an enum in /schema), from the one tuple.
+if TYPE_CHECKING:
+    Status = str
+else:
+    Status = Literal[STATUSES]
 
 
 class InvalidFilter(errors.InvalidRequest):
@@ -52,22 +59,12 @@ class JudgmentFilters:
     batch_id: UUID | None = None
 
     def check(self) -> JudgmentFilters:
-        """Ranges the right way round; a case number that has something to key on."""
-        if self.filed_from and self.filed_to and self.filed_from > self.filed_to:
-            raise InvalidFilter("filed_from is after filed_to; swap them.")
+        """Amounts of 0 or more. A range the wrong way round, or a case number with nothing
+        to key on, is what /schema allows: it matches nothing (ADR 0200)."""
         for amount in (self.amount_min, self.amount_max):
             if amount is not None and not (amount.is_finite() and amount >= 0):
                 raise InvalidFilter("amount_min and amount_max are dollar amounts of 0 or more.")
-        if self.amount_min is not None and self.amount_max is not None \
-                and self.amount_min > self.amount_max:
-            raise InvalidFilter("amount_min is larger than amount_max; swap them.")
-        if self.case_number is not None and not normalise.case_number_key(self.case_number):
-            raise InvalidFilter("case_number must contain a letter or digit.")
         return self
-
-    def scope(self) -> list[object]:
-        # A cursor is only good for the filters it was issued under (docs/decisions/0050).
-        return [v for v in asdict(self).values()]
 
     def params(self) -> dict[str, Any]:
         return {**_search(self.q),
@@ -87,16 +84,12 @@ class PlaintiffFilters:
     batch_id: UUID | None = None
 
     def check(self) -> PlaintiffFilters:
+        # A case number with nothing to key on matches nothing, as /schema allows (ADR 0200).
         if self.status is not None and self.status not in STATUSES:
             raise InvalidFilter(f"status must be one of {', '.join(STATUSES)}.")
         if self.state is not None and not _STATE.fullmatch(self.state):
             raise InvalidFilter("state must be a 2-letter code such as NY.")
-        if self.case_number is not None and not normalise.case_number_key(self.case_number):
-            raise InvalidFilter("case_number must contain a letter or digit.")
         return self
-
-    def scope(self) -> list[object]:
-        return [v for v in asdict(self).values()]
 
     def params(self) -> dict[str, Any]:
         return {"q_name": _search(self.q)["q_name"],
@@ -118,6 +111,16 @@ def _search(q: str | None) -> dict[str, str | None]:
     return {"q_key": f"%{key}%" if key else "", "q_name": f"%{escaped}%"}
 
 
+def amount(value: str | None) -> Decimal | None:
+    """An amount filter as the API declares it (AMOUNT_PATTERN): a Decimal, None when empty."""
+    if value is None or not value.strip():
+        return None
+    try:
+        return Decimal(value.strip())
+    except ArithmeticError:
+        raise InvalidFilter("amount_min and amount_max are dollar amounts of 0 or more.") from None
+
+
 def clean_text(value: str | None, limit: int = MAX_SEARCH) -> str | None:
     """A free-text parameter: trimmed, empty = absent, too long refused."""
     text = (value or "").strip()
@@ -128,24 +131,19 @@ def clean_text(value: str | None, limit: int = MAX_SEARCH) -> str | None:
 
 # ── reads ───────────────────────────────────────────────────────────────────────────────────
 async def judgments(pool: db.AsyncPool, *, tenant_id: UUID, filters: JudgmentFilters,
-                    window: paging.Window, secret: str) -> dict[str, Any]:
-    scope = ("judgments", tenant_id, *filters.scope())
+                    window: paging.Window) -> dict[str, Any]:
     async with pool.connection() as conn:
         rows = await (await conn.execute(Q["list_judgments"], {
-            "tenant_id": tenant_id, **filters.params(),
-            **window.params(secret, scope)})).fetchall()
-    return window.result(rows, judgment, secret=secret, scope=scope, key=("created_at", "id"))
+            "tenant_id": tenant_id, **filters.params(), **window.params()})).fetchall()
+    return window.result(rows, judgment, key=("created_at", "id"))
 
 
 async def plaintiffs(pool: db.AsyncPool, *, tenant_id: UUID, filters: PlaintiffFilters,
-                     window: paging.Window, secret: str, with_contacts: bool) -> dict[str, Any]:
-    scope = ("plaintiffs", tenant_id, *filters.scope())
+                     window: paging.Window, with_contacts: bool) -> dict[str, Any]:
     async with pool.connection() as conn:
         rows = await (await conn.execute(Q["list_plaintiffs"], {
-            "tenant_id": tenant_id, **filters.params(),
-            **window.params(secret, scope)})).fetchall()
-    return window.result(rows, lambda r: plaintiff(r, with_contacts), secret=secret,
-                         scope=scope, key=("created_at", "id"))
+            "tenant_id": tenant_id, **filters.params(), **window.params()})).fetchall()
+    return window.result(rows, lambda r: plaintiff(r, with_contacts), key=("created_at", "id"))
 
 
 async def duplicates(pool: db.AsyncPool, *, tenant_id: UUID,
@@ -156,7 +154,7 @@ async def duplicates(pool: db.AsyncPool, *, tenant_id: UUID,
         await conn.execute(Q["similarity_threshold"], {"threshold": str(MIN_SIMILARITY)})
         rows = await (await conn.execute(Q["duplicate_pairs"], {
             "tenant_id": tenant_id, "min_similarity": MIN_SIMILARITY,
-            **window.params("", ())})).fetchall()
+            **window.params()})).fetchall()
     return window.result(rows, pair)
 
 

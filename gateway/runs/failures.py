@@ -34,6 +34,9 @@ TABLE: dict[str, tuple[bool, str]] = {
                                     "file again."),
     "queue_rejected": (False, "The queue refused this job; upload the file again, and report "
                               "it if it keeps happening."),
+    "source_object_deleted": (False, "The object was deleted from its bucket (or its source "
+                                     "was deleted) before this run finished; there is nothing "
+                                     "to retry. Put the object back and sync again."),
     # a records import's file as a whole (shared/contracts/codes.py): fix the file
     "BATCH_MISSING_COLUMN": (False, "A required column is missing from the file's header; add "
                                     "it (see GET /v1/contracts/{name}), then upload it again."),
@@ -42,6 +45,14 @@ TABLE: dict[str, tuple[bool, str]] = {
     "BATCH_EMPTY_FILE": (False, "The file has no data rows; upload the file with its rows."),
     "BATCH_MALFORMED_CSV": (False, "The file is not well-formed CSV at the line named above; "
                                    "fix or re-export it, then upload it again."),
+    "BATCH_DELIMITER_UNKNOWN": (False, "The file's delimiter cannot be told from its header; "
+                                       "save it as CSV with commas, semicolons, tabs or pipes "
+                                       "and a header row, then upload it again."),
+    "BATCH_NO_REPORT_DATE": (False, "The report has no Day column and names no date range; "
+                                    "export it by day as the batch's error says, then upload "
+                                    "it again."),
+    "BATCH_NO_VALID_ROWS": (False, "No row of the file is valid; fix the rows listed in the "
+                                   "batch's errors and upload the file again."),
     "BATCH_ERROR_BUDGET_EXCEEDED": (False, "Too many rows are invalid for the batch's error "
                                            "budget: fix the rows listed in the batch's errors "
                                            "and upload the file again (or raise "

@@ -1,57 +1,65 @@
-"""POST /v1/ask: retrieve, keep what is relevant enough, answer citing only those chunks.
+"""POST /v1/ask: retrieve, judge the evidence, answer citing only the chunks it rests on.
 
 specs/gateway-worker-ingestion.md §2.2–2.4, as this gateway keeps them:
 - retrieval and the passages read for the answer share one REPEATABLE READ snapshot, and every
   query in it joins active versions of the caller's tenant: only served content is retrieved;
-- nothing passes the relevance threshold → abstain, with no citation (docs/decisions/0106);
+- the evidence is judged relative to the question's nearest neighbours (gateway/search/
+  evidence.py, docs/decisions/0223); too weak → abstain, with no citation and the reason;
 - citations are the retrieved passages only: a provider's [n] outside them is dropped, and
   just before answering the cited chunks are checked again for activity, so a document
   deactivated while the provider was writing is not cited (the answer falls back to the
-  passages still active, or abstains).
+  passages still active, or abstains);
+- an extractive answer quotes sentences, never a heading, caption or boilerplate line: the
+  sentence of each passage nearest the question in meaning.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import re
-from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
-from gateway.search import provider, service
-from gateway.search.service import Candidates, Fused, Runtime
+import numpy as np
+
+from gateway.search import evidence, provider, service
+from gateway.search.service import Runtime
 from shared import db
 
 log = logging.getLogger(__name__)
 
 NO_EVIDENCE = "No evidence for this in your documents."
 EXTRACTIVE_PASSAGES = 3
-QUOTE_CHARS = 320
-
-
-def relevant(fused: Sequence[Fused], found: Candidates, min_similarity: float) -> list[Fused]:
-    """The fused hits that are evidence: near enough in meaning, or matching every word."""
-    keep = []
-    for f in fused:
-        distance = found.distance.get(f.chunk_id)
-        near = distance is not None and 1.0 - distance >= min_similarity
-        if near or f.text_rank is not None:
-            keep.append(f)
-    return keep
+# Enough neighbours for the background of the evidence test (evidence.BACKGROUND_TO).
+NEIGHBOURS = 50
 
 
 async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
               request: service.SearchRequest) -> dict[str, Any]:
     settings = runtime.settings
     query = await runtime.query_vector(request.q)
+    # Chunks, not documents: each passage is cited on its own. The vector pool is what the
+    # evidence is judged on: at least NEIGHBOURS of the question's nearest chunks.
+    wide = replace(request, group="chunk", k=max(request.k, NEIGHBOURS // 4))
     async with pool.connection() as conn, conn.transaction():
         await conn.execute(service.Q["snapshot"])
-        found, fused = await runtime.retrieve(conn, tenant_id=tenant_id, request=request,
-                                              query=query)
-        passages = await service.hits(conn, tenant_id=tenant_id, q=request.q, fused=relevant(
-            fused, found, settings.ask_min_similarity))
+        found, _ = await runtime.retrieve(conn, tenant_id=tenant_id, request=wide,
+                                          query=query)
+        verdict = evidence.judge(
+            [1.0 - d for d in found.distance.values()], min_lift=settings.ask_min_lift,
+            floor=settings.ask_min_similarity, small_tenant=settings.ask_small_tenant_similarity)
+        # Every neighbour that passes, most similar first: the evidence was judged by meaning,
+        # so it is cited that way (a provider reads up to request.k of them).
+        every = service.fuse(found.text, found.vector, k=len(found.vector) + len(found.text),
+                             text_score=found.text_score, distance=found.distance)
+        chosen = sorted((f for f in every if f.similarity is not None
+                         and f.similarity >= verdict.keep_above and verdict.answerable),
+                        key=lambda f: -(f.similarity or 0.0))[:request.k]
+        passages = await service.hits(conn, tenant_id=tenant_id, q=request.q, fused=chosen)
     if not passages:
-        return _abstain(request.q)
+        return _abstain(request.q, verdict.reason or "cited_content_deactivated",
+                        facts=verdict.facts())
     reply, fallback = None, None
     if settings.anthropic_api_key:  # no connection is held while the provider writes
         try:
@@ -61,7 +69,8 @@ async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
                         extra={"tenant_id": str(tenant_id), "error": str(exc)[:200]})
             fallback = "provider_failed"
         if reply is not None and reply.no_evidence:
-            return _abstain(request.q, source="anthropic")
+            return _abstain(request.q, "provider_no_evidence", source="anthropic",
+                            facts=verdict.facts())
         if reply is not None and not reply.cited:
             reply, fallback = None, "provider_cited_nothing"
     async with pool.connection() as conn:
@@ -76,13 +85,40 @@ async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
         fallback = "cited_content_deactivated"
     still = [p for p in passages if UUID(p["chunk_id"]) in live]
     if not still:
-        return _abstain(request.q)
-    return _extractive(request.q, still[:EXTRACTIVE_PASSAGES], fallback)
+        return _abstain(request.q, "cited_content_deactivated", facts=verdict.facts())
+    quoted = await _quotes(runtime, query[0], still[:EXTRACTIVE_PASSAGES])
+    if not quoted:
+        return _abstain(request.q, "nothing_quotable", facts=verdict.facts())
+    return _extractive(request.q, quoted, fallback)
+
+
+async def _quotes(runtime: Runtime, question: list[float],
+                  passages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each passage with its ``quote``: from the quotable sentence nearest the question in
+    meaning (embedded in one micro-batch); a passage with none is left out."""
+    candidates = [[s for s in evidence.sentences(p["text"]) if evidence.quotable(s)]
+                  for p in passages]
+    flat = [s for group in candidates for s in group]
+    try:
+        vectors = await asyncio.gather(*(runtime.embedder.embed(s) for s in flat))
+    except (OSError, ValueError, RuntimeError) as exc:  # quote the first sentences instead
+        log.warning("sentences could not be embedded; quoting from the start",
+                    extra={"error": type(exc).__name__})
+        vectors = [[0.0] * len(question)] * len(flat)
+    q = np.asarray(question)
+    out, at = [], 0
+    for passage, group in zip(passages, candidates, strict=True):
+        if group:
+            sims = [float(np.dot(q, vectors[at + i])) for i in range(len(group))]
+            best = int(np.argmax(sims))  # the first one when all are equal
+            out.append({**passage, "quote": evidence.quote_from(group, best)})
+        at += len(group)
+    return out
 
 
 def _extractive(question: str, passages: list[dict[str, Any]],
                 fallback: str | None) -> dict[str, Any]:
-    lines = [f"“{quote(p['text'])}” [{n}]" for n, p in enumerate(passages, start=1)]
+    lines = [f"“{p['quote']}” [{n}]" for n, p in enumerate(passages, start=1)]
     text = "From your documents:\n" + "\n".join(lines)
     result = _answer(question, text, "extractive", passages,
                      numbers=list(range(1, len(passages) + 1)))
@@ -97,20 +133,18 @@ def _answer(question: str, text: str, source: str, cited: list[dict[str, Any]], 
             "citations": [_citation(n, p) for n, p in zip(numbers, cited, strict=True)]}
 
 
-def _abstain(question: str, source: str = "none") -> dict[str, Any]:
+def _abstain(question: str, reason: str, *, source: str = "none",
+             facts: dict[str, float | None] | None = None) -> dict[str, Any]:
+    """No answer: ``reason`` says why (no_candidates, weak_evidence, provider_no_evidence,
+    cited_content_deactivated, nothing_quotable), ``evidence`` the figures it was judged on."""
     return {"question": question, "answer": NO_EVIDENCE, "abstained": True, "source": source,
-            "citations": []}
+            "reason": reason, "evidence": facts or {}, "citations": []}
 
 
 def _citation(n: int, hit: dict[str, Any]) -> dict[str, Any]:
     return {"n": n, "chunk_id": hit["chunk_id"], "doc_id": hit["doc_id"],
             "version": hit["version"], "chunk_index": hit["chunk_index"], "page": hit["page"],
-            "title": hit["title"], "parent": hit["parent"], "quote": quote(hit["text"])}
-
-
-def quote(text: str) -> str:
-    """The passage on one line, cut at a word boundary near QUOTE_CHARS."""
-    flat = re.sub(r"\s+", " ", text).strip()
-    if len(flat) <= QUOTE_CHARS:
-        return flat
-    return flat[:QUOTE_CHARS].rsplit(" ", 1)[0] + " …"
+            "heading_path": hit["heading_path"], "title": hit["title"],
+            # an e-mail attachment's message (docs/decisions/0250); None otherwise
+            "parent": hit.get("parent"),
+            "quote": hit.get("quote") or evidence.quote_from([" ".join(hit["text"].split())], 0)}

@@ -1,11 +1,12 @@
-"""The query embedder: the worker's model and variant, loaded once per gateway process, on first use.
+"""The query embedder: the workers' model and variant, loaded once per gateway process, on first use.
 
 The gateway must embed a query with the model that embedded the versions, or distances mean
-nothing; so it loads the worker's own loader (worker/pipeline/embed.py) with the same
-EMBEDDING_MODEL and EMBEDDING_VARIANT settings (onnx-int8 by default: the fastest, and what the
-workers write). Loading takes seconds and hundreds of MB, so it happens only when the first vector
-query arrives (a gateway that never searches never pays it), in a thread (the event loop keeps
-serving), and once: concurrent first queries wait for the same load (docs/decisions/0108).
+nothing; so it loads the model through the loader the workers use (shared/embedding, ADR 0230)
+with the same EMBEDDING_MODEL and EMBEDDING_VARIANT settings (`auto` by default: the faster
+variant on this machine, for its SEARCH_EMBED_THREADS; either variant's query ranks either's
+chunks, ADR 0110). Loading takes seconds and hundreds of MB, so it happens only when the first
+vector query arrives (a gateway that never searches never pays it), in a thread (the event loop
+keeps serving), and once: concurrent first queries wait for the same load (docs/decisions/0108).
 
 Queries are embedded on one thread of their own, in micro-batches: the queries that arrive while
 a forward pass runs go together into the next one (docs/decisions/0158). Nothing waits for a batch
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 # Queries per forward pass at most: short queries pad to a few dozen tokens, and a pass of 32
 # still takes only milliseconds.
 MAX_BATCH = 32
+# The model's limit (all-MiniLM-L6-v2): longer queries are truncated, as the model would.
+MAX_QUERY_TOKENS = 256
 
 
 class Encoder(Protocol):
@@ -37,19 +40,19 @@ class Encoder(Protocol):
     def encode(self, texts: list[str]) -> np.ndarray: ...
 
 
-def worker_model_loader(*, variant: str = "torch", cache_dir: str | None = None,
-                        threads: int = 1) -> Callable[[str], Encoder]:
-    """A loader of the worker's embedder for a model, in ``variant``, on the CPU.
+def model_loader(*, variant: str = "auto", cache_dir: str | None = None,
+                 threads: int = 1) -> Callable[[str], Encoder]:
+    """A loader of the shared embedder for a model, in ``variant``, on the CPU.
 
     The CPU even where the workers run torch on cuda: a query is a few tokens, and fp16 on a GPU
     agrees with fp32 to cosine 1.000 (ADR 0110), so it is the same variant's vector.
     """
     def load(model: str) -> Encoder:
-        # Imported here: torch and onnxruntime are heavy, and only searches need them.
-        from worker.pipeline import embed
+        # Imported here: the model's files are read only when the first vector query comes.
+        from shared.embedding import model as embedding
 
-        encoder = embed.load_embedder(model, batch_size=MAX_BATCH, variant=variant,
-                                      cache_dir=cache_dir, threads=threads)
+        encoder = embedding.load_embedder(model, batch_tokens=MAX_BATCH * MAX_QUERY_TOKENS,
+                                          variant=variant, cache_dir=cache_dir, threads=threads)
         encoder.load()  # the weights now, in the loading thread, not in the first query's pass
         return encoder
 
@@ -59,7 +62,7 @@ def worker_model_loader(*, variant: str = "torch", cache_dir: str | None = None,
 class QueryEmbedder:
     def __init__(self, model: str, loader: Callable[[str], Encoder] | None = None) -> None:
         self.model = model
-        self._loader = loader or worker_model_loader()
+        self._loader = loader or model_loader()
         self._encoder: Encoder | None = None
         self._lock: asyncio.Lock | None = None
         # One thread runs every forward pass: passes never compete with each other for cores.

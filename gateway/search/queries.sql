@@ -4,21 +4,67 @@
 -- (§2.2). The optional filters are one shape: a NULL parameter means "no filter".
 
 -- name: text_candidates
--- Chunks matching the query's words (websearch syntax: "quotes", or, -not), best first by
--- ts_rank_cd; the GIN index on tsv finds the matches.
-SELECT f.chunk_id, v.doc_id
+-- The keyword list: chunks ranked by BM25 (docs/decisions/0220), best first, with the score.
+-- Which chunks: those holding ANY of the query's lexemes (english stemming, stop words out),
+-- or, when the user typed search syntax (%(syntax)s: "a phrase", -word, OR), those matching
+-- websearch_to_tsquery, which keeps its AND, phrase and NOT. The GIN index on tsv finds them;
+-- both tsquery expressions are immutable functions of the parameters, folded into constants
+-- when the statement is planned (prepare=False), so the planner sees the real query.
+-- Score: each chunk's bm25 column holds the document side of BM25 per lexeme (migration 0055);
+-- the query side is each query lexeme's IDF, ln(1 + (N − df + 0.5) / (df + 0.5)), where df is
+-- the count of the tenant's active chunks under the filters that hold the lexeme, and N the
+-- tenant's active chunk count. The score is the inner product of the two sparse vectors; the
+-- top n are kept by a bounded sort, nothing is materialized.
+WITH terms AS MATERIALIZED (
+    -- One tsquery per query lexeme, quoted by tsvector's own output; computed once each.
+    SELECT search_term_id(t.lexeme) AS id,
+           strip(array_to_tsvector(ARRAY[t.lexeme]))::text::tsquery AS one
+    FROM unnest(to_tsvector('english', %(q)s::text)) AS t
+), total AS (
+    SELECT greatest(coalesce(sum(chunk_count), 0), 1) AS n
+    FROM document_versions WHERE tenant_id = %(tenant_id)s AND is_active
+), idf AS (
+    -- df: the lexeme's chunks among the tenant's active content under the filters, counted
+    -- from the GIN index's bitmap (no tsvector is read).
+    SELECT t.id, ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf
+    FROM terms t
+    CROSS JOIN total
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n
+        FROM chunk_fts f
+        JOIN document_versions v ON v.doc_version_id = f.doc_version_id
+                                AND v.tenant_id = f.tenant_id
+        JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+        WHERE f.tenant_id = %(tenant_id)s
+          AND v.is_active
+          AND f.tsv @@ t.one
+          AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
+          AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
+          AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
+          AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
+          AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)) df
+), query AS (
+    SELECT format('{%%s}/1000000000',
+                  string_agg(id || ':' || idf::real, ',' ORDER BY id))::sparsevec AS vec
+    FROM (SELECT id, sum(idf) AS idf FROM idf GROUP BY id) per_dimension
+)
+SELECT f.chunk_id, v.doc_id, -(f.bm25 <#> query.vec) AS score
 FROM chunk_fts f
 JOIN document_versions v ON v.doc_version_id = f.doc_version_id AND v.tenant_id = f.tenant_id
 JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+CROSS JOIN query
 WHERE f.tenant_id = %(tenant_id)s
   AND v.is_active
-  AND f.tsv @@ websearch_to_tsquery('english', %(q)s)
+  AND f.tsv @@ (CASE WHEN %(syntax)s::boolean
+                     THEN websearch_to_tsquery('english', %(q)s::text)
+                     ELSE replace(strip(to_tsvector('english', %(q)s::text))::text,
+                                  ' ', ' | ')::tsquery END)
   AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
   AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
   AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
   AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
   AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)
-ORDER BY ts_rank_cd(f.tsv, websearch_to_tsquery('english', %(q)s)) DESC, f.chunk_id
+ORDER BY f.bm25 <#> query.vec, f.chunk_id
 LIMIT %(n)s;
 
 -- name: vector_candidates
@@ -55,14 +101,18 @@ SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
 
 -- name: hits
 -- What a result shows, for the fused chunk ids; re-checks tenant and activity, so a version
--- deactivated since the candidates were read is dropped, never shown. The snippet marks
--- matches with U+E000/U+E001 (removed from the text first), which service.py turns into
--- escaped HTML with <mark>.
-SELECT c.chunk_id, v.doc_id, v.version_number, c.ordinal, c.page, d.title,
+-- deactivated since the candidates were read is dropped, never shown. The snippet marks the
+-- query's words (any of them, or the typed syntax's, as text_candidates matched) with
+-- U+E000/U+E001 (removed from the text first), which service.py turns into escaped HTML with
+-- <mark>.
+SELECT c.chunk_id, v.doc_id, v.version_number, c.ordinal, c.page, c.heading_path, d.title,
        a.doc_id AS parent_doc_id, p.title AS parent_title, a.message_subject,
        ts_headline('english',
                    translate(c.text, U&'\E000\E001', ''),
-                   websearch_to_tsquery('english', %(q)s),
+                   CASE WHEN %(syntax)s::boolean
+                        THEN websearch_to_tsquery('english', %(q)s::text)
+                        ELSE replace(strip(to_tsvector('english', %(q)s::text))::text,
+                                     ' ', ' | ')::tsquery END,
                    U&'StartSel=\E000, StopSel=\E001, MaxWords=35, MinWords=15, MaxFragments=2, FragmentDelimiter=" … "'
        ) AS snippet,
        c.text

@@ -1,17 +1,20 @@
-"""Hybrid search: full-text and vector candidates of active versions, fused by reciprocal rank.
+"""Hybrid search: BM25 and vector candidates of active versions, fused by reciprocal rank.
 
 One request = at most one query embedding (off the event loop) and one read-only transaction:
-text candidates, vector candidates, then the shown hits, which re-check tenant and activity.
-Fusion is reciprocal-rank fusion with k = 60 (docs/decisions/0105): a chunk's score is the sum
-of 1 / (60 + rank) over the lists it is in, so neither list's raw scores (ts_rank_cd,
-cosine distance) need calibrating against the other.
+keyword candidates (BM25, docs/decisions/0220), vector candidates, then the shown hits, which
+re-check tenant and activity. Fusion is weighted reciprocal-rank fusion (ADR 0105, tuned in ADR
+0222): a result's score is the sum of weight / (RRF_K + rank) over the lists it is in, so
+neither list's raw scores (BM25, cosine distance) need calibrating against the other. By
+default results are documents (``group=document``): each document is ranked by its rank in
+each list, shown by its best chunk, with its other matching chunks nested.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,20 +23,25 @@ from uuid import UUID
 from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 
-from gateway.search.embedding import QueryEmbedder, worker_model_loader
+from gateway.search.embedding import QueryEmbedder, model_loader
 from shared import db, errors
 from shared.settings import GatewaySettings
 
 Q = db.load_queries(Path(__file__).with_name("queries.sql"))
 
 MODES = ("hybrid", "text", "vector")
-GROUPS = ("chunk", "document")
-RRF_K = 60
+GROUPS = ("document", "chunk")
 MAX_QUERY_CHARS = 500
 MAX_K = 50
 MAX_DOC_IDS = 20
+# Weighted reciprocal-rank fusion, tuned on one collection and checked on another (ADR 0222).
+RRF_K = 20
+TEXT_WEIGHT = 0.5
+VECTOR_WEIGHT = 1.0
+# A document hit nests at most this many of its other matching chunks.
+MAX_NESTED = 3
 # Each list contributes this many candidates to the fusion: a chunk ranked below them would
-# add less than 1/(60+200) to any score, below what separates the top k.
+# add less than 1/(20+200) to any score, below what separates the top k.
 MIN_POOL, MAX_POOL = 40, 200
 # pgvector's HNSW candidate list: the pool size, at least 100, at most pgvector's maximum of
 # 1000. At 40 (pgvector's default) the halfvec quality test's top 10 fell to 0.987 of the exact
@@ -120,14 +128,28 @@ class SearchRequest:
     q: str
     k: int = 10
     mode: str = "hybrid"
-    group: str = "chunk"
+    group: str = "document"
     filters: Filters = field(default_factory=Filters)
 
     @property
     def pool_size(self) -> int:
-        # Grouping keeps one chunk per document, so it needs more candidates to fill k.
+        # Grouping keeps one hit per document, so it needs more candidates to fill k.
         want = self.k * (10 if self.group == "document" else 4)
         return min(MAX_POOL, max(MIN_POOL, want))
+
+    @property
+    def syntax(self) -> bool:
+        return typed_syntax(self.q)
+
+
+# What search syntax looks like: a quote, a word with a leading minus, or OR in capitals
+# (a lowercase "or" in a question is a word, not an operator).
+_SYNTAX = re.compile(r'"|(?:^|\s)-\w|\sOR\s')
+
+
+def typed_syntax(q: str) -> bool:
+    """Whether the user typed search syntax, which keeps websearch's AND, phrase and NOT."""
+    return bool(_SYNTAX.search(q))
 
 
 def validate(q: str | None, *, k: int, mode: str, group: str, filters: Filters,
@@ -150,9 +172,7 @@ def validate(q: str | None, *, k: int, mode: str, group: str, filters: Filters,
         raise InvalidFilter(f"At most {MAX_DOC_IDS} doc_id filters are allowed; narrow them.")
     if filters.file_type is not None and filters.file_type not in allowed_types:
         raise InvalidFilter(f"type must be one of {', '.join(allowed_types)}.")
-    after, before = filters.uploaded_after, filters.uploaded_before
-    if after and before and after >= before:
-        raise InvalidFilter("uploaded_after must be earlier than uploaded_before.")
+    # A window that ends before it starts is a window with nothing in it (ADR 0200).
     return SearchRequest(text, k, mode, group, filters)
 
 
@@ -161,8 +181,12 @@ class Fused:
     chunk_id: UUID
     doc_id: UUID
     score: float
-    text_rank: int | None
+    text_rank: int | None  # the chunk's rank in the keyword list, from 1
     vector_rank: int | None
+    text_score: float | None = None  # its BM25 score, where it is in the keyword list
+    similarity: float | None = None  # its cosine similarity, where it is in the vector list
+    # group=document: the document's other matching chunks, best first (at most MAX_NESTED).
+    others: tuple[Fused, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,37 +194,68 @@ class Candidates:
     text: list[tuple[UUID, UUID]]  # (chunk_id, doc_id), best first
     vector: list[tuple[UUID, UUID]]
     distance: dict[UUID, float]  # cosine distance of each vector candidate
+    text_score: dict[UUID, float] = field(default_factory=dict)  # BM25 of each text candidate
 
 
 def fuse(text: Sequence[tuple[UUID, UUID]], vector: Sequence[tuple[UUID, UUID]], *,
-         k: int, group: str = "chunk") -> list[Fused]:
-    """Reciprocal-rank fusion of two ranked lists of (chunk_id, doc_id), ranks from 1.
+         k: int, group: str = "chunk", text_score: dict[UUID, float] | None = None,
+         distance: dict[UUID, float] | None = None) -> list[Fused]:
+    """Weighted reciprocal-rank fusion of two ranked lists of (chunk_id, doc_id), ranks from 1.
 
-    group="document" keeps each document's best chunk only. Ties go to the chunk with the
-    better single rank, then to the chunk id, so the order never depends on dict order.
+    group="chunk" ranks chunks by their own ranks. group="document" ranks documents by their
+    ranks among the documents of each list (a document's rank is that of its best chunk
+    there), and shows each by its best chunk, nesting the others. Ties go to the better single
+    rank, then to the id, so the order never depends on dict order.
     """
-    docs: dict[UUID, UUID] = {}
-    text_rank: dict[UUID, int] = {}
-    vector_rank: dict[UUID, int] = {}
-    for ranks, ranked in ((text_rank, text), (vector_rank, vector)):
-        for position, (chunk_id, doc_id) in enumerate(ranked, start=1):
-            ranks.setdefault(chunk_id, position)
-            docs[chunk_id] = doc_id
-    fused = [Fused(chunk_id, doc_id, _rrf(text_rank.get(chunk_id), vector_rank.get(chunk_id)),
-                   text_rank.get(chunk_id), vector_rank.get(chunk_id))
-             for chunk_id, doc_id in docs.items()]
-    fused.sort(key=lambda f: (-f.score, min(r for r in (f.text_rank, f.vector_rank) if r),
-                              str(f.chunk_id)))
-    if group == "document":
-        best: dict[UUID, Fused] = {}
-        for f in fused:  # already best first: the first chunk seen of a document is its best
-            best.setdefault(f.doc_id, f)
-        fused = list(best.values())
-    return fused[:k]
+    text_rank, vector_rank, docs = _ranks(text), _ranks(vector), {}
+    for chunk_id, doc_id in (*text, *vector):
+        docs[chunk_id] = doc_id
+    scores, distances = text_score or {}, distance or {}
+    chunks = [Fused(chunk_id, doc_id, _rrf(text_rank.get(chunk_id), vector_rank.get(chunk_id)),
+                    text_rank.get(chunk_id), vector_rank.get(chunk_id), scores.get(chunk_id),
+                    1.0 - distances[chunk_id] if chunk_id in distances else None)
+              for chunk_id, doc_id in docs.items()]
+    chunks.sort(key=_order)
+    if group != "document":
+        return chunks[:k]
+    doc_text, doc_vector = _doc_ranks(text), _doc_ranks(vector)
+    by_doc: dict[UUID, list[Fused]] = {}
+    for f in chunks:  # best first: a document's first chunk is its best
+        by_doc.setdefault(f.doc_id, []).append(f)
+    documents = [replace(best, score=_rrf(doc_text.get(doc_id), doc_vector.get(doc_id)),
+                         others=tuple(rest[:MAX_NESTED]))
+                 for doc_id, (best, *rest) in by_doc.items()]
+    documents.sort(key=lambda f: (-f.score, min(r for r in (doc_text.get(f.doc_id),
+                                                           doc_vector.get(f.doc_id)) if r),
+                                  str(f.doc_id)))
+    return documents[:k]
 
 
-def _rrf(*ranks: int | None) -> float:
-    return sum(1.0 / (RRF_K + r) for r in ranks if r is not None)
+def _ranks(ranked: Sequence[tuple[UUID, UUID]]) -> dict[UUID, int]:
+    ranks: dict[UUID, int] = {}
+    for position, (chunk_id, _) in enumerate(ranked, start=1):
+        ranks.setdefault(chunk_id, position)
+    return ranks
+
+
+def _doc_ranks(ranked: Sequence[tuple[UUID, UUID]]) -> dict[UUID, int]:
+    ranks: dict[UUID, int] = {}
+    for _, doc_id in ranked:
+        ranks.setdefault(doc_id, len(ranks) + 1)
+    return ranks
+
+
+def _order(f: Fused) -> tuple[float, int, str]:
+    return -f.score, min(r for r in (f.text_rank, f.vector_rank) if r), str(f.chunk_id)
+
+
+def _rrf(text_rank: int | None, vector_rank: int | None) -> float:
+    score = 0.0
+    if text_rank is not None:
+        score += TEXT_WEIGHT / (RRF_K + text_rank)
+    if vector_rank is not None:
+        score += VECTOR_WEIGHT / (RRF_K + vector_rank)
+    return score
 
 
 def highlight(snippet: str) -> str:
@@ -217,7 +272,7 @@ class Runtime:
         self.settings = settings
         # The workers' variant (ADR 0110: both share the model's space, so versions of either
         # are searched together), on the CPU threads SEARCH_EMBED_THREADS (ADR 0158).
-        self.embedder = embedder or QueryEmbedder(settings.embedding_model, worker_model_loader(
+        self.embedder = embedder or QueryEmbedder(settings.embedding_model, model_loader(
             variant=settings.embedding_variant, cache_dir=settings.embedding_cache_dir,
             threads=settings.search_embed_threads))
 
@@ -238,7 +293,8 @@ class Runtime:
         vector, model = query if query else (None, "")
         found = await candidates(conn, tenant_id=tenant_id, request=request, vector=vector,
                                  model=model)
-        return found, fuse(found.text, found.vector, k=request.k, group=request.group)
+        return found, fuse(found.text, found.vector, k=request.k, group=request.group,
+                           text_score=found.text_score, distance=found.distance)
 
 
 async def candidates(conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequest,
@@ -251,8 +307,8 @@ async def candidates(conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequ
     async with conn.pipeline():  # the statements go together; the first fetch waits for all
         text_cursor = near_cursor = None
         if request.mode in ("hybrid", "text"):
-            text_cursor = await conn.execute(Q["text_candidates"], {**base, "q": request.q},
-                                             prepare=False)
+            text_cursor = await conn.execute(Q["text_candidates"], {
+                **base, "q": request.q, "syntax": request.syntax}, prepare=False)
         if request.mode in ("hybrid", "vector") and vector is not None:
             ef_search = min(MAX_EF_SEARCH, max(MIN_EF_SEARCH, request.pool_size))
             await conn.execute(Q["hnsw_scan"], {"ef_search": str(ef_search)})
@@ -262,7 +318,8 @@ async def candidates(conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequ
         near_rows = await near_cursor.fetchall() if near_cursor else []
     return Candidates(text=[(r["chunk_id"], r["doc_id"]) for r in text_rows],
                       vector=[(r["chunk_id"], r["doc_id"]) for r in near_rows],
-                      distance={r["chunk_id"]: float(r["distance"]) for r in near_rows})
+                      distance={r["chunk_id"]: float(r["distance"]) for r in near_rows},
+                      text_score={r["chunk_id"]: float(r["score"]) for r in text_rows})
 
 
 async def hits(conn: db.AsyncConn, *, tenant_id: UUID, q: str,
@@ -276,11 +333,13 @@ async def _read_hits(conn: db.AsyncConn, *, tenant_id: UUID, q: str,
     """The hits statement, sent (or, in a pipeline, queued); None when nothing was fused."""
     if not fused:
         return None
-    return await conn.execute(Q["hits"], {
-        "tenant_id": tenant_id, "q": q, "chunk_ids": [f.chunk_id for f in fused]})
+    chunk_ids = [c.chunk_id for f in fused for c in (f, *f.others)]
+    return await conn.execute(Q["hits"], {"tenant_id": tenant_id, "q": q,
+                                          "syntax": typed_syntax(q), "chunk_ids": chunk_ids})
 
 
-async def _shown(cursor: AsyncCursor[DictRow] | None, fused: Sequence[Fused]) -> list[dict[str, Any]]:
+async def _shown(cursor: AsyncCursor[DictRow] | None, fused: Sequence[Fused], *,
+                 nested: bool = False) -> list[dict[str, Any]]:
     if cursor is None:
         return []
     by_id = {r["chunk_id"]: r for r in await cursor.fetchall()}
@@ -289,17 +348,29 @@ async def _shown(cursor: AsyncCursor[DictRow] | None, fused: Sequence[Fused]) ->
         row = by_id.get(f.chunk_id)
         if row is None:
             continue
-        shown.append({
-            "chunk_id": str(f.chunk_id), "doc_id": str(row["doc_id"]),
-            "version": row["version_number"], "chunk_index": row["ordinal"],
-            "page": row["page"], "title": row["title"], "parent": _parent(row),
-            "snippet": highlight(row["snippet"]),
-            "score": round(f.score, 6), "text_rank": f.text_rank, "vector_rank": f.vector_rank,
-            "text": row["text"]})
+        hit = {"chunk_id": str(f.chunk_id), "doc_id": str(row["doc_id"]),
+               "version": row["version_number"], "title": row["title"],
+               "parent": _parent(row), **_chunk(row, f)}
+        if nested:
+            hit["other_chunks"] = [{"chunk_id": str(o.chunk_id), **_chunk(by_id[o.chunk_id], o)}
+                                   for o in f.others if o.chunk_id in by_id]
+        shown.append(hit)
     return shown
 
 
-def _parent(row: dict[str, Any]) -> dict[str, str | None] | None:
+def _chunk(row: DictRow, f: Fused) -> dict[str, Any]:
+    return {"chunk_index": row["ordinal"], "page": row["page"],
+            "heading_path": list(row["heading_path"]), "snippet": highlight(row["snippet"]),
+            "score": round(f.score, 6), "text_rank": f.text_rank, "vector_rank": f.vector_rank,
+            "text_score": _rounded(f.text_score), "similarity": _rounded(f.similarity),
+            "text": row["text"]}
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _parent(row: DictRow) -> dict[str, str | None] | None:
     """The e-mail an attachment's chunk came from, so a hit says where it was found."""
     if row["parent_doc_id"] is None:
         return None
@@ -318,9 +389,11 @@ async def search(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
             _, fused = await runtime.retrieve(conn, tenant_id=tenant_id, request=request,
                                               query=query)
             cursor = await _read_hits(conn, tenant_id=tenant_id, q=request.q, fused=fused)
-        shown = await _shown(cursor, fused)
+        shown = await _shown(cursor, fused, nested=request.group == "document")
     for hit in shown:
         del hit["text"]
+        for other in hit.get("other_chunks", ()):
+            del other["text"]
     return shown
 
 

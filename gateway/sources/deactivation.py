@@ -17,6 +17,9 @@ from shared import db
 Q = db.load_queries(Path(__file__).with_name("sources.sql"))
 # Keys per statement and per transaction of a sync: bounded locks and parameter sizes.
 BATCH = 500
+# Which runs of a gone object are cancelled: a source's DELETE leaves running runs to the worker
+# (ADR 0020), a sync ends them too (ADR 0241).
+QUEUED, UNFINISHED = ["queued"], ["queued", "running"]
 
 
 @dataclass(frozen=True)
@@ -36,13 +39,16 @@ async def deactivate(conn: db.AsyncConn, *, tenant_id: UUID, source_id: UUID,
     runs and mark the objects deleted. ``rows`` are source_objects rows (key, doc_id)."""
     total = Deactivated()
     for start in range(0, len(rows), BATCH):
-        total += await _batch(conn, tenant_id, source_id, rows[start:start + BATCH], run_error)
+        total += await _batch(conn, tenant_id, source_id, rows[start:start + BATCH], run_error,
+                              QUEUED)
     return total
 
 
 async def deactivate_in_batches(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID,
                                 rows: list[dict[str, Any]], run_error: str) -> Deactivated:
     """Like ``deactivate``, one transaction per batch: a sync never holds thousands of locks.
+    A sync's gone objects also end their *running* runs, so none of them brings its object
+    back after the sync (ADR 0241).
 
     A batch that commits is final; if the gateway dies between batches, the next sync finds
     the rest still missing and finishes the job.
@@ -51,12 +57,13 @@ async def deactivate_in_batches(pool: db.AsyncPool, *, tenant_id: UUID, source_i
     for start in range(0, len(rows), BATCH):
         async with pool.connection() as conn, conn.transaction():
             total += await _batch(conn, tenant_id, source_id, rows[start:start + BATCH],
-                                  run_error)
+                                  run_error, UNFINISHED)
     return total
 
 
 async def _batch(conn: db.AsyncConn, tenant_id: UUID, source_id: UUID,
-                 rows: list[dict[str, Any]], run_error: str) -> Deactivated:
+                 rows: list[dict[str, Any]], run_error: str,
+                 statuses: list[str]) -> Deactivated:
     keys = {"tenant_id": tenant_id, "source_id": source_id}
     doc_ids = sorted({r["doc_id"] for r in rows if r["doc_id"] is not None})
     documents = cancelled = 0
@@ -65,7 +72,7 @@ async def _batch(conn: db.AsyncConn, tenant_id: UUID, source_id: UUID,
         documents = len(await (await conn.execute(Q["deactivate_documents"], {
             **keys, "doc_ids": doc_ids})).fetchall())
         row = await (await conn.execute(Q["cancel_queued_runs"], {
-            **keys, "doc_ids": doc_ids, "error": run_error})).fetchone()
+            **keys, "doc_ids": doc_ids, "error": run_error, "statuses": statuses})).fetchone()
         cancelled = row["n"] if row else 0
     await conn.execute(Q["mark_objects_deleted"], {**keys, "keys": [r["key"] for r in rows]})
     return Deactivated(len(rows), documents, cancelled)

@@ -14,9 +14,12 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlparse
 from uuid import UUID
+
+import msgspec
+from msgspec import Meta
 
 from gateway.sources import access as source_access
 from gateway.sources import deactivation
@@ -40,7 +43,8 @@ _CREDENTIAL_LIKE = re.compile(r"(?i)secret|access.?key|password|token|credential
 MAX_PATTERNS = 100
 MAX_PATTERN_CHARS = 512
 MAX_NAME_CHARS = 200
-MAX_PREFIX_BYTES = 1024  # an S3 key's limit, in UTF-8 bytes
+# Characters, as /schema can say it; 256 of them stay within an S3 key's 1,024 UTF-8 bytes.
+MAX_PREFIX_CHARS = 256
 DELETED_REASON = "Cancelled: the source was deleted before this run started."
 
 
@@ -98,6 +102,67 @@ def view(row: dict[str, Any]) -> dict[str, Any]:
 
 
 # ── validation ──────────────────────────────────────────────────────────────────────────────
+# The body as /schema declares it (ADR 0200): each field's rule, as a pattern where the checks
+# below have one, and the sentence a refusal says. parse() validates with these types first,
+# so the document and the checks cannot drift; the checks then clean the values.
+_NO_NUL = r"^[^\x00]*$"
+BUCKET_PATTERN = (r"^(?!xn--|sthree-|amzn-s3-demo-)(?!\d+\.\d+\.\d+\.\d+$)(?!.*\.\.)(?!.*\.-)"
+                  r"(?!.*-\.)(?!.*(-s3alias|--ol-s3|\.mrap|--x-s3|--table-s3)$)"
+                  r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# Leading '/' dropped; no '.', '..' or empty folder; the last piece may be partial or empty.
+PREFIX_PATTERN = (r"^/*(?:(?!\.\.?/)[^/\x00-\x1f\x7f\\]+/)*(?!\.\.?$)"
+                  r"[^/\x00-\x1f\x7f\\]*$")
+# A port urllib reads (1 to 5 digits, at most 65535), as the patterns below declare it.
+PORT_PATTERN = r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
+# http(s), a host, a port, a path: no credentials, query or fragment.
+ENDPOINT_PATTERN = (r"^https?://[A-Za-z0-9._~-]+" + PORT_PATTERN
+                    + r"(/[^\s?#\x00-\x1f\x7f]*)?$")
+_BUCKET_RULE = ("bucket must be an S3 bucket name: 3 to 63 lowercase letters, digits, dots or "
+                "hyphens, starting and ending with a letter or digit, not shaped like an IP "
+                "address.")
+Name = Annotated[str, Meta(max_length=MAX_NAME_CHARS, pattern=r"^[^\x00]*[^\s\x00][^\x00]*$",
+                           description=f"name must be 1 to {MAX_NAME_CHARS} characters of "
+                                       "text.")]
+Bucket = Annotated[str, Meta(pattern=BUCKET_PATTERN, description=_BUCKET_RULE)]
+Prefix = Annotated[str, Meta(max_length=MAX_PREFIX_CHARS, pattern=PREFIX_PATTERN, description=(
+    f"prefix must be at most {MAX_PREFIX_CHARS} characters without control characters, and "
+    "must not contain '.', '..' or empty folders, nor a backslash; write the folder as it is, "
+    "e.g. 'docs/2024/'."))]
+Endpoint = Annotated[str, Meta(max_length=2048, pattern=ENDPOINT_PATTERN, description=(
+    "endpoint_url must be an http(s) URL such as 'https://s3.eu-west-1.amazonaws.com', "
+    "without credentials, a query or a fragment."))]
+Region = Annotated[str, Meta(pattern=r"^[a-z0-9-]{1,40}$",
+                             description="region must look like 'eu-west-1'.")]
+Patterns = Annotated[list[Annotated[str, Meta(min_length=1, max_length=MAX_PATTERN_CHARS,
+                                              pattern=_NO_NUL)]],
+                     Meta(max_length=MAX_PATTERNS, description=(
+                         f"Patterns must be a list of at most {MAX_PATTERNS} globs such as "
+                         "'docs/*' or '*.md'."))]
+Every = Annotated[int, Meta(ge=5, le=7 * 24 * 60, description=(
+    "sync_every_minutes must be a whole number of minutes from 5 to 10080 (a week), or null "
+    "for no schedule."))]
+Enabled = Annotated[bool, Meta(description="enabled must be true or false.")]
+
+
+class SourceChange(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A PATCH: any field but the bucket."""
+
+    name: Name | msgspec.UnsetType = msgspec.UNSET
+    prefix: Prefix | msgspec.UnsetType = msgspec.UNSET
+    endpoint_url: Endpoint | None | msgspec.UnsetType = msgspec.UNSET
+    region: Region | None | msgspec.UnsetType = msgspec.UNSET
+    include_patterns: Patterns | msgspec.UnsetType = msgspec.UNSET
+    exclude_patterns: Patterns | msgspec.UnsetType = msgspec.UNSET
+    enabled: Enabled | msgspec.UnsetType = msgspec.UNSET
+    sync_every_minutes: Every | None | msgspec.UnsetType = msgspec.UNSET
+
+
+class SourceFields(SourceChange, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """A new source (and a connection test): the bucket, and any other field."""
+
+    bucket: Bucket
+
+
 def parse(data: Any, *, partial: bool) -> dict[str, Any]:
     """Check a create (all required fields) or PATCH (only those given) body; return clean values.
 
@@ -112,6 +177,8 @@ def parse(data: Any, *, partial: bool) -> dict[str, Any]:
     if partial and "bucket" in data:
         raise errors.InvalidRequest("A source's bucket cannot change: its documents are named "
                                     "after it; create a new source instead.")
+    _declared(data, SourceChange if partial else SourceFields)
+    data = _integral(data)
     checks = {"name": _name, "bucket": bucket_name, "prefix": clean_prefix, "region": _region,
               "include_patterns": _patterns, "exclude_patterns": _patterns, "enabled": _enabled,
               "endpoint_url": _endpoint, "sync_every_minutes": _schedule}
@@ -126,6 +193,46 @@ def parse(data: Any, *, partial: bool) -> dict[str, Any]:
         clean.setdefault("enabled", True)
         clean.setdefault("sync_every_minutes", None)
     return clean
+
+
+def _declared(data: dict[str, Any], body: type[msgspec.Struct]) -> None:
+    """The body as /schema declares it, or the refused field's rule in words."""
+    try:
+        msgspec.convert(_integral(data), body, strict=True)
+    except msgspec.ValidationError as exc:
+        raise errors.InvalidRequest(_rule(body, str(exc))) from None
+
+
+def _integral(value: Any) -> Any:
+    """JSON's 60.0 is the integer 60 to JSON Schema (and to /schema's readers): say so."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
+def _rule(body: type[msgspec.Struct], message: str) -> str:
+    field = re.search(r"\$\.(\w+)", message)
+    info = msgspec.inspect.type_info(body)
+    for f in getattr(info, "fields", ()):
+        if field and f.name == field.group(1):
+            described = _described(f.type)
+            if described:
+                return described
+    return message[:300]
+
+
+def _described(info: Any) -> str | None:
+    if isinstance(info, msgspec.inspect.UnionType):
+        return next(filter(None, (_described(t) for t in info.types)), None)
+    if isinstance(info, msgspec.inspect.Metadata):
+        return (info.extra_json_schema or {}).get("description") or _described(info.type)
+    if isinstance(info, msgspec.inspect.ListType):
+        return _described(info.item_type)
+    return None
 
 
 def _refuse_unknown(data: dict[str, Any]) -> None:
@@ -167,10 +274,10 @@ def clean_prefix(value: Any) -> str:
     """A key prefix: at most 1,024 UTF-8 bytes, no control characters, no '.', '..' or empty
     folder and no backslash. S3 keys are literal, but some S3-compatible servers and proxies
     normalise paths, and a prefix is confined to a granted folder by plain string comparison."""
-    if not isinstance(value, str) or len(value.encode()) > MAX_PREFIX_BYTES or any(
+    if not isinstance(value, str) or len(value) > MAX_PREFIX_CHARS or any(
             ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        raise errors.InvalidRequest(f"prefix must be text of at most {MAX_PREFIX_BYTES} bytes, "
-                                    "without control characters.")
+        raise errors.InvalidRequest(f"prefix must be text of at most {MAX_PREFIX_CHARS} "
+                                    "characters, without control characters.")
     # S3 keys rarely start with '/', and a prefix that does would match nothing.
     prefix = value.lstrip("/")
     # The last piece may be a partial name ('docs/rep' lists 'docs/report.md') or '' after '/'.
@@ -333,9 +440,8 @@ async def delete(pool: db.AsyncPool, *, tenant_id: UUID, source_id: UUID) -> dic
 
 # ── test connection (form-level) ────────────────────────────────────────────────────────────
 def parse_probe(data: Any) -> dict[str, Any]:
-    """The fields a connection test reads from the form: where and how to list, checked like
-    a create; the others (name, patterns, schedule) may be present and are ignored."""
-    if not isinstance(data, dict):
-        raise errors.InvalidRequest("Send the source as a JSON object.")
-    wanted = {k: data[k] for k in ("bucket", "prefix", "endpoint_url", "region") if k in data}
-    return parse(wanted, partial=False)
+    """The fields a connection test reads from the form: where and how to list. The whole
+    form is checked like a create (it is the same body in /schema); the others (name,
+    patterns, schedule) are then ignored."""
+    clean = parse(data, partial=False)
+    return {k: clean[k] for k in ("bucket", "prefix", "endpoint_url", "region")}

@@ -19,20 +19,18 @@ address it connects to. It runs at create/update and again before each sync: DNS
 from __future__ import annotations
 
 import ipaddress
-import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
+import httpx
+from botocore.parsers import create_parser
+
+# Resolution and IPv4 unwrapping live in shared/, where the webhook URL rule uses them too.
 from shared import errors
-
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Resolver = Callable[[str, int], Iterable[str]]
-# IPv6 prefixes that carry an IPv4 address the packet ends up at (NAT64, RFC 6052).
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-
-
-def normalize(url: str) -> str:
-    return url.rstrip("/")
+from shared.addresses import Address, Resolver, embedded_ipv4, normalize
+from shared.addresses import resolve as _resolve
 
 
 def check(url: str | None, *, allowlist: Iterable[str], dev_mode: bool,
@@ -70,22 +68,92 @@ def allowed_address(address: Address) -> bool:
     return address.is_loopback or address.is_global and not address.is_multicast
 
 
-def embedded_ipv4(address: Address) -> Address:
-    """The IPv4 address an IPv6 one stands for (mapped, 6to4, NAT64), else itself.
-
-    ``::ffff:169.254.169.254`` reaches the metadata service; Python 3.11 does not call it
-    link-local, so it is unwrapped first.
-    """
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return address.ipv4_mapped
-        if address.sixtofour is not None:
-            return address.sixtofour
-        if address in _NAT64:
-            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return address
+# ── one listing request, for "Test connection" (docs/decisions/0206) ───────────────────────
+PROBE_TIMEOUT_S = 10.0
+PROBE_MAX_BYTES = 2 * 1024 * 1024  # a page of 10 keys is a few KB; more is not an S3 answer
 
 
-def _resolve(host: str, port: int) -> list[str]:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return sorted({str(info[4][0]) for info in infos})
+@dataclass(frozen=True)
+class Probe:
+    """What one ListObjectsV2 request answered: the keys, or a sentence for people."""
+
+    ok: bool
+    keys: list[str]
+    more: bool
+    detail: str
+
+
+def probe(s3: Any, *, bucket: str, prefix: str, max_keys: int) -> Probe:
+    """List one page with exactly one request: no retry, no redirect followed.
+
+    botocore follows an S3 region redirect by sending again, and retries, so an endpoint that
+    answers 307 to everything made one test cost 83 requests and end in a RecursionError. Here
+    botocore only signs the request and reads the answer; httpx sends it once."""
+    url = s3.generate_presigned_url("list_objects_v2", ExpiresIn=60, Params={
+        "Bucket": bucket, "Prefix": prefix, "MaxKeys": max_keys})
+    try:
+        with httpx.Client(timeout=PROBE_TIMEOUT_S, follow_redirects=False) as client, \
+                client.stream("GET", url) as response:
+            body = _bounded(response)
+            status, headers = response.status_code, response.headers
+    except httpx.TimeoutException:
+        return _failed(f"The endpoint did not answer within {PROBE_TIMEOUT_S:g} seconds; check "
+                       "the endpoint URL and the network path to it.")
+    except (httpx.HTTPError, ValueError):
+        return _failed("The endpoint could not be reached; check the endpoint URL and the "
+                       "region.")
+    if 300 <= status < 400:
+        return _failed(f"The endpoint answered with a redirect ({status}), which the gateway "
+                       "does not follow; use the endpoint and region the bucket really lives "
+                       "at.")
+    parsed = _parsed(s3, status, headers, body)
+    if parsed is None:
+        return _failed(f"The endpoint's answer ({status}) is not an S3 answer; check that the "
+                       "URL is an S3 endpoint.")
+    if status >= 400:
+        return _failed(describe_refusal(str(parsed.get("Error", {}).get("Code", "")), bucket,
+                                        status))
+    keys = [o["Key"] for o in parsed.get("Contents", []) if not o["Key"].endswith("/")]
+    return Probe(True, keys, bool(parsed.get("IsTruncated")), "")
+
+
+_DENIED = ("AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+           "InvalidToken", "ExpiredToken")
+
+
+def describe_refusal(code: str, bucket: str, status: int) -> str:
+    """What an S3 error answer means, for the person filling in the form."""
+    if code == "NoSuchBucket":
+        return f"Bucket {bucket!r} does not exist at this endpoint; check its name and region."
+    if code in _DENIED:
+        return (f"The gateway's credentials may not list bucket {bucket!r} ({code}); ask for "
+                "s3:ListBucket on it for the gateway's role.")
+    if code in ("PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraint"):
+        return f"Bucket {bucket!r} is in another region ({code}); set the source's region to it."
+    return (f"The endpoint refused the listing ({status}{', ' + code if code else ''}); check "
+            "the bucket, the region and the gateway's access to them.")
+
+
+def _failed(detail: str) -> Probe:
+    return Probe(False, [], False, detail)
+
+
+def _bounded(response: httpx.Response) -> bytes:
+    chunks, size = [], 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > PROBE_MAX_BYTES:
+            raise ValueError("answer too large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parsed(s3: Any, status: int, headers: httpx.Headers, body: bytes) -> dict[str, Any] | None:
+    """botocore's own reading of a ListObjectsV2 answer, or None when it is not XML."""
+    model = s3.meta.service_model.operation_model("ListObjectsV2")
+    try:
+        return create_parser("rest-xml").parse(  # type: ignore[no-any-return]
+            {"status_code": status, "headers": dict(headers), "body": body},
+            model.output_shape)
+    except Exception:  # noqa: BLE001 - anything botocore cannot read is "not an S3 answer"
+        return None

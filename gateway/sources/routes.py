@@ -14,8 +14,11 @@ from gateway.sources import access as source_access
 from gateway.sources import definitions as sources
 from gateway.sources import syncs
 
+# The bodies are dicts checked by sources.parse against these types (their /schema too).
+CREATE = {"body": sources.SourceFields}
 
-@post("/", status_code=201, responses=openapi.errors(409))
+
+@post("/", status_code=201, responses=openapi.errors(409), opt=CREATE)
 async def create_source(data: JSONBody[dict[str, Any]], request: Request, ctx: Ctx) -> dict:
     """Register a bucket/prefix (optional endpoint_url, region, include/exclude globs).
 
@@ -29,7 +32,7 @@ async def create_source(data: JSONBody[dict[str, Any]], request: Request, ctx: C
     return sources.view(row)
 
 
-@post("/test-connection", status_code=200, responses=openapi.errors(400, 403))
+@post("/test-connection", status_code=200, responses=openapi.errors(400, 403), opt=CREATE)
 async def test_connection(data: JSONBody[dict[str, Any]], request: Request, ctx: Ctx) -> dict:
     """List one page of a source's bucket before saving it, with the checks of a sync: 403
     for a bucket not granted or the platform's, 400 for an endpoint not allowed; what S3
@@ -56,7 +59,8 @@ async def get_source(source_id: FromPath[UUID], request: Request, ctx: Ctx) -> d
                                           source_id=source_id))
 
 
-@patch("/{source_id:uuid}", responses=openapi.errors(404, 409))
+@patch("/{source_id:uuid}", responses=openapi.errors(404, 409),
+       opt={"body": sources.SourceChange})
 async def update_source(source_id: FromPath[UUID], data: JSONBody[dict[str, Any]], request: Request,
                         ctx: Ctx) -> dict:
     """Change any field but the bucket; takes effect at the next sync."""

@@ -293,13 +293,16 @@ RETURNING doc_id;
 
 -- name: cancel_queued_runs
 -- A queued run of a gone object would bring it back when a worker processes it: fail it and
--- park its unpublished job, as the crash guard does. Running runs are the worker's; the next
--- sync deactivates what they activate (missing_objects above).
+-- park its unpublished job, as the crash guard does. A sync also fails the running ones
+-- (%(statuses)s): the worker's final write is fenced on `running` and rolls back, so a deleted
+-- object cannot come back after the sync that saw it gone (ADR 0241). A source's DELETE leaves
+-- running runs to the worker (ADR 0020) and is repeated to deactivate what they activate.
 WITH cancelled AS (
     UPDATE ingestion_runs
-    SET status = 'failed', finished_at = now(), updated_at = now(), error = %(error)s
-    WHERE tenant_id = %(tenant_id)s AND doc_id = ANY(%(doc_ids)s) AND status = 'queued'
-      AND run_type = 's3_sync'
+    SET status = 'failed', finished_at = now(), updated_at = now(), error = %(error)s,
+        error_code = 'source_object_deleted'
+    WHERE tenant_id = %(tenant_id)s AND doc_id = ANY(%(doc_ids)s)
+      AND status = ANY(%(statuses)s) AND run_type = 's3_sync'
     RETURNING run_id
 ), parked AS (
     UPDATE job_outbox SET next_attempt_at = 'infinity', last_error = 'run cancelled before it was published'

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("sources.sql"))
 # Objects whose key and reason the sync record keeps; the counters cover all of them.
 MAX_ISSUES = 100
-GONE_REASON = "Cancelled: the object was deleted from the bucket before this run started."
+GONE_REASON = "Cancelled: the object was deleted from the bucket before this run finished."
 STILL_FAILED = ("its last ingest failed and it has not changed since; fix the object, or retry "
                 "its run")
 

@@ -21,12 +21,17 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
+from botocore.exceptions import (
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+)
 from psycopg.rows import dict_row
 
 from gateway.sources import access as source_access
 from gateway.sources import definitions as sources
-from gateway.sources import s3objects, sync
+from gateway.sources import endpoints, s3objects, sync
 from shared import db, errors, objectstore
 from shared.settings import GatewaySettings
 
@@ -277,42 +282,41 @@ async def test_connection(rules: source_access.Rules, settings: GatewaySettings,
         await source_access.authorize(conn, rules, tenant_id=tenant_id, bucket=fields["bucket"],
                                       prefix=fields["prefix"], by_operator=by_operator)
 
-    def list_one() -> s3objects.Page:
+    def list_one() -> endpoints.Probe:
+        # One signed request, sent once: no retry, no redirect (docs/decisions/0206).
         s3 = s3objects.client(endpoint_url=fields["endpoint_url"] or settings.aws_endpoint_url,
                               region=fields["region"] or settings.aws_region)
-        return s3objects.list_page(s3, bucket=fields["bucket"], prefix=fields["prefix"],
-                                   token=None, page_size=TEST_PAGE)
+        return endpoints.probe(s3, bucket=fields["bucket"], prefix=fields["prefix"],
+                               max_keys=TEST_PAGE)
     try:
         page = await asyncio.to_thread(list_one)
-    except Exception as exc:  # noqa: BLE001 - any failure is the test's answer
+    except Exception as exc:  # noqa: BLE001 - signing failed (no credentials): the answer
         log.info("source connection test failed", extra={"tenant_id": str(tenant_id),
                                                           "error": sync.describe(exc)})
         return {"ok": False, "detail": plain_error(exc, fields["bucket"])}
-    keys = [o.key for o in page.objects if not o.key.endswith("/")]
-    return {"ok": True, "keys": keys, "more": page.next_token is not None,
+    if not page.ok:
+        log.info("source connection test failed", extra={"tenant_id": str(tenant_id),
+                                                          "error": page.detail})
+        return {"ok": False, "detail": page.detail}
+    keys = page.keys
+    return {"ok": True, "keys": keys, "more": page.more,
             "detail": (f"Connected: bucket {fields['bucket']!r} lists "
-                       + (f"{len(keys)}{'+' if page.next_token else ''} object"
+                       + (f"{len(keys)}{'+' if page.more else ''} object"
                           f"{'s' if len(keys) != 1 else ''}" if keys else "no object")
                        + (f" under {fields['prefix']!r}." if fields["prefix"] else "."))}
 
 
-_DENIED = ("AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-           "InvalidToken", "ExpiredToken")
-
-
 def plain_error(exc: BaseException, bucket: str) -> str:
-    """What a failed listing means, for the person filling in the form."""
-    code = ""
+    """What a failed listing means, for the person filling in the form: a sentence, never an
+    exception's name."""
     if isinstance(exc, ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
-    if code == "NoSuchBucket":
-        return f"Bucket {bucket!r} does not exist at this endpoint; check its name and region."
-    if code in _DENIED:
-        return (f"The gateway's credentials may not list bucket {bucket!r} ({code}); ask for "
-                "s3:ListBucket on it for the gateway's role.")
+        return endpoints.describe_refusal(code, bucket, 400)
     if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
         return "The endpoint could not be reached; check the endpoint URL and the region."
-    return f"Listing the bucket failed: {sync.describe(exc)}."
+    if isinstance(exc, NoCredentialsError):
+        return "The gateway has no S3 credentials to sign with; ask an operator to give it some."
+    return "Listing the bucket failed; check the endpoint URL, the region and the bucket."
 
 
 # ── reads and the crash guard ───────────────────────────────────────────────────────────────

@@ -21,6 +21,7 @@ from litestar.response import Redirect, Template
 
 from gateway import auth, filetypes, paging
 from gateway.auth import login_throttle, users
+from gateway.auth import routes as auth_routes
 from gateway.context import Context, Ctx
 from gateway.documents import listing as doc_listing
 from gateway.events import replay as ledger_replay
@@ -112,40 +113,45 @@ async def login_form(request: Request, ctx: Ctx, next: FromQuery[str | None] = N
 async def login_submit(request: Request, ctx: Ctx) -> Response:
     form = await request.form()
     target = safe_next(form.get("next"))
+    tenant, email = str(form.get("tenant", "")), str(form.get("email", ""))
     if not session.login_token_matches(request, form.get(session.FORM_FIELD)):
         return _login_page(request, ctx, next=target, status_code=403, renew=True,
                            error="The sign-in form expired; enter your e-mail and password "
-                                 "again.")
+                                 "again.", tenant=tenant)
     try:
-        principal = await users.login(ctx.pool, str(form.get("email", "")),
-                                      str(form.get("password", "")),
-                                      address=auth.client_address(request),
-                                      limits=login_throttle.Limits.from_settings(ctx.settings))
+        principal, device = await users.login(
+            ctx.pool, tenant, email, str(form.get("password", "")),
+            address=auth.client_address(request),
+            limits=login_throttle.Limits.from_settings(ctx.settings),
+            device=auth_routes.device(request, ctx))
     except errors.TooManyAttempts as exc:
         page = _login_page(request, ctx, next=target, status_code=429, error=exc.detail,
-                           email=str(form.get("email", "")))
+                           email=email, tenant=tenant)
         page.headers["Retry-After"] = str(exc.retry_after_s)
         return page
     except (errors.Unauthorized, errors.InvalidRequest) as exc:
         return _login_page(request, ctx, next=target, status_code=401, error=exc.detail,
-                           email=str(form.get("email", "")))
+                           email=email, tenant=tenant)
     settings = ctx.settings
     token = auth.issue_token(principal, settings.jwt_secret, settings.jwt_expiry_hours)
     secure = session.secure(request, settings.session_cookie_secure)
+    # The device cookie (ADR 0204) and the tenant's name, filled in next time (ADR 0202).
     return Redirect(target, status_code=303, cookies=[
         session.session_cookie(token, max_age=int(settings.jwt_expiry_hours * 3600),
-                               secure=secure)])
+                               secure=secure),
+        auth_routes.device_cookie(request, ctx, device),
+        session.tenant_cookie(tenant.strip(), secure=secure)])
 
 
 def _login_page(request: Request, ctx: Context, *, next: str | None, status_code: int = 200,
                 error: str | None = None, notice: str | None = None, email: str = "",
-                renew: bool = False) -> Template:
+                renew: bool = False, tenant: str | None = None) -> Template:
     token, new = session.login_token(request, renew=renew)
     secure = session.secure(request, ctx.settings.session_cookie_secure)
     cookies = [session.login_cookie(token, secure=secure)] if new else []
     return render(request, "login.html", status_code=status_code, cookies=cookies,
                   login_csrf=token, next=safe_next(next), error=error, notice=notice,
-                  email=email)
+                  email=email, tenant=session.tenant_hint(request) if tenant is None else tenant)
 
 
 async def _valid(token: str, ctx: Context) -> bool:
@@ -242,7 +248,7 @@ async def search_page(request: Request, ctx: Ctx, search: NamedDependency[search
     hits, error = None, None
     if q and q.strip():
         try:
-            wanted = search_service.validate(q, k=20, mode=mode, group="chunk",
+            wanted = search_service.validate(q, k=20, mode=mode, group="document",
                                              filters=search_service.Filters(),
                                              allowed_types=ctx.settings.allowed_types)
             hits = await search_service.search(ctx.pool, search, request=wanted,
@@ -350,7 +356,7 @@ async def own_dead_letter(message_id: FromPath[str], request: Request) -> Templa
 # ── event ledger: dead letters and replay (docs/decisions/0142, 0143) ──────────────────────
 # Shells that events.js fills from /v1/events, whose scope (own tenant; operators all) applies.
 _EVENT_STATES = [("dead_letter", "Dead letter"), ("pending", "Pending"),
-                 ("processed", "Processed"), ("all", "Any state")]
+                 ("processed", "Processed"), ("discarded", "Discarded"), ("all", "Any state")]
 
 
 @get("/events")
@@ -425,7 +431,7 @@ async def record_judgments(request: Request, ctx: Ctx, page: int = paging.PAGE) 
     filters = records.judgment_form(request.query_params)
     listing = await records.judgments(
         ctx.pool, tenant_id=auth.current(request).tenant_id, filters=filters,
-        window=paging.Window(page, reads.PAGE_SIZE), secret=ctx.settings.jwt_secret)
+        window=paging.Window(page, reads.PAGE_SIZE))
     return render(request, "records/judgments.html", listing=listing, form=_form_values(request))
 
 
@@ -434,8 +440,7 @@ async def record_plaintiffs(request: Request, ctx: Ctx, page: int = paging.PAGE)
     principal = auth.current(request)
     listing = await records.plaintiffs(
         ctx.pool, tenant_id=principal.tenant_id, filters=records.plaintiff_form(request.query_params),
-        window=paging.Window(page, reads.PAGE_SIZE), secret=ctx.settings.jwt_secret,
-        with_contacts=principal.is_admin)
+        window=paging.Window(page, reads.PAGE_SIZE), with_contacts=principal.is_admin)
     return render(request, "records/plaintiffs.html", listing=listing, form=_form_values(request),
                   statuses=records.STATUSES)
 

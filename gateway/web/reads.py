@@ -35,7 +35,7 @@ async def runs_page(pool: db.AsyncPool, *, tenant_id: UUID, status: str | None,
     async with pool.connection() as conn:
         rows = await (await conn.execute(API["list_runs"], {
             "tenant_id": tenant_id, **runs_routes.filters(status, filename, source),
-            **window.params("", ())})).fetchall()
+            **window.params()})).fetchall()
         sources = await (await conn.execute(API["run_sources"], {"tenant_id": tenant_id})).fetchall()
     return window.result(rows, views.run) | {"status": status, "filename": filename or "",
                                              "source_id": str(source) if source else "",

@@ -20,6 +20,9 @@ from shared import errors
 
 COOKIE = "df_session"
 LOGIN_COOKIE = "df_login_csrf"
+# The tenant this browser last signed in to, filled into the sign-in form (ADR 0202).
+TENANT_COOKIE = "df_tenant"
+_TENANT_TTL_S = 365 * 86400
 HEADER = "x-csrf-token"
 FORM_FIELD = "csrf_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -49,9 +52,10 @@ def require_csrf(connection: ASGIConnection, session_token: str, secret: str) ->
                                "reload the page and try again.")
 
 
-def secure(connection: ASGIConnection, setting: bool) -> bool:
-    """Secure cookies when the setting says so or the request itself came over https."""
-    return setting or connection.url.scheme == "https"
+def secure(connection: ASGIConnection, setting: bool | None) -> bool:
+    """Secure cookies when the setting says so (by default outside DEV_MODE, ADR 0203) or the
+    request itself came over https."""
+    return bool(setting) or connection.url.scheme == "https"
 
 
 def session_cookie(token: str, *, max_age: int, secure: bool) -> Cookie:
@@ -83,3 +87,15 @@ def login_token_matches(connection: ASGIConnection, given: str | None) -> bool:
     expected = connection.cookies.get(LOGIN_COOKIE)
     return bool(expected and given) and hmac.compare_digest(
         expected.encode(), given.encode())  # type: ignore[union-attr]
+
+
+# ── the tenant's name on the sign-in form (docs/decisions/0202) ─────────────────────────────
+def tenant_cookie(tenant: str, *, secure: bool) -> Cookie:
+    return Cookie(key=TENANT_COOKIE, value=tenant[:200], max_age=_TENANT_TTL_S, path=LOGIN_PATH,
+                  httponly=True, samesite="strict", secure=secure)
+
+
+def tenant_hint(connection: ASGIConnection) -> str:
+    """The tenant to fill in: a link's ?tenant=, else the one this browser signed in to last."""
+    return (connection.query_params.get("tenant") or connection.cookies.get(TENANT_COOKIE)
+            or "")[:200]

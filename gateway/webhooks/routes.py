@@ -3,25 +3,35 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, post
 from litestar.params import FromPath, JSONBody
 from litestar.types import ControllerRouterHandler
+from msgspec import Meta
 
 from gateway import auth, openapi, paging
 from gateway.context import Ctx
 from gateway.webhooks import webhooks
+from shared.webhooks import urls
+
+if TYPE_CHECKING:
+    EventType = str
+else:
+    EventType = Literal[webhooks.EVENT_TYPES]  # an enum in /schema (ADR 0200)
 
 
 @dataclass
 class NewWebhookRequest:
-    url: str
-    event_types: list[str]
+    url: Annotated[str, Meta(max_length=urls.MAX_URL_CHARS, pattern=urls.URL_PATTERN,
+                             description="url must be an absolute https URL, e.g. "
+                                         "https://example.com/hook.")]
+    event_types: Annotated[list[EventType], Meta(min_length=1)]
 
 
-@post("/", status_code=201, responses=openapi.errors(400))
+@post("/", status_code=201, responses=openapi.errors(400, 403), opt={"error_codes": {
+    "url": "webhook_url_not_allowed", "event_types": "unknown_event_type"}})
 async def create_webhook(data: JSONBody[NewWebhookRequest], request: Request, ctx: Ctx) -> Response:
     """Register an endpoint for `event_types` (e.g. ["ingestion.complete"]). The answer carries
     the signing secret (`whsec_…`, Standard Webhooks) this once only: store it now."""
@@ -57,6 +67,26 @@ async def list_deliveries(webhook_id: FromPath[UUID], request: Request, ctx: Ctx
     return window.result(rows, webhooks.delivery_view)
 
 
+@dataclass
+class RotateRequest:
+    # How long the replaced secret keeps signing; WEBHOOK_SECRET_GRACE_S (24 h) by default.
+    grace_period_s: float | None = None
+
+
+@post("/{webhook_id:uuid}/rotate-secret", status_code=200, responses=openapi.errors(400, 404))
+async def rotate_secret(webhook_id: FromPath[UUID], request: Request, ctx: Ctx,
+                        data: JSONBody[RotateRequest | None] = None) -> Response:
+    """A new signing secret (`whsec_…`), in this answer only: store it now. Until
+    `previous_secret_expires_at` (`grace_period_s`, default 24 h) every delivery is signed with
+    both secrets, `webhook-signature: v1,<new> v1,<old>`, so receivers switch without losing a
+    message; rotating again within it drops the oldest. The delivery log stays."""
+    grace = data.grace_period_s if data and data.grace_period_s is not None \
+        else ctx.settings.webhook_secret_grace_s
+    new = await webhooks.rotate_secret(ctx.pool, auth.current(request).tenant_id, webhook_id,
+                                       grace_s=grace)
+    return Response({**new.webhook, "secret": new.secret}, headers={"Cache-Control": "no-store"})
+
+
 @post("/{webhook_id:uuid}/test", status_code=202, responses=openapi.errors(404))
 async def send_test(webhook_id: FromPath[UUID], request: Request, ctx: Ctx) -> dict[str, Any]:
     """Send a `webhook.test` event to this endpoint through the normal delivery path; follow it
@@ -65,6 +95,6 @@ async def send_test(webhook_id: FromPath[UUID], request: Request, ctx: Ctx) -> d
 
 
 router = Router("/v1/webhooks", route_handlers=[
-    create_webhook, list_webhooks, delete_webhook, list_deliveries, send_test],
+    create_webhook, list_webhooks, delete_webhook, list_deliveries, rotate_secret, send_test],
     guards=[auth.admin_only], tags=["webhooks"])
 ROUTES: list[ControllerRouterHandler] = [router]

@@ -1,7 +1,9 @@
 """A tenant's webhook endpoints (docs/decisions/0153): what the routes and the web page do.
 
-The secret is ``whsec_`` + 32 random bytes (base64), shown in the create answer only: it must be
-kept to sign every delivery, so it is stored as issued, and no read ever returns it.
+The secret is ``whsec_`` + 32 random bytes (base64), shown in the create (or rotate) answer only:
+it must be kept to sign every delivery, so it is stored as issued, and no read ever returns it.
+A rotation keeps the secret it replaces signing beside the new one for a grace period
+(docs/decisions/0196).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ Q = db.load_queries(Path(__file__).with_name("webhooks.sql"))
 EVENT_TYPES = ("ingestion.complete",)
 # Each event fans out to every endpoint: bound what one tenant can make the worker send.
 MAX_WEBHOOKS = 20
+# The longest grace period a rotation may give the secret it replaces.
+MAX_GRACE_S = 7 * 86400
 
 
 class UnknownEventType(errors.InvalidRequest):
@@ -111,6 +115,22 @@ async def deliveries(pool: db.AsyncPool, tenant_id: UUID, webhook_id: UUID, *, l
             "offset": offset})).fetchall()
 
 
+async def rotate_secret(pool: db.AsyncPool, tenant_id: UUID, webhook_id: UUID, *,
+                        grace_s: float) -> NewWebhook:
+    """A new secret for the endpoint; the old one keeps signing beside it for ``grace_s``."""
+    if not 0 <= grace_s <= MAX_GRACE_S:
+        raise errors.InvalidRequest(f"grace_period_s must be between 0 and {MAX_GRACE_S} "
+                                    "(7 days).")
+    secret = signing.new_secret()
+    async with pool.connection() as conn:
+        row = await (await conn.execute(Q["rotate_secret"], {
+            "tenant_id": tenant_id, "webhook_id": webhook_id, "secret": secret,
+            "grace_s": grace_s})).fetchone()
+    if row is None:
+        raise WebhookNotFound()
+    return NewWebhook(view(row), secret)
+
+
 async def send_test(pool: db.AsyncPool, tenant_id: UUID, webhook_id: UUID) -> dict[str, Any]:
     async with pool.connection() as conn:
         row = await (await conn.execute(Q["send_test_event"], {
@@ -122,10 +142,17 @@ async def send_test(pool: db.AsyncPool, tenant_id: UUID, webhook_id: UUID) -> di
 
 
 def view(row: dict[str, Any]) -> dict[str, Any]:
+    def at(key: str) -> str | None:
+        value = row.get(key)
+        return None if value is None else value.isoformat()
+
     return {"webhook_id": str(row["webhook_id"]), "url": row["url"],
             "event_types": list(row["event_types"]),
             "created_by": None if row["created_by"] is None else str(row["created_by"]),
-            "created_at": row["created_at"].isoformat()}
+            "created_at": row["created_at"].isoformat(),
+            "secret_rotated_at": at("secret_rotated_at"),
+            # Until then deliveries also carry the previous secret's signature.
+            "previous_secret_expires_at": at("previous_secret_expires_at")}
 
 
 def delivery_view(row: dict[str, Any]) -> dict[str, Any]:

@@ -7,18 +7,34 @@ SELECT count(*) AS n FROM webhooks WHERE tenant_id = %(tenant_id)s;
 -- name: insert_webhook
 INSERT INTO webhooks (tenant_id, url, event_types, secret, created_by)
 VALUES (%(tenant_id)s, %(url)s, %(event_types)s, %(secret)s, %(created_by)s)
-RETURNING webhook_id, url, event_types, created_by, created_at;
+RETURNING webhook_id, url, event_types, created_by, created_at, secret_rotated_at,
+          previous_secret_expires_at;
 
 -- name: list_webhooks
-SELECT webhook_id, url, event_types, created_by, created_at,
+SELECT webhook_id, url, event_types, created_by, created_at, secret_rotated_at,
+       CASE WHEN previous_secret_expires_at > now() THEN previous_secret_expires_at END
+           AS previous_secret_expires_at,
        (SELECT count(*) FROM webhooks c WHERE c.tenant_id = %(tenant_id)s) AS total
 FROM webhooks WHERE tenant_id = %(tenant_id)s
 ORDER BY created_at DESC, webhook_id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: get_webhook
-SELECT webhook_id, url, event_types, created_by, created_at
+SELECT webhook_id, url, event_types, created_by, created_at, secret_rotated_at,
+       CASE WHEN previous_secret_expires_at > now() THEN previous_secret_expires_at END
+           AS previous_secret_expires_at
 FROM webhooks WHERE tenant_id = %(tenant_id)s AND webhook_id = %(webhook_id)s;
+
+-- name: rotate_secret
+-- The new secret signs from now on; the one it replaces keeps signing beside it until the
+-- grace period ends (docs/decisions/0196). Rotating again within a grace period drops the
+-- oldest: only the last two secrets ever sign. The delivery log is not touched.
+UPDATE webhooks
+SET previous_secret = secret, secret = %(secret)s, secret_rotated_at = now(),
+    previous_secret_expires_at = now() + make_interval(secs => %(grace_s)s)
+WHERE tenant_id = %(tenant_id)s AND webhook_id = %(webhook_id)s
+RETURNING webhook_id, url, event_types, created_by, created_at, secret_rotated_at,
+          previous_secret_expires_at;
 
 -- name: delete_webhook
 -- Its deliveries go with it (ON DELETE CASCADE); a claim in flight then settles nothing.

@@ -12,7 +12,9 @@ from shared.contracts import ad_metrics, codes
 from shared.contracts.ad_metrics import AD_METRICS
 from shared.contracts.judgments import JUDGMENTS
 from shared.contracts.model import (
+    AMBIGUOUS,
     INVALID,
+    UNREADABLE,
     Column,
     Contract,
     HeaderMatch,
@@ -27,16 +29,20 @@ from shared.contracts.model import (
     duplicate_issue,
     header_issues,
     header_key,
+    hygiene_rules,
     match_header,
+    meaningful,
     natural_key,
     sample_csv,
+    unstorable,
     validate_row,
     with_headers,
 )
 from shared.contracts.plaintiffs import PLAINTIFFS
 
 __all__ = [
-    "AD_METRICS", "CONTRACTS", "INVALID", "JUDGMENTS", "PLAINTIFFS", "Column", "Contract", "HeaderMatch",
+    "AD_METRICS", "AMBIGUOUS", "CONTRACTS", "INVALID", "UNREADABLE", "hygiene_rules",
+    "meaningful", "unstorable", "JUDGMENTS", "PLAINTIFFS", "Column", "Contract", "HeaderMatch",
     "Issue", "NaturalKey", "RowResult", "RowRule", "Rule", "Severity", "Target",
     "UnknownContract", "ad_metrics", "codes", "describe", "duplicate_issue", "get", "header_issues",
     "header_key", "match_header", "natural_key", "publish", "sample_csv", "validate_row", "with_headers",

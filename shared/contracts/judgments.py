@@ -38,6 +38,28 @@ def case_number_text(text: str) -> str:
     return text if n.case_number_key(text) else ""
 
 
+def letters_outside_key(text: str) -> bool:
+    """Whether the case number has letters the key drops (not A–Z once folded: `Café-12`
+    keys as CAF12), so two numbers differing only there are one judgment."""
+    return any(ch.isalpha() and not ("A" <= ch <= "Z") for ch in n.fold(text))
+
+
+def case_number_checks(entity: str) -> tuple[Rule, ...]:
+    """A case number's checks, shared with the plaintiffs contract (its link to a judgment)."""
+    return (
+        Rule(f"{entity}_CASE_NUMBER_TOO_LONG", CRITICAL,
+             "Case number is longer than 100 characters.", broken=_too_long(100)),
+        Rule(f"{entity}_CASE_NUMBER_MIXED_SCRIPT", CRITICAL,
+             "Case number mixes letters of two scripts (e.g. a Cyrillic С among Latin letters), "
+             "so it looks like another case number; retype it in one script.",
+             broken=n.mixed_script),
+        Rule(f"{entity}_CASE_NUMBER_LETTERS_IGNORED", WARNING,
+             "Case number has letters outside A–Z (after folding); they are not part of its "
+             "key, so numbers differing only in them are the same judgment.",
+             broken=letters_outside_key),
+    )
+
+
 def _name(field: str, header: str, label: str, code: str) -> Column:
     return Column(
         field, (header,), f"{label} name; stored as given (spaces collapsed).", required=True,
@@ -68,13 +90,17 @@ COLUMNS = (
            "form (A–Z and 0–9 only) is the key.", required=True, normalise=case_number_text,
            missing=Rule("JUDGMENT_CASE_NUMBER_MISSING", CRITICAL,
                         "Case number is required and must contain a letter or digit."),
-           checks=(Rule("JUDGMENT_CASE_NUMBER_TOO_LONG", CRITICAL,
-                        "Case number is longer than 100 characters.", broken=_too_long(100)),),
+           checks=case_number_checks("JUDGMENT"),
            derived=(("case_number_normalized", n.case_number_key),)),
     _name("plaintiff_name", "Plaintiff", "Plaintiff", "PLAINTIFF"),
     _name("defendant_name", "Defendant", "Defendant", "DEFENDANT"),
-    Column("amount", ("Amount",), "Judgment amount in USD, rounded to cents.", required=True,
-           normalise=n.amount, missing=_AMOUNT_INVALID, invalid=_AMOUNT_INVALID,
+    Column("amount", ("Amount",), "Judgment amount in USD, rounded to cents; the file's "
+           "decimal separator (`.` or `,`) is detected or named by the upload.", required=True,
+           normalise=n.amount, missing=_AMOUNT_INVALID, invalid=_AMOUNT_INVALID, number=True,
+           ambiguous=Rule("JUDGMENT_AMOUNT_AMBIGUOUS", CRITICAL,
+                          "Amount reads as two different numbers (1,234 is 1234 or 1.234) and "
+                          "the file does not say which; upload it with decimal_separator=. or "
+                          "decimal_separator=, ."),
            checks=(
                Rule("JUDGMENT_AMOUNT_NEGATIVE", CRITICAL, "Amount must be $0 or more.",
                     broken=lambda v: v < 0),
@@ -98,6 +124,13 @@ COLUMNS = (
     _location("county", "County", "County", 100),
 )
 
+# Checked at promotion (docs/decisions/0186): a row the database refuses although the rules
+# above passed it (a value breaks a check of the judgments table) is not promoted, and the
+# rest of the batch is, as the error budget allows.
+NOT_STORED = Rule("JUDGMENT_NOT_STORED", CRITICAL,
+                  "The database refused the row (a value breaks a rule of the judgments "
+                  "table); it was not promoted.")
+
 JUDGMENTS = Contract(
     name="judgments", version="1.0.0", entity="JUDGMENT",
     description="Judgments from a Simplicity (or JBI, or manual) export: one row per case.",
@@ -113,6 +146,7 @@ JUDGMENTS = Contract(
              "Plaintiff and defendant are the same name; allowed, but worth a look."),
         ("plaintiff_name_normalized", "defendant_name_normalized"),
         lambda v: v["plaintiff_name_normalized"] == v["defendant_name_normalized"]),),
+    promotion_rules=((None, NOT_STORED),),
     promotion_order=1,
     examples=(
         {"case_number": "2024-CV-12345", "plaintiff_name": "Acme Collections LLC",

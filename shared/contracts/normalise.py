@@ -9,15 +9,41 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 import email_validator
 import phonenumbers
 
-from shared.contracts.model import INVALID
+from shared.contracts.model import AMBIGUOUS, INVALID
 
 _SPACES = re.compile(r"\s+")
+
+
+# ── Unicode (docs/decisions/0171) ─────────────────────────────────────────────────────────
+def fold(text: str) -> str:
+    """A text as compared and keyed: NFKC, full case folding, then upper case, trimmed
+    (`ß` → SS, `ﬃ` → FFI, `ı` → I, `ＣＶ１` → CV1). The SQL twin is migrations/0030's
+    ``records_fold``; both sides key with the same definition."""
+    return unicodedata.normalize("NFKC", text).casefold().upper().strip()
+
+
+def scripts(text: str) -> set[str]:
+    """The scripts of the letters in text (`LATIN`, `CYRILLIC`, …), after NFKC (a full-width
+    `Ａ` is Latin)."""
+    found = set()
+    for ch in unicodedata.normalize("NFKC", text):
+        if ch.isalpha():
+            found.add(unicodedata.name(ch, "UNKNOWN").split(" ", 1)[0])
+    return found
+
+
+def mixed_script(text: str) -> bool:
+    """Letters of more than one script in one identifier, e.g. a Cyrillic `С` among Latin
+    letters: a look-alike, never two valid spellings of one case number."""
+    return len(scripts(text)) > 1
 
 
 # ── names ─────────────────────────────────────────────────────────────────────────────────
@@ -33,10 +59,11 @@ _SUFFIX = re.compile(r"(?:\s+(?:LLC|INC|CORP|LTD|CO))+$")
 
 
 def name_key(display: str) -> str:
-    """A name for comparison and duplicate detection: upper case, entity indicators unified,
-    punctuation but hyphens removed, spaces collapsed, and trailing legal suffixes (LLC, INC,
-    CORP, LTD, CO) removed, so `Acme Collections, L.L.C.` = `ACME COLLECTIONS`."""
-    upper = display.upper()
+    """A name for comparison and duplicate detection: folded (NFKC, full case folding, upper
+    case: `Café Ünited` = `CAFÉ ÜNITED`), entity indicators unified, punctuation but hyphens
+    removed, spaces collapsed, and trailing legal suffixes (LLC, INC, CORP, LTD, CO) removed,
+    so `Acme Collections, L.L.C.` = `ACME COLLECTIONS`."""
+    upper = fold(display)
     # Only dots distinguish `L.L.C.` from `LLC`: most names have none and skip the pattern.
     unified = _ENTITY.sub(lambda m: m.group(1).replace(".", ""), upper) if "." in upper \
         else upper
@@ -45,21 +72,88 @@ def name_key(display: str) -> str:
     return without or bare  # a name that is only a suffix (`Inc.`) keeps it
 
 
-# ── amounts ───────────────────────────────────────────────────────────────────────────────
-_CURRENCY = re.compile(r"\$|USD|,|\s", re.IGNORECASE)
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+# ── numbers (docs/decisions/0172) ─────────────────────────────────────────────────────────
+# A number's convention is a property of the file, not a per-cell guess: `.` (1,234.56) or `,`
+# (1.234,56), named by the upload or detected from values that read one way only. A value that
+# reads two ways under an unknown convention is AMBIGUOUS, one that reads no way INVALID.
+DECIMAL_SEPARATORS = (".", ",")
 CENT = Decimal("0.01")
+# Currency signs and codes an export writes beside a number (`$1,234.50`, `1.234,50 €`,
+# `USD 12`); the currency itself comes from a column or the header, never from the cell.
+_SIGN = r"[$€£¥₹₩₺₽₪₱฿₫]"
+_MONEY = re.compile(rf"([+-]?)\s*(?:[A-Z]{{1,2}}\$|[A-Z]{{3}}|{_SIGN})?\s*(.*?)\s*"
+                    rf"(?:[A-Z]{{3}}|{_SIGN})?", re.IGNORECASE)
+# Thousands separators written as spaces (NFKC makes no-break spaces plain) or apostrophes,
+# each followed by exactly three digits: `1 234`, `1'234`; ` 12 34 ` is no number.
+_GROUP_SPACE = re.compile(r"(?<=[0-9])[ '’](?=[0-9]{3}(?:[^0-9]|$))")
+_READINGS = {
+    sep: (re.compile(rf"[+-]?(?:[0-9]+(?:{re.escape(sep)}[0-9]*)?|{re.escape(sep)}[0-9]+)"),
+          re.compile(rf"[+-]?[1-9][0-9]{{0,2}}(?:{re.escape(group)}[0-9]{{3}})+"
+                     rf"(?:{re.escape(sep)}[0-9]+)?"), group)
+    for sep, group in ((".", ","), (",", "."))}
+_SCIENTIFIC = re.compile(r"[+-]?[0-9]+(?:[.,][0-9]+)?[eE][+-]?[0-9]+")
 
 
-def amount(text: str) -> Decimal:
-    """`$12,500.00` → 12500.00; `USD 999.99` → 999.99; `1234.567` → 1234.57 (half up).
-    A sign stays (the negative rule judges it); anything else, `1.2.3` or `NaN`, is INVALID."""
-    bare = _CURRENCY.sub("", text)  # `-$100` → `-100`
-    if not _NUMBER.fullmatch(bare):
+def _bare(text: str) -> tuple[str, bool]:
+    """The digits, separators and sign of a number as written, and whether it was a percent."""
+    text = unicodedata.normalize("NFKC", text).strip()
+    m = _MONEY.fullmatch(text)
+    bare = _GROUP_SPACE.sub("", m[1] + m[2]) if m else text
+    percent = bare.endswith("%")
+    if percent:
+        bare = bare[:-1].rstrip()
+    if bare.startswith("(") and bare.endswith(")"):  # accounting negative: (12.00)
+        bare = "-" + bare[1:-1]
+    return bare, percent
+
+
+def _read(bare: str, sep: str) -> Decimal | None:
+    plain, grouped, group = _READINGS[sep]
+    if plain.fullmatch(bare):
+        return Decimal(bare.replace(sep, ".") if sep == "," else bare)
+    if grouped.fullmatch(bare):
+        return Decimal(bare.replace(group, "").replace(sep, "."))
+    return None
+
+
+def read_number(text: str, decimal: str | None = None) -> Decimal:
+    """A number as an export writes it: `$1,234.56`, `1.234,56 €`, `1 234,56`, `(12.00)`, `12 %`
+    (÷ 100). ``decimal`` is the file's convention (`.` or `,`); None reads a value only if it
+    reads one way: `12,5` → 12.5, `1,234.5` → 1234.5, but `1,234` (1234 or 1.234) is
+    AMBIGUOUS. Anything else (`1,2,3`, ` 12 34 `, `NaN`, `1e400`) is INVALID."""
+    bare, percent = _bare(text)
+    if decimal is not None:
+        value = _read(bare, decimal)
+    else:
+        dot, comma = _read(bare, "."), _read(bare, ",")
+        if dot is not None and comma is not None and dot != comma:
+            return AMBIGUOUS
+        value = dot if dot is not None else comma
+    if value is None:
         return INVALID
-    value = Decimal(bare)
+    return value / 100 if percent else value
+
+
+def convention(text: str) -> str | None:
+    """The decimal separator a value proves (it reads under that one only), or None."""
+    bare, _ = _bare(text)
+    dot, comma = _read(bare, ".") is not None, _read(bare, ",") is not None
+    if dot != comma:
+        return "." if dot else ","
+    return None
+
+
+def _cents(value: Any) -> Any:
+    if value is INVALID or value is AMBIGUOUS:
+        return value
     # Far beyond any column (the range rule refuses it): quantize would overflow the context.
     return value.quantize(CENT, rounding=ROUND_HALF_UP) if value.adjusted() < 20 else value
+
+
+def amount(text: str, decimal: str | None = None) -> Decimal:
+    """A judgment amount: `$12,500.00` → 12500.00; `USD 999.99` → 999.99; `1234.567` →
+    1234.57 (half up). A sign stays (the negative rule judges it)."""
+    return _cents(read_number(text, decimal))
 
 
 # ── case numbers ──────────────────────────────────────────────────────────────────────────
@@ -67,9 +161,10 @@ _NOT_KEY = re.compile(r"[^A-Z0-9]")
 
 
 def case_number_key(text: str) -> str:
-    """The normalised case number, the judgments' key: upper case, only A–Z and 0–9, leading
-    zeros kept. `CV-12345` = `cv 12345` = `CV#12345` = `CV12345`; `00123` ≠ `123`."""
-    return _NOT_KEY.sub("", text.upper())
+    """The normalised case number, the judgments' key: folded (``fold``), then only A–Z and
+    0–9, leading zeros kept. `CV-12345` = `cv 12345` = `CV#12345` = `ＣＶ１２３４５`; `00123` ≠
+    `123`. The SQL twin is migrations/0030's ``records_case_key`` (the generated column)."""
+    return _NOT_KEY.sub("", fold(text))
 
 
 # ── counties and courts ───────────────────────────────────────────────────────────────────
@@ -104,7 +199,9 @@ _MONTHS = {m: i for i, m in enumerate(
 
 
 def filed_date(text: str) -> date:
-    """`MM/DD/YYYY`, `YYYY-MM-DD` or `DD-MMM-YYYY` (`15-JAN-2024`) → a date; else INVALID."""
+    """`MM/DD/YYYY`, `YYYY-MM-DD` or `DD-MMM-YYYY` (`15-JAN-2024`) → a date; else INVALID.
+    Full-width digits read as digits (NFKC)."""
+    text = unicodedata.normalize("NFKC", text)
     try:
         if m := _MDY.fullmatch(text):
             return date(int(m[3]), int(m[1]), int(m[2]))
@@ -155,12 +252,12 @@ def state(text: str) -> str:
     return code if code in US_STATES else INVALID
 
 
-_ZIP = re.compile(r"(\d{5})(?:[-\s]?(\d{4}))?")
+_ZIP = re.compile(r"([0-9]{5})(?:[- ]?([0-9]{4}))?")
 
 
 def zip_code(text: str) -> str:
     """5 digits, or ZIP+4 written `12345-6789` (also `123456789`); leading zeros kept."""
-    m = _ZIP.fullmatch(text)
+    m = _ZIP.fullmatch(unicodedata.normalize("NFKC", text))
     if m is None:
         return INVALID
     return f"{m[1]}-{m[2]}" if m[2] else m[1]
@@ -185,59 +282,25 @@ def status(text: str) -> str:
 # ── ad-platform exports (shared/contracts/ad_metrics.py) ──────────────────────────────────
 # Currency signs and codes an export writes beside a number (`$1,234.50`, `1.234,50 €`,
 # `USD 12`); the currency itself comes from a column or the header, never from the cell.
-_SIGN = r"[$€£¥₹₩₺₽₪₱฿₫]"
-_MONEY = re.compile(rf"([+-]?)\s*(?:[A-Z]{{1,2}}\$|[A-Z]{{3}}|{_SIGN})?\s*(.*?)\s*"
-                    rf"(?:[A-Z]{{3}}|{_SIGN})?", re.IGNORECASE)
-# Thousands separators written as spaces (also no-break) or apostrophes: `1 234`, `1'234`.
-_GROUP_SPACE = re.compile(r"(?<=\d)[\s\u00a0\u202f'](?=\d{3})")
-_PLAIN = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
-_GROUPED_COMMA = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
-_GROUPED_DOT = re.compile(r"[+-]?\d{1,3}(?:\.\d{3})+(?:,\d+)?")
-_SCIENTIFIC = re.compile(r"[+-]?\d+(?:[.,]\d+)?[eE][+-]?\d+")
+def decimal_number(text: str, decimal: str | None = None) -> Decimal:
+    """A measure such as conversions: ``read_number``, fractions allowed."""
+    return read_number(text, decimal)
 
 
-def decimal_number(text: str) -> Decimal:
-    """A number as an export writes it, in either convention: `1,234.56` = `1.234,56` =
-    `1 234,56` = `$1,234.56` → 1234.56; `12,5` → 12.5 (one comma and no dot is a decimal comma
-    unless it groups thousands, `1,234` → 1234). A trailing `%` divides by 100. Anything else
-    (`1.2.3`, `NaN`, `1e400`) is INVALID."""
-    m = _MONEY.fullmatch(text)
-    bare = _GROUP_SPACE.sub("", m[1] + m[2]) if m else text
-    percent = bare.endswith("%")
-    if percent:
-        bare = bare[:-1]
-    if bare.startswith("(") and bare.endswith(")"):  # accounting negative: (12.00)
-        bare = "-" + bare[1:-1]
-    if _PLAIN.fullmatch(bare):
-        plain = bare
-    elif _GROUPED_COMMA.fullmatch(bare):
-        plain = bare.replace(",", "")
-    elif _GROUPED_DOT.fullmatch(bare):
-        plain = bare.replace(".", "").replace(",", ".")
-    elif bare.count(",") == 1 and _PLAIN.fullmatch(candidate := bare.replace(",", ".")):
-        plain = candidate
-    else:
-        return INVALID
-    value = Decimal(plain)
-    return value / 100 if percent else value
+def money(text: str, decimal: str | None = None) -> Decimal:
+    """An amount spent: ``read_number`` rounded half up to cents (`12.345` → 12.35)."""
+    return _cents(read_number(text, decimal))
 
 
-def money(text: str) -> Decimal:
-    """An amount spent: ``decimal_number`` rounded half up to cents (`12.345` → 12.35)."""
-    value = decimal_number(text)
-    if value is INVALID:
-        return INVALID
-    # Far beyond any column (the range rule refuses it): quantize would overflow the context.
-    return value.quantize(CENT, rounding=ROUND_HALF_UP) if value.adjusted() < 20 else value
-
-
-def count(text: str) -> int:
+def count(text: str, decimal: str | None = None) -> int:
     """A whole count (`12,345` → 12345, `1 234` → 1234, `12.0` → 12); a fraction or a
     percentage is INVALID."""
-    if text.endswith("%"):
+    if text.strip().endswith("%"):
         return INVALID
-    value = decimal_number(text)
-    if value is INVALID or value != value.to_integral_value():
+    value = read_number(text, decimal)
+    if value is INVALID or value is AMBIGUOUS:
+        return value
+    if value != value.to_integral_value():
         return INVALID
     return int(value)
 
@@ -277,7 +340,7 @@ def report_date(text: str) -> date:
     """A report day as the exports write it: `2024-01-15` (also with a time, as TikTok's
     `2024-01-15 00:00:00`), `2024/01/15`, `01/15/2024`, `Jan 15, 2024`, `Monday, January
     15, 2024`, `15 Jan 2024`, `15-Jan-2024` → a date; else INVALID."""
-    text = _WEEKDAY.sub("", text)
+    text = _WEEKDAY.sub("", unicodedata.normalize("NFKC", text))
     try:
         if m := _ISO_TIME.fullmatch(text):
             return date(int(m[1]), int(m[2]), int(m[3]))
@@ -301,3 +364,23 @@ def currency(text: str) -> str:
     """An ISO 4217 code, upper case (`usd` → USD); anything else is INVALID."""
     code = text.upper()
     return code if _CURRENCY_CODE.fullmatch(code) else INVALID
+
+
+_RANGE = re.compile(r"(.+?)\s+[-–—]\s+(.+)")
+ALL_TIME = "all_time"
+
+
+def report_period(text: str) -> tuple[date, date] | str | None:
+    """A report's title line naming its range, as Google Ads writes it above the header:
+    `January 1, 2024 - January 31, 2024`, `27 January 2026 - 23 February 2026` → (first day,
+    last day); `All time` → ALL_TIME; anything else None (it names no range)."""
+    text = " ".join(unicodedata.normalize("NFKC", text).split()).strip('"')
+    if text.casefold() in ("all time", "lifetime"):
+        return ALL_TIME
+    m = _RANGE.fullmatch(text)
+    if m is None:
+        return None
+    first, last = report_date(m[1]), report_date(m[2])
+    if first is INVALID or last is INVALID or first > last:
+        return None
+    return first, last

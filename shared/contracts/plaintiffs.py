@@ -8,19 +8,24 @@ stored as NULL, so one typo in a phone number does not lose the plaintiff."""
 from __future__ import annotations
 
 from shared.contracts import normalise as n
-from shared.contracts.judgments import case_number_text
+from shared.contracts.judgments import case_number_checks, case_number_text
 from shared.contracts.model import Column, Contract, NaturalKey, Rule, Severity, Target
 
 CRITICAL, WARNING = Severity.CRITICAL, Severity.WARNING
+TEXT_LIMIT = 500
+
+
+def _truncated(code: str, label: str) -> Rule:
+    return Rule(code, WARNING, f"{label} is longer than {TEXT_LIMIT} characters and was "
+                f"truncated to {TEXT_LIMIT}.", broken=lambda v: len(v) > TEXT_LIMIT,
+                repair=lambda v: v[:TEXT_LIMIT])
 
 COLUMNS = (
     Column("case_number", ("File #",), "Case number of the judgment this plaintiff belongs to.",
            required=True, normalise=case_number_text,
            missing=Rule("PLAINTIFF_CASE_NUMBER_MISSING", CRITICAL,
                         "Case number is required and must contain a letter or digit."),
-           checks=(Rule("PLAINTIFF_CASE_NUMBER_TOO_LONG", CRITICAL,
-                        "Case number is longer than 100 characters.",
-                        broken=lambda v: len(v) > 100),),
+           checks=case_number_checks("PLAINTIFF"),
            derived=(("case_number_normalized", n.case_number_key),)),
     Column("name", ("Plaintiff",), "Legal name; stored as given (spaces collapsed).",
            required=True, normalise=n.name, personal=True,
@@ -29,8 +34,10 @@ COLUMNS = (
                         "Plaintiff name is longer than 500 characters and was truncated to 500.",
                         broken=lambda v: len(v) > 500, repair=lambda v: v[:500]),),
            derived=(("name_normalized", n.name_key),)),
-    Column("address_line1", ("Address",), "Street address.", normalise=n.name, personal=True),
-    Column("city", ("City",), "City name.", normalise=n.name),
+    Column("address_line1", ("Address",), "Street address.", normalise=n.name, personal=True,
+           checks=(_truncated("PLAINTIFF_ADDRESS_LINE1_TOO_LONG", "Address"),)),
+    Column("city", ("City",), "City name.", normalise=n.name,
+           checks=(_truncated("PLAINTIFF_CITY_TOO_LONG", "City"),)),
     Column("state", ("State",), "2-letter USPS state code, upper case.", normalise=n.state,
            invalid=Rule("PLAINTIFF_STATE_INVALID", WARNING,
                         "State is not a 2-letter US state code; it was left empty.")),
@@ -47,7 +54,7 @@ COLUMNS = (
            invalid=Rule("PLAINTIFF_EMAIL_INVALID", WARNING,
                         "Email is not a valid e-mail address; it was left empty.")),
     Column("contact_name", ("Contact Person",), "Primary contact.", normalise=n.name,
-           personal=True),
+           personal=True, checks=(_truncated("PLAINTIFF_CONTACT_NAME_TOO_LONG", "Contact"),)),
     Column("status", ("Status",), "One of " + ", ".join(n.PLAINTIFF_STATUSES)
            + " (vendor words such as Open or Settled are mapped); empty means active.",
            normalise=n.status,
@@ -61,19 +68,25 @@ CASE_NUMBER_NOT_FOUND = Rule(
     "PLAINTIFF_CASE_NUMBER_NOT_FOUND", WARNING,
     "No judgment of this tenant has the case number; the plaintiff was kept without a link.")
 
+# A row the database refuses at promotion (docs/decisions/0186), as judgments.NOT_STORED.
+NOT_STORED = Rule("PLAINTIFF_NOT_STORED", CRITICAL,
+                  "The database refused the row (a value breaks a rule of the plaintiffs "
+                  "table); it was not promoted.")
+
 PLAINTIFFS = Contract(
     name="plaintiffs", version="1.0.0", entity="PLAINTIFF",
     description="Plaintiffs from a vendor export, each linked to a judgment by case number.",
     columns=COLUMNS,
     key=NaturalKey(("name", "address_line1", "zip"),
-                   "name | address line 1 | ZIP, each trimmed and upper-cased",
-                   part=lambda v: v.strip().upper() if v else ""),
+                   "name | address line 1 | ZIP, each trimmed and folded (NFKC, full case "
+                   "folding, upper case: Café Ünited = CAFÉ ÜNITED)",
+                   part=lambda v: n.fold(v) if v else ""),
     # The plaintiff first, then its link to the judgment with the same normalised case number.
     targets=(Target("plaintiffs", ("dedupe_key",)),
              Target("plaintiff_judgments", ("plaintiff_id", "judgment_id"))),
     duplicate=Rule("PLAINTIFF_DUPLICATE", WARNING, "The same plaintiff (name, address, ZIP) "
                    "already appeared earlier in this file; the row is counted as a duplicate."),
-    promotion_rules=(("case_number", CASE_NUMBER_NOT_FOUND),),
+    promotion_rules=(("case_number", CASE_NUMBER_NOT_FOUND), (None, NOT_STORED)),
     promotion_order=2,
     examples=(
         {"case_number": "2024-CV-12345", "name": "Acme Collections LLC",

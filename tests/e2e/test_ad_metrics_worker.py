@@ -156,30 +156,30 @@ def test_89_percent_valid_fails_and_with_force_partial_ends_partial(gateway, ten
         "partial", 11, 89)
 
 
-def test_repeated_day_and_ad_in_one_export_is_a_duplicate_the_first_row_wins(
+def test_rows_repeating_a_day_and_ad_are_errors_never_the_first_rows_spend(
         gateway, tenants, conn, stack_env, out_dir):
+    # Rows 1 and 3 name the same day, campaign, ad set and ad: which spend is right cannot be
+    # told, so both are errors (issue 20: keeping the first one lost a real week's spend).
     user = tenants.user()
     facts = [Fact("90001", "80001", "70001", date(2026, 1, 1), spend="10.00"),
              Fact("90001", "80001", "70002", date(2026, 1, 1)),
              Fact("90001", "80001", "70001", date(2026, 1, 1), spend="99.00")]
-    batch_id = submit(gateway, user, ad_exports.meta(facts))
+    batch_id = submit(gateway, user, ad_exports.meta(facts), error_threshold_percent="70")
     drain(conn, stack_env, out_dir, batch_id)
 
     row = batch(conn, batch_id)
-    assert (row["status"], row["rows_duplicate"], row["daily_metrics_upserted"]) == (
-        "completed", 1, 2)
-    assert [(e["row_number"], e["code"]) for e in errors(conn, batch_id)] == [
-        (3, "AD_METRIC_DUPLICATE")]
+    assert (row["status"], row["rows_invalid"], row["daily_metrics_upserted"]) == (
+        "completed", 2, 1)
+    assert [(e["row_number"], e["code"]) for e in errors(conn, batch_id)
+            if e["severity"] == "critical"] == [(1, "AD_METRIC_REPEATED_ROW"),
+                                                (3, "AD_METRIC_REPEATED_ROW")]
     assert conn.execute("SELECT sum(spend) AS s FROM daily_metrics WHERE tenant_id = %s",
-                        (user.tenant_id,)).fetchone()["s"] == Decimal("22.34")
-    # the spec's staging view: three valid rows, 0-based, each with its key's SHA-256
-    staged = conn.execute("SELECT row_index, entity_type, validation_status, natural_key_hash "
-                          "FROM staging_rows WHERE upload_id = %s ORDER BY row_index",
-                          (batch_id,)).fetchall()
-    assert [(r["row_index"], r["entity_type"], r["validation_status"]) for r in staged] == [
-        (0, "daily_metric", "valid"), (1, "daily_metric", "valid"), (2, "daily_metric", "valid")]
-    assert staged[0]["natural_key_hash"] == staged[2]["natural_key_hash"] != staged[1][
-        "natural_key_hash"]
+                        (user.tenant_id,)).fetchone()["s"] == Decimal("12.34")
+    # the spec's staging view: the valid row staged, the two repeats invalid with their errors
+    staged = conn.execute("SELECT row_index, validation_status FROM staging_rows "
+                          "WHERE upload_id = %s ORDER BY row_index", (batch_id,)).fetchall()
+    assert [(r["row_index"], r["validation_status"]) for r in staged] == [
+        (0, "invalid"), (1, "valid"), (2, "invalid")]
 
 
 # ── missing parents ─────────────────────────────────────────────────────────────────────────

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pgvector.psycopg import register_vector
 
+from shared.embedding import model as embed
 from tests.support import documents, stack, submit
-from worker.pipeline import embed
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,9 @@ def test_an_int8_worker_records_its_variant_and_writes_vectors_in_the_same_space
     assert '"variant":"onnx-int8"' in worker.logs().replace(" ", "")
     register_vector(conn)
     rows = conn.execute(
-        "SELECT c.text, e.embedding FROM chunks c JOIN chunk_embeddings e USING (chunk_id) "
+        # What the model read: the chunk's contextual header, then its text (ADR 0221).
+        "SELECT CASE WHEN c.context = '' THEN c.text ELSE c.context || E'\n\n' || c.text END "
+        "AS text, e.embedding FROM chunks c JOIN chunk_embeddings e USING (chunk_id) "
         "WHERE c.doc_version_id = %s ORDER BY c.ordinal", (version["doc_version_id"],)).fetchall()
     stored = np.array([row["embedding"].to_numpy() for row in rows], dtype=np.float32)
     torch_vectors = embed.load_embedder(variant="torch").encode([row["text"] for row in rows])

@@ -176,7 +176,8 @@ def test_poison_event_dead_letters_after_its_attempts_and_replays_after_a_fix(
     assert json.loads(shown.stdout)["error"] == row["process_error"]
     replayed = cli(stack_env, "events", "replay", "--id", str(poison), "--actor", "ops-anna")
     assert replayed.returncode == 0, replayed.stderr
-    assert event(conn, poison)["apply_attempt_count"] == 0
+    replayed = event(conn, poison)  # a fresh budget; the count itself never goes back
+    assert replayed["apply_attempt_count"] - replayed["apply_attempt_base"] == 0
     drain(stack_env, out_dir, {"LEDGER_APPLY_MAX_ATTEMPTS": "3"}, name="worker-2")
 
     # Then it is processed, and the replay is on record with who did it
@@ -327,3 +328,85 @@ def test_ad_metric_events_apply_through_their_platforms_contract(tenants, conn, 
     assert facts(conn, other_tenant) == []
     assert conn.execute("SELECT count(*) AS n FROM campaigns WHERE tenant_id = %s",
                         (user.tenant_id,)).fetchone()["n"] == 2
+
+
+def test_rows_made_unreadable_on_purpose_are_dead_lettered_and_the_rest_is_applied(
+        tenants, conn, stack_env, out_dir):
+    # Given, among good events of two tenants, two rows Postgres stores but Python cannot read
+    # back (as intake let through on main): a time in year 0 UTC, a 5,000-digit number
+    acme, globex = tenants.user(tenant="acme"), tenants.user(tenant="globex")
+    before = [put(conn, acme.tenant_id, f"a-{i}", judgment(f"A-{i}")) for i in range(3)]
+    year_zero = put(conn, acme.tenant_id, "t0", judgment("A-T0"),
+                    emitted="0001-01-01T00:00:00+14:00")
+    huge = put(conn, acme.tenant_id, "n0", judgment("A-N0"))
+    conn.execute("UPDATE event_ledger SET payload = jsonb_set(payload, '{Amount}', "
+                 "repeat('9', 5000)::jsonb) WHERE ledger_id = %s", (huge,))
+    after = [put(conn, acme.tenant_id, f"b-{i}", judgment(f"B-{i}")) for i in range(3)]
+    theirs = [put(conn, globex.tenant_id, f"g-{i}", judgment(f"G-{i}")) for i in range(3)]
+
+    # When one worker drains the ledger, all of it in one claim
+    drain(stack_env, out_dir, {"LEDGER_APPLY_MAX_ATTEMPTS": "3"})
+
+    # Then each unreadable row is a dead letter after one attempt, naming the column and not
+    # its value; every other event of both tenants was applied, once
+    for ledger_id, column in ((year_zero, "source_emitted_at"), (huge, "payload")):
+        row = conn.execute("SELECT process_state, apply_attempt_count, process_error "
+                           "FROM event_ledger WHERE ledger_id = %s", (ledger_id,)).fetchone()
+        assert (row["process_state"], row["apply_attempt_count"]) == ("dead_letter", 1)
+        assert f"cannot be read back: {column}" in row["process_error"]
+        assert "9999999" not in row["process_error"] and "BC" not in row["process_error"]
+    states = {i: event(conn, i) for i in (*before, *after, *theirs)}
+    assert {(e["process_state"], e["apply_attempt_count"]) for e in states.values()} == {
+        ("processed", 1)}
+    assert len(judgments(conn, acme.tenant_id)) == 6 and len(judgments(conn, globex.tenant_id)) == 3
+
+    # And the listings still answer: the CLI shows the stored time as Postgres writes it
+    listed = cli(stack_env, "events", "list", "--state", "dead_letter", "--json")
+    assert listed.returncode == 0, listed.stderr
+    shown = {e["ledger_id"]: e for e in json.loads(listed.stdout)["events"]}
+    assert set(shown) == {year_zero, huge}
+    assert shown[year_zero]["source_emitted_at"].endswith("BC")
+    detail = cli(stack_env, "events", "show", str(huge), "--json")
+    assert detail.returncode == 0, detail.stderr
+    assert json.loads(detail.stdout)["payload_readable"] is False
+
+    # When an operator discards the one and corrects the other from the CLI, saying why
+    gone = cli(stack_env, "events", "discard", str(year_zero), "--reason", "clock bug upstream",
+               "--actor", "ops-anna")
+    assert gone.returncode == 0, gone.stderr
+    fixed = cli(stack_env, "events", "edit", str(huge), "--payload",
+                json.dumps(judgment("A-N0", "99.00")), "--reason", "amount garbled",
+                "--actor", "ops-anna")
+    assert fixed.returncode == 0, fixed.stderr
+    drain(stack_env, out_dir, name="worker-2")
+
+    # Then the corrected event applied, the other never will, and both are on the record
+    settled = conn.execute("SELECT ledger_id, process_state FROM event_ledger WHERE ledger_id "
+                           "IN (%s, %s)", (year_zero, huge)).fetchall()
+    assert {r["ledger_id"]: r["process_state"] for r in settled} == {
+        year_zero: "discarded", huge: "processed"}
+    assert Decimal("99.00") in [r["amount"] for r in judgments(conn, acme.tenant_id)]
+    actions = conn.execute("SELECT ledger_id, action, actor, reason, previous_state FROM "
+                           "event_actions ORDER BY action_id").fetchall()
+    assert [tuple(a.values()) for a in actions] == [
+        (year_zero, "discard", "cli:ops-anna", "clock bug upstream", "dead_letter"),
+        (huge, "edit", "cli:ops-anna", "amount garbled", "dead_letter")]
+
+
+def test_later_in_the_batch_wins_when_nothing_else_orders_two_events(gateway, tenants, conn,
+                                                                    stack_env, out_dir):
+    # Given one batch with two versions of a case, ids that sort against the array order
+    admin = tenants.user()
+    with gateway.client(admin.token) as c:
+        key = c.post("/v1/api-keys", json={"name": "crm"}).json()["key"]
+    batch = [{"source_system": "crm", "source_event_id": eid, "type": "judgment.upserted",
+              "payload": judgment("2024-CV-ORDER", amount)}
+             for eid, amount in (("z-first", "1.00"), ("a-second", "2.00"))]
+    with gateway.client() as c:
+        assert c.post("/v1/events", json=batch, headers={"X-Api-Key": key}).status_code == 202
+
+    # When a worker applies them
+    drain(stack_env, out_dir)
+
+    # Then the later one in the array stands
+    assert [r["amount"] for r in judgments(conn, admin.tenant_id)] == [Decimal("2.00")]

@@ -11,7 +11,7 @@ def test_gateway_serves_everything_but_processing_without_workers(gateway, tenan
     user = tenants.user(role="user")
     with gateway.client() as anonymous:
         # When they sign in, upload and browse
-        login = anonymous.post("/v1/auth/login", json={"email": user.email,
+        login = anonymous.post("/v1/auth/login", json={"tenant": user.tenant, "email": user.email,
                                                          "password": TEST_PASSWORD})
         assert login.status_code == 200, login.text
         token = login.json()["access_token"]

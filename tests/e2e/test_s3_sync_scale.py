@@ -65,7 +65,7 @@ def test_a_bucket_of_1200_objects_syncs_changes_and_deletions(stack_env, out_dir
     # Given a bucket of 1,200 small documents in nested prefixes (more than one listing page of
     # 1,000), plus unsupported and over-size objects
     objects = {key(i): body(i) for i in range(SUPPORTED)}
-    extras = {"kb/tools/setup.exe": b"MZ\x90\x00", "kb/img/logo.png": b"\x89PNG\r\n",
+    extras = {"kb/tools/setup.exe": b"MZ\x90\x00", "kb/media/intro.mp4": b"\x00\x00\x00\x18ftypmp42",
               "kb/Makefile": b"all:\n", "kb/big/manual.md": b"# Big\n" + b"x" * 20_000,
               "kb/big/export.txt": b"y" * 30_000}
     bucket = s3sync.new_bucket(s3, {**objects, **extras})
@@ -98,7 +98,7 @@ def test_a_bucket_of_1200_objects_syncs_changes_and_deletions(stack_env, out_dir
     assert first["counters"]["new"] == SUPPORTED
     assert first["counters"]["skipped"] == len(extras) and first["counters"]["failed"] == 0
     assert first["reasons"]["skipped"] == {
-        "unsupported file type '.exe'": 1, "unsupported file type '.png'": 1,
+        "unsupported file type '.exe'": 1, "unsupported file type '.mp4'": 1,
         "unsupported file type (no extension)": 1, "larger than the 0.01 MB upload limit": 2}
     assert {i["key"] for i in first["issues"]} == set(extras)
     queued = conn.execute(

@@ -33,6 +33,10 @@ DOCS = {
     "odonata.md": f"# Odonata notes\n\n{PARAPHRASED}\n",
     "glacier.md": "# Station\n\nThe glacier monitoring station reports ice thickness each morning.\n",
     "turbine.md": "# Inspection\n\nThe quarterly turbine inspection found a cracked blade on unit seven.\n",
+    # A heading, a caption and an author line that match the question better than the answer.
+    "lichen.md": ("# Lichen cover and altitude\n\nFigure 2: Lichen cover by altitude.\n\n"
+                  "Corresponding author: lichen cover and altitude lab, Ana Lopez.\n\n"
+                  "Our survey found that lichen cover doubles with every 300 metres climbed.\n"),
     # Several chunks that all say "glacier": group=document must keep only the best one.
     "glacier-log.md": "".join(
         f"# Log {i}\n\nGlacier melt log entry {i}. {documents.prose(230, seed=10 + i)}\n\n"
@@ -42,7 +46,7 @@ SOURDOUGH_V1 = b"# Bread\n\nOur sourdough starter is fed with rye flour and warm
 SOURDOUGH_V2 = b"# Bread\n\nOur sourdough starter is now fed with spelt flour only.\n"
 GLOBEX = b"# Contract\n\nThe glacier survey contract with Globex pays nine thousand euros.\n"
 HIT_FIELDS = {"doc_id", "version", "chunk_index", "page", "title", "snippet", "score",
-              "text_rank", "vector_rank"}
+              "text_rank", "vector_rank", "text_score", "similarity", "heading_path"}
 
 
 @dataclass
@@ -164,23 +168,35 @@ def test_text_finds_a_word_and_vector_finds_a_paraphrase_sharing_none(world):
 
 
 def test_hybrid_hits_carry_both_ranks_and_the_fused_score(world):
-    hits = _hits(world, world.acme, q="glacier monitoring station", k=5)
+    from gateway.search import service
+
+    hits = _hits(world, world.acme, q="glacier monitoring station", k=5, group="chunk")
     assert hits and all(set(h) >= HIT_FIELDS for h in hits)
     top = hits[0]
     assert top["title"] == "glacier.md" and top["text_rank"] == 1 and top["vector_rank"]
-    assert top["score"] == pytest.approx(1 / 61 + 1 / (60 + top["vector_rank"]), abs=1e-6)
+    assert top["score"] == pytest.approx(
+        service.TEXT_WEIGHT / (service.RRF_K + 1)
+        + service.VECTOR_WEIGHT / (service.RRF_K + top["vector_rank"]), abs=1e-6)
+    assert top["text_score"] > 0 and 0 < top["similarity"] <= 1
+    assert top["heading_path"] == ["Station"]
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
     assert top["version"] == 1 and top["chunk_index"] == 0
 
 
-def test_group_document_returns_the_best_chunk_per_document(world):
-    chunks = _hits(world, world.acme, q="glacier", mode="text", k=20)
+def test_results_are_documents_by_default_with_their_other_chunks_nested(world):
+    chunks = _hits(world, world.acme, q="glacier", mode="text", k=20, group="chunk")
     assert _titles(chunks).count("glacier-log.md") >= 2
-    grouped = _hits(world, world.acme, q="glacier", mode="text", k=20, group="document")
+    assert all("other_chunks" not in h for h in chunks)
+    grouped = _hits(world, world.acme, q="glacier", mode="text", k=20)
     assert sorted(_titles(grouped)) == ["glacier-log.md", "glacier.md"]
-    best_log = next(h for h in chunks if h["title"] == "glacier-log.md")
-    assert next(h for h in grouped if h["title"] == "glacier-log.md")["chunk_index"] == \
-        best_log["chunk_index"]
+    log_chunks = [h for h in chunks if h["title"] == "glacier-log.md"]
+    log = next(h for h in grouped if h["title"] == "glacier-log.md")
+    assert log["chunk_index"] == log_chunks[0]["chunk_index"]
+    assert [o["chunk_index"] for o in log["other_chunks"]] == \
+        [h["chunk_index"] for h in log_chunks[1:]]
+    assert all(set(o) >= HIT_FIELDS - {"doc_id", "version", "title"} for o in log["other_chunks"])
+    # Each chunk of the log knows the heading it sits under.
+    assert {tuple(h["heading_path"]) for h in log_chunks} <= {(f"Log {i}",) for i in range(3)}
 
 
 def test_filters_narrow_to_documents_and_types(world):
@@ -223,14 +239,18 @@ def test_a_superseded_version_is_never_found(world):
     ({"q": "a", "mode": "fuzzy"}, "invalid_mode"), ({"q": "a", "group": "page"}, "invalid_group"),
     ({"q": "a", "type": "exe"}, "invalid_filter"),
     ({"q": "a", "doc_id": [str(uuid.uuid4()) for _ in range(21)]}, "invalid_filter"),
-    ({"q": "a", "uploaded_after": "2025-02-01T00:00:00Z",
-      "uploaded_before": "2025-01-01T00:00:00Z"}, "invalid_filter"),
     ({"q": "a", "doc_id": "not-a-uuid"}, "invalid_request"),
 ])
 def test_bad_inputs_are_400_with_a_code(world, params, code):
     response = _search(world, world.acme, **params)
     assert response.status_code == 400, response.text
     assert response.json()["code"] == code and response.json()["detail"]
+
+
+def test_an_upload_window_that_ends_before_it_starts_holds_nothing(world):
+    # /schema cannot say "after before before": such a window is taken, and empty (ADR 0200)
+    assert _hits(world, world.acme, q="glacier", uploaded_after="2025-02-01T00:00:00Z",
+                 uploaded_before="2025-01-01T00:00:00Z") == []
 
 
 def test_the_vector_query_walks_the_hnsw_index(world):
@@ -314,6 +334,23 @@ def test_every_citation_names_an_active_chunk_of_the_callers_tenant(world):
     paraphrase = _ask(world.gateway, world.acme, "how fast do dragonflies fly")
     assert paraphrase["citations"][0]["doc_id"] == world.docs["odonata.md"]
     assert "50 km/h" in paraphrase["answer"]
+
+
+def test_an_answer_quotes_a_sentence_never_a_heading_caption_or_author_line(world):
+    answer = _ask(world.gateway, world.acme, "how does lichen cover change with altitude")
+    assert not answer["abstained"], answer
+    first = answer["citations"][0]
+    assert first["doc_id"] == world.docs["lichen.md"]
+    assert first["quote"] == "Our survey found that lichen cover doubles with every 300 metres climbed."
+    assert first["heading_path"] == ["Lichen cover and altitude"]
+    for line in ("Figure 2", "Corresponding author", "# Lichen"):
+        assert line not in answer["answer"]
+
+
+def test_an_abstention_says_why(world):
+    answer = _ask(world.gateway, world.acme, "what is the capital of France")
+    assert answer["abstained"] and answer["reason"] == "weak_evidence"
+    assert answer["evidence"]["best_similarity"] < 0.35
 
 
 def test_ask_bounds(world):

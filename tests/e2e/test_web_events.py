@@ -118,7 +118,8 @@ def test_an_admin_filters_inspects_and_replays_dead_letters(gateway, tenants, co
     browser.shot(page, out_dir, "03-replayed-selected")
     assert states(conn, money, money2, unknown, crm, theirs) == [
         "pending", "pending", "dead_letter", "dead_letter", "dead_letter"]
-    assert event(conn, money)["apply_attempt_count"] == 0
+    replayed = event(conn, money)  # a fresh budget; the count itself never goes back
+    assert replayed["apply_attempt_count"] - replayed["apply_attempt_base"] == 0
     [record] = conn.execute("SELECT * FROM event_replays").fetchall()
     assert record["tenant_id"] == admin.tenant_id
     assert record["actor_user_id"] == admin.user_id and record["actor"] == f"user:{admin.user_id}"
@@ -190,3 +191,60 @@ def test_a_user_gets_the_403_page_and_no_events_link(gateway, tenants, conn, con
              body: JSON.stringify({ledger_ids: [id]})})).status""", ledger_id)
     assert status == 403
     assert event(conn, ledger_id)["process_state"] == "dead_letter"
+
+
+def test_an_admin_edits_and_replays_one_event_and_discards_another(gateway, tenants, conn,
+                                                                  context, out_dir):
+    from playwright.sync_api import expect
+
+    admin = tenants.user(role="admin")
+    broken = dead(conn, admin.tenant_id, "e-broken", judgment("CV-7", "lots"),
+                  "JUDGMENT_AMOUNT: Amount is not money")
+    stuck = put(conn, admin.tenant_id, "e-stuck", {"n": HOSTILE}, type="lead.created")
+    page = context.new_page()
+    browser.sign_in(page, gateway.url, admin.email)
+    result = page.locator('[data-field="action_result"]')
+
+    # ── edit and replay: the payload is offered for editing, a reason is required ──────────
+    page.goto(f"{gateway.url}/admin/events/{broken}")
+    box = page.get_by_label("Payload (a JSON object)")
+    expect(box).to_have_value(re.compile(r'"Amount": "lots"'))
+    box.fill(box.input_value().replace('"lots"', '"1,000.00"'))
+    page.get_by_role("button", name="Save and replay").click()
+    expect(result).to_have_text("Say why in Reason: it is kept with the action.")
+    page.get_by_label("Reason").fill("amount spelled out upstream")
+    page.get_by_role("button", name="Save and replay").click()
+    expect(result).to_have_text("Saved: the event is pending again and a worker applies it "
+                                "shortly.")
+    expect(page.locator('[data-field="actions"] li')).to_contain_text(
+        f"edited and replayed by user:{admin.user_id} (was dead letter): "
+        "amount spelled out upstream")
+    browser.shot(page, out_dir, "01-event-edited")
+    row = event(conn, broken)
+    assert (row["process_state"], row["payload"]["Amount"]) == ("pending", "1,000.00")
+
+    # Not JSON: said on the page, nothing sent
+    box.fill("{not json")
+    page.get_by_label("Reason").fill("typo")
+    page.get_by_role("button", name="Save and replay").click()
+    expect(result).to_have_text("The payload is not valid JSON; correct it and save again.")
+
+    # ── discard a pending event: confirmed, then never applied ────────────────────────────
+    page.goto(f"{gateway.url}/admin/events/{stuck}")
+    expect(page.get_by_label("Payload (a JSON object)")).to_have_value(re.compile("onerror"))
+    page.get_by_label("Reason").fill("lead events are not ours to apply")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Discard event").click()
+    expect(result).to_have_text("Discarded: the event will never be applied.")
+    expect(page.locator('[data-field="act"]')).to_be_hidden()  # settled: nothing more to do
+    expect(page.locator("main img")).to_have_count(0)
+    browser.shot(page, out_dir, "02-event-discarded")
+    assert event(conn, stuck)["process_state"] == "discarded"
+    assert [(a["action"], a["reason"]) for a in conn.execute(
+        "SELECT action, reason FROM event_actions ORDER BY action_id").fetchall()] == [
+        ("edit", "amount spelled out upstream"), ("discard", "lead events are not ours to apply")]
+
+    # ── the list offers the new state as a filter ─────────────────────────────────────────
+    page.goto(f"{gateway.url}/admin/events?state=discarded")
+    expect(page.locator('[data-field="rows"] tr')).to_have_count(1)
+    expect(page.locator(f'tr[data-ledger-id="{stuck}"]')).to_contain_text("Discarded")

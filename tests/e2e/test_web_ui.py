@@ -157,8 +157,8 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         huge = tmp_path / "huge.pdf"
         with open(huge, "wb") as f:
             f.truncate(60 * 1024 * 1024)
-        odd = tmp_path / "table.csv"
-        odd.write_text("a,b\n1,2\n")
+        odd = tmp_path / "clip.mp4"
+        odd.write_bytes(b"\x00\x00\x00\x18ftypmp42")
         page.set_input_files("#files", [str(paths[0]), str(huge), str(odd)])
         # and a file dropped on the zone uploads like a picked one
         dropped = page.evaluate_handle("""() => {
@@ -174,9 +174,9 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         expect(too_large).to_have_attribute("data-outcome", "refused")
         expect(too_large).to_contain_text("Too large: huge.pdf is 60.0 MB, over the 50.0 MB limit")
         expect(too_large.locator("progress")).to_be_hidden()
-        unsupported = page.locator(".upload", has_text="table.csv")
+        unsupported = page.locator(".upload", has_text="clip.mp4")
         expect(unsupported).to_have_attribute("data-outcome", "refused")
-        expect(unsupported).to_contain_text("Unsupported type: .csv files are not accepted")
+        expect(unsupported).to_contain_text("Unsupported type: .mp4 files are not accepted")
         expect(unsupported.locator("progress")).to_be_hidden()
         # handbook.md names an uploaded document: the page asks before sending anything
         again = page.locator(".upload", has_text="handbook.md")
@@ -191,7 +191,7 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         expect(again).to_have_attribute("data-outcome", "skipped")
         expect(again).to_contain_text("Skipped: already ingested")
         expect(summary).to_have_text("1 queued, 1 skipped, 2 refused")
-        assert len(posts) == 2  # the 60 MB and the .csv file never left the browser
+        assert len(posts) == 2  # the 60 MB and the .mp4 file never left the browser
         browser.shot(page, out_dir, "07-upload-skipped-and-refused")
 
         # ── the document and its chunks ──────────────────────────────────────────────────

@@ -48,7 +48,8 @@ def test_an_admin_manages_the_tenants_users(gateway, tenants, conn, context, out
     expect(row.locator('[data-field="status"]')).to_have_text("Deactivated")
     browser.shot(page, out_dir, "02-user-deactivated")
     with gateway.client() as api:
-        refused = api.post("/v1/auth/login", json={"email": user.email, "password": TEST_PASSWORD})
+        refused = api.post("/v1/auth/login", json={"tenant": user.tenant, "email": user.email,
+                                                   "password": TEST_PASSWORD})
         assert refused.status_code == 401
     row.get_by_role("button", name="Reactivate").click()
     expect(row.locator('[data-field="status"]')).to_have_text("Active")
@@ -58,7 +59,8 @@ def test_an_admin_manages_the_tenants_users(gateway, tenants, conn, context, out
     row.get_by_role("button", name="Reset password").click()
     expect(result).to_have_text(f"New password set for {user.email}; their sessions ended.")
     with gateway.client() as api:
-        ok = api.post("/v1/auth/login", json={"email": user.email, "password": "a reset password"})
+        ok = api.post("/v1/auth/login", json={"tenant": user.tenant, "email": user.email,
+                                              "password": "a reset password"})
         assert ok.status_code == 200, ok.text
     browser.shot(page, out_dir, "03-password-reset")
 

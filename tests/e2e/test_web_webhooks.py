@@ -77,6 +77,23 @@ def test_an_admin_manages_webhooks_and_reads_the_delivery_log(stack_env, tenants
         browser.shot(page, out_dir, "02-delivery-log")
         log_url = page.url
 
+        # ── rotate the secret: the new one shown once, both sign during the grace ────────
+        page.get_by_role("button", name="Rotate secret").click()
+        new_box = page.locator('[data-field="secret_panel"] [data-field="secret"]')
+        expect(new_box).to_contain_text("whsec_")
+        new_secret = new_box.inner_text()
+        assert new_secret != secret
+        browser.shot(page, out_dir, "03-secret-rotated")
+        page.get_by_role("link", name="Done").click()
+        expect(page.locator('[data-field="grace"]')).to_contain_text("also signs every delivery")
+        expect(entry).to_have_count(1)  # the log survived the rotation
+        assert new_secret not in page.content()
+        page.get_by_role("button", name="Send test event").click()
+        wait_until(lambda: len(receiver.requests) >= 2, timeout=120, message="second test event")
+        signed = receiver.requests[1]
+        for key in (new_secret, secret):
+            assert Webhook(key).verify(signed.body, signed.headers)["type"] == "webhook.test"
+
         # ── another tenant's admin sees none of it ──────────────────────────────────────
         other = context.browser.new_context()
         other_page = other.new_page()

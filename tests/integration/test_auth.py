@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from gateway import auth
-from tests.conftest import TEST_PASSWORD
+from tests.conftest import TEST_PASSWORD, tenant_of
 from tests.support.stack import TEST_JWT_SECRET
 
 
@@ -116,9 +116,10 @@ def test_upload_needs_a_token(gateway, conn):
 
 
 # ── login ───────────────────────────────────────────────────────────────────────────────────
-def login(gateway, email: str, password: str) -> httpx.Response:
+def login(gateway, email: str, password: str, tenant: str | None = None) -> httpx.Response:
     with gateway.client() as client:
-        return client.post("/v1/auth/login", json={"email": email, "password": password})
+        return client.post("/v1/auth/login", json={
+            "tenant": tenant or tenant_of(email), "email": email, "password": password})
 
 
 def test_login_with_right_password_returns_a_working_token(gateway, tenants):
@@ -211,3 +212,16 @@ def test_admin_creating_a_user_with_unknown_role_is_400(gateway, tenants, conn):
                                                   "password": "s3cret-enough", "role": "root"})
     assert response.status_code == 400, response.text
     assert conn.execute("SELECT 1 FROM users WHERE email = 'x@acme.test'").fetchone() is None
+
+
+def test_an_operator_route_refuses_a_tenant_admin_by_saying_what_it_is(gateway, tenants):
+    # Given a tenant admin, When they open operators' routes
+    admin = tenants.user(role="admin")
+    with gateway.client(admin.token) as client:
+        imports = client.get("/v1/admin/imports/ops")
+        letters = client.get("/v1/admin/dlq")
+    # Then each 403 says what that route shows and where their own tenant's is
+    assert imports.status_code == letters.status_code == 403
+    assert "import errors" in imports.json()["detail"] and "/v1/imports/ops" in \
+        imports.json()["detail"] and "dead letter" not in imports.json()["detail"]
+    assert "/v1/dead-letters" in letters.json()["detail"]

@@ -113,6 +113,16 @@ def _finish_running_run(conn, run_id) -> None:
                      "WHERE run_id = %s", (run_id,))
 
 
+def _activate_version(conn, run_id) -> None:
+    """An active version of the run's bytes, the run left as it is."""
+    conn.execute(
+        "INSERT INTO document_versions (tenant_id, doc_id, run_id, version_number, "
+        "content_hash, is_active, embedding_model, embedding_dim) "
+        "SELECT tenant_id, doc_id, run_id, 1, config ->> 'content_hash', true, "
+        "'sentence-transformers/all-MiniLM-L6-v2', 384 FROM ingestion_runs WHERE run_id = %s",
+        (run_id,))
+
+
 # ── 0021: what a sync deactivates ───────────────────────────────────────────────────────────
 def test_a_key_that_becomes_excluded_is_deactivated(gw, admin, s3, conn):
     # Given a synced, processed source with a draft
@@ -137,7 +147,7 @@ def test_a_key_that_becomes_excluded_is_deactivated(gw, admin, s3, conn):
 
 def test_a_deleted_keys_document_active_again_is_deactivated_by_the_next_sync(
         gw, admin, s3, conn):
-    # Given a key deleted from the bucket while a worker was running its run
+    # Given a key deleted from the bucket while a worker was running its run, synced
     bucket = s3sync.new_bucket(s3, {"a.md": md(1), "b.md": md(2)})
     uri = f"s3://{bucket}/a.md"
     with gw.client(admin.token) as client:
@@ -149,9 +159,13 @@ def test_a_deleted_keys_document_active_again_is_deactivated_by_the_next_sync(
         s3.delete_object(Bucket=bucket, Key="a.md")
         gone = s3sync.sync_now(client, source["source_id"])
         assert gone["counters"]["deleted"] == 1
+        # (the sync ends that run: its worker's fenced write cannot activate it, ADR 0241)
+        assert conn.execute("SELECT status, error_code FROM ingestion_runs WHERE run_id = %s",
+                            (run_id,)).fetchone() == {"status": "failed",
+                                                      "error_code": "source_object_deleted"}
 
-        # When that run finishes afterwards and activates the gone key's version
-        _finish_running_run(conn, run_id)
+        # When its document is active again all the same (a version written beside the run)
+        _activate_version(conn, run_id)
         assert active(conn, uri)
 
         # Then the next sync deactivates it again

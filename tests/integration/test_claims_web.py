@@ -28,8 +28,8 @@ def test_session_cookie_secure_marks_every_cookie_secure(stack_env, out_dir, ten
             # httpx keeps Secure cookies for https only: hand the form cookie back ourselves
             login_cookie = _cookie(form, session.LOGIN_COOKIE).split(";", 1)[0]
             ok = browser.post("/login", headers={"Cookie": login_cookie},
-                              data={"email": user.email, "password": TEST_PASSWORD,
-                                    "csrf_token": token})
+                              data={"tenant": user.tenant, "email": user.email,
+                                    "password": TEST_PASSWORD, "csrf_token": token})
             assert ok.status_code == 303, ok.text
             cookie = _cookie(ok, session.COOKIE)
             assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=lax" in cookie

@@ -19,7 +19,7 @@ def test_any_signed_in_user_lists_the_contracts(gateway, tenants):
     items = response.json()["items"]
     assert [(c["name"], c["version"]) for c in items] == [("judgments", "1.0.0"),
                                                           ("plaintiffs", "1.0.0"),
-                                                          ("ad_metrics", "1.0.0")]
+                                                          ("ad_metrics", "2.0.0")]
     assert all(c["description"] for c in items)
 
 
@@ -75,8 +75,11 @@ def test_ad_metrics_publishes_every_platforms_mapping_rules_and_sample(gateway, 
     assert set(platforms) == {"meta", "google", "tiktok"}
     headers = {p: {c["name"]: c["headers"] for c in v["columns"]} for p, v in platforms.items()}
     assert "Amount spent (USD)" in headers["meta"]["spend"]
-    assert "Clicks (all)" in headers["meta"]["clicks"]
-    assert "Results" in headers["meta"]["conversions"]
+    # Link clicks first, Clicks (all) when an export has no Link clicks (issue 20)
+    assert headers["meta"]["clicks"][:2] == ["Link clicks", "Clicks (all)"]
+    assert "Results" in headers["meta"]["results"]
+    assert "Result type" in headers["meta"]["result_indicator"]
+    assert "Conversions" in headers["google"]["conversions"]
     assert "Impr." in headers["google"]["impressions"]
     assert "Ad group ID" in headers["google"]["ad_set_external_id"]
     assert "Ad group name" in headers["tiktok"]["ad_set_name"]
@@ -84,7 +87,8 @@ def test_ad_metrics_publishes_every_platforms_mapping_rules_and_sample(gateway, 
     for name, view in platforms.items():
         codes = {r["code"] for r in view["rules"]}
         assert {"AD_METRIC_SPEND_NEGATIVE", "AD_METRIC_METRIC_DATE_INVALID",
-                "AD_METRIC_DUPLICATE"} <= codes, name
+                "AD_METRIC_DUPLICATE", "AD_METRIC_REPEATED_ROW", "AD_METRIC_DAY_MISSING",
+                "AD_METRIC_TEXT_UNSTORABLE"} <= codes, name
         # Each platform's sample is a file its own contract reads without a problem.
         contract = contracts.ad_metrics.for_platform(name)
         rows = list(csv.reader(io.StringIO(view["sample_csv"])))

@@ -3,6 +3,9 @@ tenant scoping, filters, replay on the record, CSRF for the browser's cookie."""
 
 from __future__ import annotations
 
+import pytest
+
+from shared import db
 from tests.e2e.test_ledger_apply import judgment, put
 
 
@@ -47,9 +50,12 @@ def test_admin_lists_shows_and_replays_own_dead_letters(gateway, tenants, conn):
     assert [(r["actor_user_id"], r["ledger_ids"], r["filter"], r["event_count"])
             for r in rows] == [(admin.user_id, None, {"error": "timeout"}, 1),
                                (admin.user_id, [a], None, 1)]
-    state = conn.execute("SELECT process_state, apply_attempt_count FROM event_ledger "
-                         "WHERE ledger_id = %s", (a,)).fetchone()
-    assert (state["process_state"], state["apply_attempt_count"]) == ("pending", 0)
+    # A fresh budget: no attempt used since the replay, while the count (the claims' fence)
+    # never goes back (ADR 0194)
+    state = conn.execute("SELECT process_state, apply_attempt_count, apply_attempt_base "
+                         "FROM event_ledger WHERE ledger_id = %s", (a,)).fetchone()
+    assert (state["process_state"], state["apply_attempt_count"] - state["apply_attempt_base"],
+            state["apply_attempt_count"]) == ("pending", 0, 11)
 
 
 def test_another_tenants_admin_cannot_list_see_or_replay(gateway, tenants, conn):
@@ -120,3 +126,119 @@ def test_an_events_history_lists_only_the_replays_that_reset_it(gateway, tenants
     # The filter stays on record beside the ids it reset
     assert conn.execute("SELECT filter FROM event_replays WHERE replay_id = %s",
                         (first,)).fetchone()["filter"] == {"error": "timeout"}
+
+
+def _key(gateway, token: str) -> str:
+    with gateway.client(token) as client:
+        return client.post("/v1/api-keys", json={"name": "producer"}).json()["key"]
+
+
+def test_an_admin_discards_or_edits_an_event_and_each_is_on_the_record(gateway, tenants, conn):
+    # Given a dead letter (its amount is not money), a pending event and a processed one
+    admin = tenants.user("acme")
+    broken = judgment("CV-D", "lots")
+    d = put(conn, admin.tenant_id, "d", broken)
+    dead(conn, d, "JUDGMENT_AMOUNT_INVALID: Amount is not money")
+    p = put(conn, admin.tenant_id, "p", judgment("CV-P"))
+    x = put(conn, admin.tenant_id, "x", judgment("CV-X"))
+    conn.execute("UPDATE event_ledger SET process_state = 'processed', processed_at = now() "
+                 "WHERE ledger_id = %s", (x,))
+    sha = conn.execute("SELECT payload_sha256 FROM event_ledger WHERE ledger_id = %s",
+                       (d,)).fetchone()["payload_sha256"]
+    fixed = judgment("CV-D", "1,000.00")
+    with gateway.client(admin.token) as client:
+        # When the admin corrects the dead letter's payload and discards the pending one
+        edited = client.post(f"/v1/events/{d}/edit", json={
+            "payload": fixed, "reason": "upstream sent words for the amount"})
+        assert edited.status_code == 200, edited.text
+        assert edited.json()["state"] == "pending"
+        discarded = client.post(f"/v1/events/{p}/discard", json={"reason": "test data"})
+        assert discarded.status_code == 200, discarded.text
+
+        # Then a settled event is refused, and so is an action without a reason or a payload
+        # that could not be stored
+        for path, body in ((f"/v1/events/{x}/discard", {"reason": "r"}),
+                           (f"/v1/events/{p}/edit", {"payload": fixed, "reason": "r"})):
+            refused = client.post(path, json=body)
+            assert (refused.status_code, refused.json()["code"]) == (409, "event_settled")
+        assert client.post(f"/v1/events/{d}/discard", json={"reason": "  "}).status_code == 400
+        bad = client.post(f"/v1/events/{d}/edit", json={"payload": {"a": "\u0000"},
+                                                         "reason": "r"})
+        assert bad.status_code == 400 and "NUL" in bad.json()["detail"]
+        assert client.post(f"/v1/events/{d}/edit", json={"payload": [1], "reason": "r"}
+                           ).status_code == 400
+
+        # And the event's page shows what was done, by whom and why
+        shown = client.get(f"/v1/events/{d}").json()
+        assert shown["payload"] == fixed and shown["apply_attempt_count"] == 0
+        assert [(a["action"], a["actor"], a["reason"], a["previous_state"])
+                for a in shown["actions"]] == [
+            ("edit", f"user:{admin.user_id}", "upstream sent words for the amount",
+             "dead_letter")]
+        assert client.get("/v1/events", params={"state": "discarded"}).json()["total"] == 1
+
+    rows = {r["ledger_id"]: r for r in conn.execute(
+        "SELECT * FROM event_ledger WHERE tenant_id = %s", (admin.tenant_id,)).fetchall()}
+    assert (rows[d]["process_state"], rows[d]["process_error"]) == ("pending", None)
+    assert rows[d]["payload_sha256"] == sha  # the producer's fingerprint stays
+    assert rows[p]["process_state"] == "discarded"
+    [record] = conn.execute("SELECT * FROM event_actions WHERE ledger_id = %s", (d,)).fetchall()
+    assert (record["actor_user_id"], record["previous_payload"], record["previous_error"]) == (
+        admin.user_id, broken, "JUDGMENT_AMOUNT_INVALID: Amount is not money")
+
+    # And resends of the original events stay duplicates: nothing comes back as new work
+    key = _key(gateway, admin.token)
+    resend = [{"source_system": "jbi", "source_event_id": "d", "type": "judgment.upserted",
+               "payload": broken},
+              {"source_system": "jbi", "source_event_id": "p", "type": "judgment.upserted",
+               "payload": judgment("CV-P")}]
+    with gateway.client() as client:
+        answer = client.post("/v1/events", json=resend, headers={"X-Api-Key": key}).json()
+    assert [o["outcome"] for o in answer["outcomes"]] == ["duplicate", "duplicate"]
+    assert conn.execute("SELECT process_state FROM event_ledger WHERE ledger_id = %s",
+                        (p,)).fetchone()["process_state"] == "discarded"
+
+
+def test_another_tenants_admin_can_neither_discard_nor_edit(gateway, tenants, conn):
+    owner, other = tenants.user("acme"), tenants.user("globex")
+    ledger_id = put(conn, owner.tenant_id, "o", judgment("CV-O"))
+    dead(conn, ledger_id, "boom")
+    with gateway.client(other.token) as client:
+        for path, body in ((f"/v1/events/{ledger_id}/discard", {"reason": "mine now"}),
+                           (f"/v1/events/{ledger_id}/edit", {"payload": {}, "reason": "x"})):
+            answer = client.post(path, json=body)
+            assert (answer.status_code, answer.json()["code"]) == (404, "event_not_found")
+    with gateway.client(tenants.user("acme", role="user").token) as client:
+        assert client.post(f"/v1/events/{ledger_id}/discard",
+                           json={"reason": "r"}).status_code == 403
+    assert conn.execute("SELECT process_state FROM event_ledger WHERE ledger_id = %s",
+                        (ledger_id,)).fetchone()["process_state"] == "dead_letter"
+    assert conn.execute("SELECT count(*) AS n FROM event_actions").fetchone()["n"] == 0
+
+
+def test_an_applier_that_claimed_before_an_edit_cannot_write_the_old_payload(
+        gateway, tenants, conn, database_url):
+    # Given a pending event an applier has claimed (its attempt counted) but not applied yet
+    from worker.ledger import apply as ledger_apply
+
+    admin = tenants.user("acme")
+    ledger_id = put(conn, admin.tenant_id, "c", judgment("CV-C", "1.00"))
+    [claimed] = conn.execute(ledger_apply.Q["claim"], {"limit": 10, "lease_s": 0,
+                                                       "after": None}).fetchall()
+    # When an admin edits it meanwhile
+    with gateway.client(admin.token) as client:
+        assert client.post(f"/v1/events/{ledger_id}/edit", json={
+            "payload": judgment("CV-C", "2.00"), "reason": "amount corrected"}).status_code == 200
+
+    # Then the earlier claim is fenced out, however many claims come after the edit
+    with db.connect(database_url, autocommit=True) as worker_conn:
+        with pytest.raises(ledger_apply.NotOurs):
+            ledger_apply.apply(worker_conn, ledger_apply.Event.of(claimed))
+        [again] = worker_conn.execute(ledger_apply.Q["claim"], {
+            "limit": 10, "lease_s": 60, "after": None}).fetchall()
+        assert again["apply_attempt_count"] == claimed["apply_attempt_count"] + 2
+        outcome = ledger_apply.apply(worker_conn, ledger_apply.Event.of(again))
+    assert outcome.note == "inserted"
+    amounts = conn.execute("SELECT amount FROM judgments WHERE tenant_id = %s",
+                           (admin.tenant_id,)).fetchall()
+    assert [str(r["amount"]) for r in amounts] == ["2.00"]

@@ -146,7 +146,7 @@ def test_the_gateways_vector_query_walks_the_halfvec_index(conn):
 def test_search_over_halfvec_finds_the_exact_fp32_neighbours(conn):
     # Given 800 chunks of real text, embedded in fp32 and written by the worker's own write
     # path (binary COPY of halfvec). At scale, bench/halfvec.py measures the same (ADR 0156).
-    from worker.pipeline.embed import load_embedder
+    from shared.embedding.model import load_embedder
 
     texts = corpus.chunks(corpus.python_paragraphs(), 800)
     assert len(texts) == 800

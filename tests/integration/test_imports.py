@@ -12,6 +12,7 @@ import hashlib
 import io
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 
 import httpx
 import orjson
@@ -108,8 +109,8 @@ def test_same_file_and_contract_again_is_the_same_batch(gateway, tenants, conn, 
         first_file = objectstore.file_path(batch_row(conn, first["batch_id"])["upload_uri"])
         before = counts(conn)
 
-        # When the same bytes are uploaded again, under another name and threshold
-        second = upload(client, "b.csv", data, error_threshold_percent="50")
+        # When the same bytes are uploaded again, under another name, with the same options
+        second = upload(client, "b.csv", data, error_threshold_percent="10")
 
         # Then the answer is the existing batch, and no new work exists
         assert second.status_code == 200, second.text
@@ -121,6 +122,20 @@ def test_same_file_and_contract_again_is_the_same_batch(gateway, tenants, conn, 
         # and the answer follows the batch's status
         records.finish_batch(conn, first["batch_id"], "failed", rows_total=1, rows_invalid=1)
         assert upload(client, "c.csv", data).json()["status"] == "failed"
+
+        # but the failed file again with other options is a new batch that says so: the
+        # options are never ignored (issue 20)
+        for options in ({"error_threshold_percent": "50"}, {"force_partial": "true"},
+                        {"decimal_separator": ","}):
+            again = upload(client, "d.csv", data, **options)
+            assert again.status_code == 202, again.text
+            assert again.json()["batch_id"] != first["batch_id"]
+            assert again.json()["options_differ_from"] is not None
+            stored = batch_row(conn, again.json()["batch_id"])
+            assert (stored["error_threshold_percent"], stored["force_partial"],
+                    stored["decimal_separator"]) == (
+                Decimal(options.get("error_threshold_percent", "10")),
+                options.get("force_partial") == "true", options.get("decimal_separator"))
 
         # but the same bytes under the other contract are another batch
         other = upload(client, "a.csv", data, contract="plaintiffs")
@@ -177,6 +192,7 @@ def test_bad_error_threshold_is_refused(gateway, tenants, conn, stack_env, value
 @pytest.mark.parametrize(("field", "value", "code"), [
     ("source", "excel", "invalid_source"),
     ("force_partial", "maybe", "invalid_force_partial"),
+    ("decimal_separator", "semicolon", "invalid_decimal_separator"),
     ("source_reference", "r" * 201, "field_too_large"),
     ("title", "a document field", "unknown_field"),
 ])
@@ -250,7 +266,10 @@ def test_batch_status_is_the_spec_result(gateway, conn, finished):
         "parseDurationMs": 250, "dbDurationMs": 750, "throughputRowsPerSec": 100.0,
         "createdAt": row["created_at"].isoformat().replace("+00:00", "Z"),
         "completedAt": row["completed_at"].isoformat().replace("+00:00", "Z"),
-        "source": "simplicity", "sourceReference": "batch-001"}
+        "source": "simplicity", "sourceReference": "batch-001",
+        # How the worker read the file (issue 20): nothing yet for a batch it never read.
+        "file": {"encoding": None, "delimiter": None, "decimalSeparator": None,
+                 "decimalSeparatorOption": "auto", "rowsSkipped": 0, "skippedReasons": {}}}
 
 
 def test_a_failed_batch_shows_its_rejection(gateway, tenants, conn):
@@ -285,16 +304,22 @@ def test_batch_errors_are_the_spec_result_in_row_order(gateway, finished):
                               params={"errorCode": "JUDGMENT_AMOUNT_INVALID"}).json()
         second = client.get(f"/intake/batches/{body['batch_id']}/errors",
                             params={"limit": 2, "page": 2}).json()
-    assert page == {"batchId": body["batch_id"], "totalErrors": 3, "errors": [
-        {"rowNumber": 42, "errorCode": "JUDGMENT_AMOUNT_INVALID",
+    # totalErrors counts errors, totalWarnings the warnings; each item says which it is.
+    assert page == {"batchId": body["batch_id"], "totalErrors": 2, "totalWarnings": 1,
+                    "errors": [
+        {"rowNumber": 42, "errorCode": "JUDGMENT_AMOUNT_INVALID", "field": "amount",
+         "severity": "critical",
          "errorMessage": "Amount 'NOT_A_NUMBER' cannot be parsed as numeric", "rawData": RAW},
-        {"rowNumber": 85, "errorCode": "JUDGMENT_DEFENDANT_MISSING",
-         "errorMessage": "Defendant name is required but was empty",
+        {"rowNumber": 85, "errorCode": "JUDGMENT_DEFENDANT_MISSING", "field": "defendant_name",
+         "severity": "critical", "errorMessage": "Defendant name is required but was empty",
          "rawData": {**RAW, "Defendant": ""}},
-        {"rowNumber": 90, "errorCode": "JUDGMENT_FILED_DATE_TOO_OLD",
-         "errorMessage": "Date 1850-01-01 is before 1900", "rawData": RAW}]}
-    assert filtered["totalErrors"] == 1 and [e["rowNumber"] for e in filtered["errors"]] == [42]
-    assert second["totalErrors"] == 3 and [e["rowNumber"] for e in second["errors"]] == [90]
+        {"rowNumber": 90, "errorCode": "JUDGMENT_FILED_DATE_TOO_OLD", "field": "filed_date",
+         "severity": "warning", "errorMessage": "Date 1850-01-01 is before 1900",
+         "rawData": RAW}]}
+    assert (filtered["totalErrors"], filtered["totalWarnings"]) == (1, 0)
+    assert [e["rowNumber"] for e in filtered["errors"]] == [42]
+    assert (second["totalErrors"], second["totalWarnings"]) == (2, 1)
+    assert [e["rowNumber"] for e in second["errors"]] == [90]
 
 
 def test_raw_rows_only_for_admins_and_the_uploader(gateway, tenants, finished):
@@ -332,7 +357,8 @@ def test_csv_export_escapes_formulas(gateway, tenants, conn):
 
     # Then every formula-like cell starts with a quote, and the rest is as stored
     assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/csv")
+    # The charset named once (issue 20: it came twice, `text/csv; charset=utf-8; charset=utf-8`)
+    assert response.headers["content-type"] == "text/csv; charset=utf-8"
     assert "attachment" in response.headers["content-disposition"]
     rows = list(csv.reader(io.StringIO(response.text, newline="")))
     assert rows[0] == ["row_number", "field", "code", "severity", "message", "raw"]
@@ -401,8 +427,8 @@ def test_another_tenant_sees_none_of_a_batch(gateway, tenants, finished):
         assert_error(client.get(f"/intake/batches/{uuid.uuid4()}"), 404, "not_found")
 
 
-def test_the_size_cap_is_the_import_setting_and_documents_refuse_csv(stack_env, tenants, conn,
-                                                                     out_dir):
+def test_the_size_cap_is_the_import_setting_and_a_csv_document_is_no_import(
+        stack_env, tenants, conn, out_dir):
     # Given a gateway whose records files may be at most 1 KiB
     gateway = stack.start_gateway({**stack_env, "IMPORT_MAX_SIZE_MB": str(1 / 1024)}, out_dir)
     try:
@@ -411,11 +437,12 @@ def test_the_size_cap_is_the_import_setting_and_documents_refuse_csv(stack_env, 
             # When a larger file is imported, Then it is 413 and leaves nothing
             too_big = upload(client, "big.csv", records.judgments_csv(40, seed="S"))
             fits = upload(client, "small.csv", records.judgments_csv(1, seed="S"))
-            # and a CSV is still no document
+            # and a CSV sent as a document (a table to search, ADR 0210) is no import
             as_document = client.post("/v1/ingest", files={"file": ("x.csv", b"a,b\n1,2\n")})
     finally:
         gateway.stop()
     assert_error(too_big, 413, "file_too_large")
     assert fits.status_code == 202, fits.text
-    assert_error(as_document, 415, "unsupported_type")
+    assert as_document.status_code == 202, as_document.text
+    assert "batch_id" not in as_document.json() and "doc_id" in as_document.json()
     assert counts(conn)["import_batches"] == 1

@@ -16,10 +16,12 @@ from tests.support.stack import wait_until
 
 
 def add_event(conn, tenant_id, note: str) -> int:
-    """An outbox row as the webhook test action writes it (no batch needed); its number."""
+    """An outbox row as the webhook test action writes it (no batch needed); its number, which
+    counts its tenant's events only (docs/decisions/0197)."""
     return conn.execute(
         "INSERT INTO event_outbox (tenant_id, event_type, payload) VALUES (%s, 'webhook.test', "
-        "jsonb_build_object('note', %s::text)) RETURNING seq", (tenant_id, note)).fetchone()["seq"]
+        "jsonb_build_object('note', %s::text)) RETURNING tenant_seq",
+        (tenant_id, note)).fetchone()["tenant_seq"]
 
 
 def note(event: sse.Event) -> str | None:
@@ -186,3 +188,76 @@ def test_a_stopping_gateway_ends_its_open_streams_instead_of_waiting_for_them(
     # ended (their browsers reconnect elsewhere with Last-Event-ID)
     assert time.monotonic() - started < 5
     assert all(s.ended.wait(5) for s in open_)
+
+
+def test_event_ids_count_the_tenants_own_events_only(gateway, tenants, conn, streams):
+    # Given thirteen events of another tenant first
+    a, b = tenants.user(tenant="acme"), tenants.user(tenant="globex")
+    for n in range(13):
+        add_event(conn, b.tenant_id, f"b-{n}")
+    stream = streams(gateway.url, a.token)
+
+    # When A's first and second events are committed
+    add_event(conn, a.tenant_id, "first")
+    add_event(conn, a.tenant_id, "second")
+
+    # Then their ids are 1 and 2: nothing tells A how many events others had
+    assert [(e.id, note(e)) for e in (stream.next(), stream.next())] == [
+        ("1", "first"), ("2", "second")]
+
+    # And a Last-Event-ID that was never A's (an id of the old global numbering) is answered
+    # with live.resync: the page fetches again rather than trusting a resume
+    stale = streams(gateway.url, a.token, last_event_id="14")
+    assert stale.next().event == "live.resync"
+
+
+def test_a_stream_ends_within_a_heartbeat_once_its_session_ends(stack_env, out_dir, tenants,
+                                                                 conn, streams):
+    # Given streams of two users on a gateway whose heartbeat is one second (streams
+    # otherwise last LIVE_STREAM_MAX_S, 600 s)
+    gw = stack.start_gateway({**stack_env, "LIVE_HEARTBEAT_S": "1"}, out_dir, name="gw-live")
+    try:
+        leaving, removed, staying = (tenants.user(tenant="acme") for _ in range(3))
+        open_ = {user: streams(gw.url, user.token) for user in (leaving, removed, staying)}
+
+        # When one signs out and an admin deactivates another
+        started = time.monotonic()
+        with gw.client(leaving.token) as client:
+            assert client.post("/v1/auth/logout").status_code in (200, 204)
+        conn.execute("UPDATE users SET deactivated_at = now(), token_version = token_version + 1 "
+                     "WHERE user_id = %s", (removed.user_id,))
+
+        # Then both their streams end within a heartbeat or so, and the third carries on
+        wait_until(lambda: open_[leaving].ended.is_set() and open_[removed].ended.is_set(),
+                   timeout=30, message="the ended sessions' streams closed")
+        took = time.monotonic() - started
+        assert took < 4, f"{took:.1f} s"
+        assert not open_[staying].ended.is_set()
+        seq = add_event(conn, staying.tenant_id, "still here")
+        assert open_[staying].until(lambda e: e.event == "webhook.test")[0].id == str(seq)
+        # And reconnecting with the old session is refused
+        with gw.client(leaving.token) as client:
+            assert client.get("/v1/live").status_code == 401
+    finally:
+        gw.stop()
+
+
+def test_one_tenant_cannot_take_every_stream_of_the_gateway(stack_env, out_dir, tenants,
+                                                           streams):
+    # Given room for five streams per gateway and two per tenant
+    gw = stack.start_gateway({**stack_env, "LIVE_MAX_STREAMS": "5",
+                              "LIVE_MAX_STREAMS_PER_TENANT": "2"}, out_dir, name="gw-cap")
+    try:
+        noisy, other = tenants.user(tenant="noisy"), tenants.user(tenant="other")
+        # When one user of a tenant opens two streams and asks for a third
+        for _ in range(2):
+            streams(gw.url, noisy.token)
+        with gw.client(noisy.token) as client:
+            refused = client.get("/v1/live")
+        # Then it is refused with its own code and when to come back
+        assert (refused.status_code, refused.json()["code"]) == (429, "live_tenant_streams_full")
+        assert refused.headers["retry-after"] == "30"
+        # And another tenant still gets its streams
+        assert streams(gw.url, other.token).status == 200
+    finally:
+        gw.stop()

@@ -252,6 +252,36 @@ def test_deletion_cancels_a_queued_run_of_the_gone_object(gw, admin, s3, conn):
     assert runs["b.md"]["status"] != "failed"
 
 
+def test_deletion_also_ends_a_running_run_so_the_gone_object_cannot_come_back(gw, admin, s3,
+                                                                              conn):
+    # Given a synced source whose run of a.md a worker has started (found by the chaos soak:
+    # that run finished after the sync and served the deleted object again)
+    bucket = s3sync.new_bucket(s3, {"a.md": md(1), "b.md": md(2)})
+    with gw.client(admin.token) as client:
+        source = s3sync.create_source(client, bucket)
+        s3sync.sync_now(client, source["source_id"])
+        run_id = conn.execute(
+            "SELECT r.run_id FROM ingestion_runs r JOIN documents d USING (doc_id) "
+            "WHERE r.tenant_id = %s AND d.source_uri = %s",
+            (admin.tenant_id, f"s3://{bucket}/a.md")).fetchone()["run_id"]
+        conn.execute("UPDATE ingestion_runs SET status = 'running', started_at = now() "
+                     "WHERE run_id = %s", (run_id,))
+
+        # When the object is deleted and the source synced
+        s3.delete_object(Bucket=bucket, Key="a.md")
+        s3sync.sync_now(client, source["source_id"])
+
+        # Then the running run is ended too (the worker's final write is fenced on `running`
+        # and rolls back), with a code that says a retry cannot help, and a retry is refused
+        run = client.get(f"/v1/ingestion-runs/{run_id}").json()
+        assert (run["status"], run["error_code"], run["retryable"]) == (
+            "failed", "source_object_deleted", False)
+        assert "deleted from the bucket" in run["error"]
+        retried = client.post(f"/v1/ingestion-runs/{run_id}/retry")
+        assert retried.status_code == 409, retried.text
+        assert retried.json()["code"] == "source_object_deleted"
+
+
 def test_a_listing_that_fails_midway_deactivates_nothing(gw, admin, s3, conn, moto):
     # Given a synced, processed source of 25 objects, four of which are then deleted
     objects = {f"k/{i:02d}.md": md(i) for i in range(25)}

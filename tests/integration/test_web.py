@@ -16,7 +16,7 @@ import pytest
 from gateway.operations import dlq
 from gateway.web import session
 from shared import objectstore
-from tests.conftest import TEST_PASSWORD
+from tests.conftest import TEST_PASSWORD, tenant_of
 from tests.support import ops, stack
 
 
@@ -26,8 +26,8 @@ def sign_in(gateway, email: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=gateway.url, timeout=30, follow_redirects=False) as client:
         form = client.get("/login")
         token = re.search(r'name="csrf_token" value="([^"]+)"', form.text).group(1)
-        answer = client.post("/login", data={"email": email, "password": TEST_PASSWORD,
-                                             "csrf_token": token})
+        answer = client.post("/login", data={"tenant": tenant_of(email), "email": email,
+                                             "password": TEST_PASSWORD, "csrf_token": token})
         assert answer.status_code == 303, answer.text
         yield client
 
@@ -53,19 +53,19 @@ def test_sign_in_sets_an_httponly_session_cookie(gateway, tenants):
         token = re.search(r'name="csrf_token" value="([^"]+)"', form.text).group(1)
 
         # A form without the sign-in token (another site's) is refused
-        forged = browser.post("/login", data={"email": user.email, "password": TEST_PASSWORD,
+        forged = browser.post("/login", data={"tenant": user.tenant, "email": user.email, "password": TEST_PASSWORD,
                                               "csrf_token": "forged", "next": "/runs"})
         assert forged.status_code == 403 and "sign-in form expired" in forged.text
         token = re.search(r'name="csrf_token" value="([^"]+)"', forged.text).group(1)
 
         # A wrong password says so, in one sentence
-        wrong = browser.post("/login", data={"email": user.email, "password": "nope-nope-nope",
+        wrong = browser.post("/login", data={"tenant": user.tenant, "email": user.email, "password": "nope-nope-nope",
                                              "csrf_token": token, "next": "/runs"})
         assert wrong.status_code == 401
         assert "The e-mail or password is wrong; check both and try again." in wrong.text
 
         # When the right one is sent
-        ok = browser.post("/login", data={"email": user.email, "password": TEST_PASSWORD,
+        ok = browser.post("/login", data={"tenant": user.tenant, "email": user.email, "password": TEST_PASSWORD,
                                           "csrf_token": token, "next": "/runs"})
 
         # Then the session is an HttpOnly, SameSite=Lax cookie, not Secure over plain http
@@ -146,7 +146,7 @@ def test_sign_in_never_redirects_to_another_site(gateway, tenants, target):
     user = tenants.user(role="user")
     with httpx.Client(base_url=gateway.url, timeout=30, follow_redirects=False) as browser:
         token = re.search(r'name="csrf_token" value="([^"]+)"', browser.get("/login").text)
-        answer = browser.post("/login", data={"email": user.email, "password": TEST_PASSWORD,
+        answer = browser.post("/login", data={"tenant": user.tenant, "email": user.email, "password": TEST_PASSWORD,
                                               "csrf_token": token.group(1), "next": target})
         assert answer.headers["location"] == "/upload"
 

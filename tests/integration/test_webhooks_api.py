@@ -21,10 +21,12 @@ HOSTILE = [
     "https://127.0.0.1/hook",                           # loopback outside DEV_MODE
     "https://localhost/hook",
     "https://2130706433/hook",                          # 127.0.0.1 spelled as a number
+    "https://[::127.0.0.1]/hook",                       # IPv4-compatible loopback (reserved)
     "ftp://example.com/hook",
     "https://user:pw@example.com/hook",
     "not a url",
 ]
+MALFORMED = {"ftp://example.com/hook", "not a url"}
 
 
 def _create(gw: stack.Process, token: str, url: str, types=("ingestion.complete",)):
@@ -64,7 +66,8 @@ def test_admin_registers_a_webhook_and_sees_the_secret_once(allowing_gateway, te
 def test_loopback_private_and_metadata_urls_are_refused(gateway, tenants, conn, url):
     admin = tenants.user()
     response = _create(gateway, admin.token, url)
-    assert response.status_code == 400, response.text
+    # 400 when malformed, 403 when the rules keep deliveries from it (docs/decisions/0200)
+    assert response.status_code == (400 if url in MALFORMED else 403), response.text
     assert response.json()["code"] == "webhook_url_not_allowed"
     assert conn.execute("SELECT count(*) AS n FROM webhooks").fetchone()["n"] == 0
 
@@ -78,7 +81,7 @@ def test_dev_mode_lets_a_loopback_receiver_through_but_not_private_addresses(
         for url in ("http://169.254.169.254/latest/meta-data/", "http://10.0.0.1/hook",
                     "http://[fd00::1]/hook"):
             response = _create(dev, admin.token, url)
-            assert response.status_code == 400 and response.json()["code"] == (
+            assert response.status_code == 403 and response.json()["code"] == (
                 "webhook_url_not_allowed"), url
     finally:
         dev.stop()
@@ -132,3 +135,49 @@ def test_deleting_a_webhook_removes_it_and_its_log(allowing_gateway, tenants, co
         assert c.delete(f"/v1/webhooks/{webhook_id}").status_code == 404
         assert c.get("/v1/webhooks").json()["total"] == 0
     assert conn.execute("SELECT count(*) AS n FROM webhook_deliveries").fetchone()["n"] == 0
+
+
+def test_an_admin_rotates_the_secret_and_the_old_one_keeps_signing_for_the_grace(
+        allowing_gateway, tenants, conn):
+    # Given a webhook with a delivery in its log
+    admin, other, member = tenants.user("acme"), tenants.user("globex"), tenants.user(
+        "acme", role="user")
+    created = _create(allowing_gateway, admin.token, RECEIVER).json()
+    webhook_id, first = created["webhook_id"], created["secret"]
+    with allowing_gateway.client(admin.token) as c:
+        assert c.post(f"/v1/webhooks/{webhook_id}/test").status_code == 202
+
+        # When the admin rotates it (default grace), then again with a grace of a minute
+        rotated = c.post(f"/v1/webhooks/{webhook_id}/rotate-secret")
+        assert rotated.status_code == 200, rotated.text
+        assert rotated.headers["cache-control"] == "no-store"
+        second = rotated.json()["secret"]
+        stored = conn.execute("SELECT secret, previous_secret, previous_secret_expires_at - "
+                              "now() AS left FROM webhooks WHERE webhook_id = %s",
+                              (webhook_id,)).fetchone()
+        again = c.post(f"/v1/webhooks/{webhook_id}/rotate-secret", json={"grace_period_s": 60})
+        third = again.json()["secret"]
+        for bad in (-1, 8 * 86400):
+            refused = c.post(f"/v1/webhooks/{webhook_id}/rotate-secret",
+                             json={"grace_period_s": bad})
+            assert refused.status_code == 400, bad
+        listed = c.get("/v1/webhooks").json()["items"][0]
+        log = c.get(f"/v1/webhooks/{webhook_id}/deliveries").json()
+    with allowing_gateway.client(other.token) as c:
+        theirs = c.post(f"/v1/webhooks/{webhook_id}/rotate-secret")
+    with allowing_gateway.client(member.token) as c:
+        forbidden = c.post(f"/v1/webhooks/{webhook_id}/rotate-secret")
+
+    # Then each rotation gave a new whsec_ secret and kept the one it replaced for the grace
+    assert len({first, second, third}) == 3 and third.startswith("whsec_")
+    assert (stored["secret"], stored["previous_secret"]) == (second, first)
+    assert 86000 < stored["left"].total_seconds() <= 86400
+    final = conn.execute("SELECT secret, previous_secret FROM webhooks WHERE webhook_id = %s",
+                         (webhook_id,)).fetchone()
+    assert (final["secret"], final["previous_secret"]) == (third, second)
+    # and the list says when the old one stops signing, never a secret; the log survived
+    assert listed["previous_secret_expires_at"] and listed["secret_rotated_at"]
+    assert "secret" not in listed and log["total"] == 1
+    # and nobody else may rotate it
+    assert (theirs.status_code, theirs.json()["code"]) == (404, "webhook_not_found")
+    assert forbidden.status_code == 403

@@ -3,6 +3,7 @@ bench: each platform's own header names, number formats and title/total lines.""
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 from collections.abc import Iterable
@@ -100,3 +101,61 @@ def tiktok(facts: Iterable[Fact]) -> bytes:
 
 
 EXPORTS = {"meta": meta, "google": google, "tiktok": tiktok}
+
+
+# ── as the platforms' UIs download them (issue 20): for volume beside the real files ───────
+META_DOWNLOAD = ["Reporting starts", "Reporting ends", "Campaign name", "Ad set name",
+                 "Ad name", "Day", "Amount spent (EUR)", "Impressions", "Link clicks",
+                 "Clicks (all)", "Results", "Result indicator"]
+
+
+def meta_download(facts: Iterable[Fact], *, ids: bool = False) -> bytes:
+    """Meta Ads Manager's CSV: UTF-8 with a BOM, every header quoted, the summary row first
+    (names empty, the whole range), names only unless ``ids``; decimal point."""
+    facts = list(facts)
+    header = list(META_DOWNLOAD)
+    if ids:
+        header[3:3] = ["Campaign ID"]
+        header[5:5] = ["Ad set ID"]
+        header[7:7] = ["Ad ID"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
+    out.write(",".join(f'"{h}"' for h in header) + "\n")
+    first, last = min(f.day for f in facts), max(f.day for f in facts)
+    total = sum(float(f.spend) for f in facts)
+    summary = {"Reporting starts": first.isoformat(), "Reporting ends": last.isoformat(),
+               "Amount spent (EUR)": f"{total:.2f}",
+               "Impressions": str(sum(f.impressions for f in facts)), "Result indicator": "mixed"}
+    writer.writerow([summary.get(h, "") for h in header])
+    for f in facts:
+        day = f.day.isoformat()
+        cells = {"Reporting starts": day, "Reporting ends": day,
+                 "Campaign name": f"Campaign {f.campaign}", "Campaign ID": f.campaign,
+                 "Ad set name": f"Ad set {f.ad_set}", "Ad set ID": f.ad_set,
+                 "Ad name": _name(f), "Ad ID": f.ad, "Day": day,
+                 "Amount spent (EUR)": f.spend, "Impressions": str(f.impressions),
+                 "Link clicks": str(f.clicks), "Clicks (all)": str(f.clicks + 3),
+                 "Results": f.conversions,
+                 "Result indicator": "actions:offsite_conversion.fb_pixel_purchase"}
+        writer.writerow([cells[h] for h in header])
+    return codecs.BOM_UTF8 + out.getvalue().encode()
+
+
+def google_download(facts: Iterable[Fact], *, utf16: bool = True) -> bytes:
+    """Google Ads' default "Excel CSV": UTF-16LE with a BOM, tab separated, the report's name
+    and date range above the header, `--` for nothing, `Total:` rows at the end."""
+    facts = list(facts)
+    first, last = min(f.day for f in facts), max(f.day for f in facts)
+    out = io.StringIO()
+    out.write(f"Ad group report\n{first:%B} {first.day}, {first.year} - "
+              f"{last:%B} {last.day}, {last.year}\n")
+    writer = csv.writer(out, delimiter="\t" if utf16 else ",", lineterminator="\n")
+    writer.writerow(["Ad group status", "Ad group", "Campaign", "Day", "Currency code", "Impr.",
+                     "Clicks", "Cost", "Conversions", "Currency code"])
+    for f in facts:
+        writer.writerow(["Enabled", f"Ad set {f.ad_set}", f"Campaign {f.campaign}",
+                         f.day.isoformat(), "USD", f"{f.impressions:,}", f"{f.clicks:,}",
+                         _money(f.spend), f.conversions, "USD"])
+    writer.writerow(["Total: Account", " --", " --", " --", "USD", "0", "0", "0.00", "0", "USD"])
+    text = out.getvalue()
+    return codecs.BOM_UTF16_LE + text.encode("utf-16-le") if utf16 else text.encode()

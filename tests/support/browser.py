@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TEST_PASSWORD
+from tests.conftest import TEST_PASSWORD, tenant_of
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome")
 # Headless and quiet: no GPU, no QUIC, no calls home, no sync, no component updates.
@@ -63,6 +63,7 @@ def sign_in(page: Any, base_url: str, email: str, password: str = TEST_PASSWORD,
     """Fill the sign-in form (opening it unless it is already shown) and wait to land."""
     if "/login" not in page.url:
         page.goto(f"{base_url}/login" + (f"?next={next_path}" if next_path else ""))
+    page.get_by_label("Tenant").fill(tenant_of(email))
     page.get_by_label("E-mail").fill(email)
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Sign in").click()

@@ -27,6 +27,9 @@ PATTERNS = {
     "webhook secret": re.compile(r"whsec_[A-Za-z0-9+/]{16,}"),
     "ssn": re.compile(r"\b\d{3}-\d{2}-\d{4}\b"),
     "email": re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"),
+    # Phones as people write them and as plaintiffs are stored (E.164); a bare run of digits
+    # is too often an id or a size to scan for here (issue 20's test looks for its own).
+    "phone": re.compile(r"\(\d{3}\)\s?\d{3}-\d{4}|(?<![\w+])\+\d{10,15}\b"),
 }
 
 

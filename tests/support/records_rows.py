@@ -17,15 +17,17 @@ from typing import Any
 import psycopg
 
 
-def batch(conn: psycopg.Connection, tenant_id: uuid.UUID, contract: str = "judgments") -> uuid.UUID:
-    """An import batch row for records to point at (batch_id filters)."""
+def batch(conn: psycopg.Connection, tenant_id: uuid.UUID, contract: str = "judgments",
+          status: str = "completed") -> uuid.UUID:
+    """An import batch row for records to point at (batch_id filters). Completed by default:
+    readers see a batch's records only once it is (docs/decisions/0181)."""
     tag = uuid.uuid4().hex
     return conn.execute(
         "INSERT INTO import_batches (tenant_id, contract, contract_version, file_name, file_hash,"
-        " byte_size, upload_uri, source) VALUES (%s, %s, '1', %s, %s, 10, %s, 'simplicity')"
-        " RETURNING batch_id",
+        " byte_size, upload_uri, source, status) VALUES (%s, %s, '1', %s, %s, 10, %s,"
+        " 'simplicity', %s) RETURNING batch_id",
         (tenant_id, contract, f"{tag}.csv", hashlib.sha256(tag.encode()).hexdigest(),
-         f"file:///tmp/{tag}.csv")).fetchone()["batch_id"]
+         f"file:///tmp/{tag}.csv", status)).fetchone()["batch_id"]
 
 
 def judgment(conn: psycopg.Connection, tenant_id: uuid.UUID, case_number: str, *,

@@ -27,10 +27,11 @@ class Process:
     log_path: Path
     port: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    scheme: str = "http"  # https when the gateway serves TLS itself
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def client(self, token: str | None = None, **kwargs) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -91,9 +92,11 @@ def _fresh_log(log_dir: Path, name: str) -> Path:
     return path
 
 
-def start_gateway(env: dict[str, str], log_dir: Path, name: str = "gateway") -> Process:
+def start_gateway(env: dict[str, str], log_dir: Path, name: str = "gateway",
+                  scheme: str = "http") -> Process:
     port = free_port()
     process = spawn(name, ["gateway", "--port", str(port)], env, log_dir, port)
+    process.scheme = scheme
     try:
         wait_for_port(port, timeout=60, proc=process.proc)
         _wait_live(process)
@@ -107,7 +110,8 @@ def _wait_live(process: Process) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{process.url}/health/live", timeout=2).status_code == 200:
+            if httpx.get(f"{process.url}/health/live", timeout=2,
+                         verify=process.scheme == "http").status_code == 200:
                 return
         time.sleep(0.05)
     raise TimeoutError("gateway not live")

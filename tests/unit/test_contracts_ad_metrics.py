@@ -8,6 +8,7 @@ import csv
 import io
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -81,14 +82,17 @@ def test_meta_export_reads_every_row_with_the_currency_of_its_spend_header(tmp_p
         "ad_set_external_id": "12021000000000100", "ad_set_name": "Adults 0",
         "ad_external_id": "120210000000001000", "ad_name": "Video 0",
         "metric_date": date(2024, 3, 1), "spend": Decimal("1000.00"), "impressions": 20000,
+        # A purchase result counts as a conversion (docs/decisions/0174).
         "clicks": 300, "conversions": Decimal(0), "currency": "EUR"}
+    assert first["result_indicator"] == "actions:offsite_conversion.fb_pixel_purchase"
     assert results[-1].values["spend"] == Decimal("1023.00")
     assert results[-1].values["metric_date"] == date(2024, 3, 3)
     assert reader.parsed is not None
     # Columns outside the contract are ignored with a warning, never a failure.
-    assert set(reader.parsed.match.extra) == {"Reach", "CTR (all)", "Result indicator"}
-    assert contracts.natural_key(am.META, first) == \
-        "2024-03-01|120210000000000000|12021000000000100|120210000000001000"
+    assert set(reader.parsed.match.extra) == {"Reach", "CTR (all)"}
+    assert contracts.natural_key(am.META, first) == "\x1f".join([
+        "2024-03-01", "i:120210000000000000", "i:12021000000000100",
+        "i:120210000000001000"]) + "\x1e"
 
 
 def test_meta_row_outside_its_reporting_range_is_refused(tmp_path):
@@ -193,11 +197,13 @@ def test_json_lines_with_platform_names_and_canonical_names(tmp_path):
     text = "\n".join(json.dumps(line) for line in lines) + "\n"
     _reader, results = read(tmp_path, "meta", text, "jsonl")
     first, second = (r.values for r in results)
+    # Results without an indicator or objective are no conversions (docs/decisions/0174).
     assert (first["campaign_external_id"], first["spend"], first["currency"],
-            first["conversions"]) == ("120210000000000001", Decimal("12.30"), "GBP",
-                                      Decimal("1.5"))
+            first["results"], first["conversions"]) == ("120210000000000001", Decimal("12.30"),
+                                                        "GBP", Decimal("1.5"), None)
+    # A metric the row does not have is no value, not 0.
     assert (second["spend"], second["currency"], second["impressions"]) == \
-        (Decimal("4.00"), "USD", 0)
+        (Decimal("4.00"), "USD", None)
 
 
 def test_a_judgments_file_is_still_read_from_its_first_line(tmp_path):
@@ -216,7 +222,8 @@ def test_a_judgments_file_is_still_read_from_its_first_line(tmp_path):
               "ad_set_external_id": "Ad set ID", "ad_set_name": "Ad set name",
               "ad_external_id": "Ad ID", "ad_name": "Ad name", "metric_date": "Day",
               "spend": "Amount spent (USD)", "impressions": "Impressions",
-              "clicks": "Clicks (all)", "conversions": "Results"}),
+              "clicks": "Link clicks", "results": "Results",
+              "result_indicator": "Result indicator"}),
     ("google", {"campaign_external_id": "Campaign ID", "campaign_name": "Campaign",
                 "ad_set_external_id": "Ad group ID", "ad_set_name": "Ad group",
                 "metric_date": "Day", "spend": "Cost", "impressions": "Impr.",
@@ -240,7 +247,7 @@ def test_sample_of_each_platform_validates():
     for platform in am.PLATFORMS:
         contract = am.for_platform(platform)
         rows = list(csv.reader(io.StringIO(contracts.sample_csv(contract))))
-        match = contracts.match_header(contract, rows[0])
+        match = replace(contracts.match_header(contract, rows[0]), decimal=".")
         result = contracts.validate_row(contract, rows[1], match)
         assert result.valid and not result.warnings, platform
         assert result.values["currency"] == "USD"
@@ -256,26 +263,46 @@ def test_unknown_platform_is_a_400_with_a_code():
 
 # ── normalisers ───────────────────────────────────────────────────────────────────────────
 @pytest.mark.parametrize(("text", "value"), [
+    # Each reads one way only, so under an unknown convention too (docs/decisions/0172).
     ("$1,234.56", Decimal("1234.56")), ("1.234,56 €", Decimal("1234.56")),
     ("1 234,56", Decimal("1234.56")), ("1\u00a0234,56", Decimal("1234.56")),
     ("1'234.50", Decimal("1234.50")), ("USD 12", Decimal(12)), ("US$5", Decimal(5)),
-    ("12,5", Decimal("12.5")), ("1,234", Decimal(1234)), ("12.5%", Decimal("0.125")),
+    ("12,5", Decimal("12.5")), ("12.5%", Decimal("0.125")), ("０.５", Decimal("0.5")),
     ("(12.00)", Decimal("-12.00")), ("-$100", Decimal(-100)), (".5", Decimal("0.5")),
+    ("0.005", Decimal("0.005")), ("0,123", Decimal("0.123")),
 ])
 def test_decimal_number(text, value):
     assert n.decimal_number(text) == value
 
 
+@pytest.mark.parametrize(("text", "dot", "comma"), [
+    ("1,234", Decimal(1234), Decimal("1.234")), ("1.234", Decimal("1.234"), Decimal(1234)),
+    ("12.345", Decimal("12.345"), Decimal(12345)),
+])
+def test_a_value_that_reads_two_ways_is_ambiguous_until_the_file_says(text, dot, comma):
+    assert n.decimal_number(text) is contracts.AMBIGUOUS and n.convention(text) is None
+    assert (n.decimal_number(text, "."), n.decimal_number(text, ",")) == (dot, comma)
+
+
+def test_the_chosen_convention_never_reads_a_value_as_something_else():
+    # `1.234,56` is 1234.56 under `,` and no number under `.`: never 1.23.
+    assert n.decimal_number("1.234,56", ",") == Decimal("1234.56")
+    assert n.decimal_number("1.234,56", ".") is contracts.INVALID
+    for text in ("1,2,3", " 12 34 ", "1,23,4"):
+        assert n.decimal_number(text, ".") is contracts.INVALID
+        assert n.decimal_number(text, ",") is contracts.INVALID
+
+
 @pytest.mark.parametrize("text", ["1.2.3", "NaN", "Infinity", "12abc34", "1e400", "-", "$",
-                                  "1,23,4"])
+                                  "1,23,4", " 12 34 "])
 def test_decimal_number_refuses(text):
     assert n.decimal_number(text) is contracts.INVALID
 
 
 def test_money_rounds_half_up_and_counts_are_whole():
-    assert n.money("12.345") == Decimal("12.35")
-    assert n.count("12,345") == 12345 and n.count("12.0") == 12
-    assert n.count("12.5") is contracts.INVALID and n.count("5%") is contracts.INVALID
+    assert n.money("12.345", ".") == Decimal("12.35")
+    assert n.count("12,345", ".") == 12345 and n.count("12.0", ".") == 12
+    assert n.count("12.5", ".") is contracts.INVALID and n.count("5%") is contracts.INVALID
 
 
 @pytest.mark.parametrize("text", ["2024-03-01", "2024-03-01 00:00:00", "2024-03-01T00:00:00Z",
@@ -308,13 +335,15 @@ def check(**changes: str) -> contracts.RowResult:
 
 
 @pytest.mark.parametrize(("changes", "code"), [
-    ({"campaign_external_id": ""}, "AD_METRIC_CAMPAIGN_EXTERNAL_ID_MISSING"),
     ({"campaign_external_id": "1.2E+17"}, "AD_METRIC_CAMPAIGN_EXTERNAL_ID_INVALID"),
     ({"campaign_external_id": "9" * 101}, "AD_METRIC_CAMPAIGN_EXTERNAL_ID_TOO_LONG"),
     ({"ad_set_external_id": "1.2E+17"}, "AD_METRIC_AD_SET_EXTERNAL_ID_INVALID"),
     ({"ad_external_id": "1.2E+17"}, "AD_METRIC_AD_EXTERNAL_ID_INVALID"),
-    ({"metric_date": ""}, "AD_METRIC_METRIC_DATE_INVALID"),
+    ({"metric_date": ""}, "AD_METRIC_DAY_MISSING"),
     ({"metric_date": "2024-13-01"}, "AD_METRIC_METRIC_DATE_INVALID"),
+    ({"metric_date": "", "reporting_starts": "2024-03-05", "reporting_ends": "2024-03-01"},
+     "AD_METRIC_REPORTING_RANGE_INVALID"),
+    ({"spend": "1\x00"}, "AD_METRIC_TEXT_UNSTORABLE"),
     ({"metric_date": (date.today() + timedelta(days=3)).isoformat()},
      "AD_METRIC_METRIC_DATE_FUTURE"),
     ({"metric_date": "1999-12-31"}, "AD_METRIC_METRIC_DATE_TOO_OLD"),

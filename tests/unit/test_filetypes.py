@@ -194,3 +194,35 @@ def test_new_types_content_accepted(kind, head):
 def test_new_types_content_refused(kind, head):
     with pytest.raises(errors.UnsupportedType):
         filetypes.check_content(kind, head, complete=True)
+
+
+# ── records files as downloaded (issue 20) ──────────────────────────────────────────────────
+EXPORT = "Campaign report\n\"January 1, 2024 - January 31, 2024\"\nCampaign\tCost\nA\t1.00\n"
+
+
+@pytest.mark.parametrize("data", [
+    codecs.BOM_UTF16_LE + EXPORT.encode("utf-16-le"),  # Google's "Excel CSV"
+    codecs.BOM_UTF16_BE + EXPORT.encode("utf-16-be"),
+    codecs.BOM_UTF32_LE + EXPORT.encode("utf-32-le"),
+    EXPORT.encode("utf-16-le"),                          # UTF-16 without a BOM
+    b"File #,Plaintiff\nCV-1,Zeb\x00ulon\n" + b"CV-2,Acme Collections LLC\n" * 20,
+])
+def test_unicode_text_with_nul_bytes_is_csv_content(data):
+    for source_type in ("csv", "jsonl"):
+        filetypes.check_content(source_type, data, complete=True)
+        filetypes.check_content(source_type, data[:len(data) // 2 + 1], complete=False)
+
+
+@pytest.mark.parametrize("data", [
+    codecs.BOM_UTF16_LE + EXPORT.encode("utf-16-le"), EXPORT.encode("utf-16-le")])
+def test_documents_keep_refusing_nul_bytes(data):
+    with pytest.raises(errors.UnsupportedType):
+        filetypes.check_content("txt", data, complete=True)
+
+
+@pytest.mark.parametrize("data", [
+    b"\x00\x01\x02\x03" * 200, b"PK\x03\x04" + b"\x00" * 40, b"%PDF-1.7\n\x00\x00",
+    codecs.BOM_UTF16_LE + "a\x01b".encode("utf-16-le")])
+def test_binary_named_csv_is_still_refused(data):
+    with pytest.raises(errors.UnsupportedType):
+        filetypes.check_content("csv", data, complete=True)

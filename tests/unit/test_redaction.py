@@ -99,3 +99,41 @@ def test_the_log_scan_finds_what_redaction_missed(tmp_path):
     # Then it reports what was appended only, each kind it found
     assert sorted(f.kind for f in findings) == ["aws key", "dsn password", "email"]
     assert all("bob@" not in f.line for f in findings)
+
+
+# ── personal data and database errors (issue 20) ──────────────────────────────────────────
+@pytest.mark.parametrize("phone", ["(212) 555-9876", "212-555-9876", "212.555.9876",
+                                   "+12125559876", "+44 20 7946 0958", "2125559876",
+                                   "12125559876"])
+def test_phones_are_redacted(phone):
+    cleaned = applog.redact(f"call {phone} now")
+    assert phone not in cleaned and "[PHONE_REDACTED]" in cleaned
+
+
+def test_database_error_details_are_cut_before_logging_or_storing():
+    # psycopg's text of an error carries Postgres' DETAIL: the failing row's values.
+    text = ('new row for relation "plaintiffs" violates check constraint "x"\n'
+            'DETAIL:  Failing row contains (Zebulon "Z" Quintessa, 4587 Lane, 0).\n'
+            'CONTEXT:  COPY import_staged_rows, line 3, column data: "{\"name\": \"Zeb\"}"')
+    cleaned = applog.scrub(text)
+    assert "Zebulon" not in cleaned and "4587" not in cleaned and "Zeb" not in cleaned
+    assert cleaned.startswith('new row for relation "plaintiffs" violates check constraint')
+    # and in a JSON line (a value ends at its closing quote, whatever the row held)
+    line = orjson.dumps({"error": "Key (k)=(CV1 Zebulon) already exists", "n": 1}).decode()
+    assert "Zebulon" not in applog.redact(line) and orjson.loads(applog.redact(line))["n"] == 1
+
+
+def test_a_logged_database_error_keeps_its_message_and_loses_its_row():
+    import logging
+
+    formatter = applog.JsonFormatter("test")
+    try:
+        raise RuntimeError('duplicate key value\nDETAIL:  Key (dedupe_key)=(ZEBULON) exists.')
+    except RuntimeError:
+        import sys
+
+        record = logging.LogRecord("t", logging.ERROR, __file__, 1, "failed", None,
+                                   sys.exc_info())
+    event = orjson.loads(formatter.format(record))
+    assert "ZEBULON" not in formatter.format(record)
+    assert event["error"].startswith("RuntimeError: duplicate key value")

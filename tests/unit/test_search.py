@@ -18,7 +18,15 @@ C = [uuid.UUID(int=i) for i in range(10)]
 D = [uuid.UUID(int=100 + i) for i in range(10)]
 
 
-def test_fusion_adds_reciprocal_ranks_and_reports_both():
+@pytest.fixture
+def plain_rrf(monkeypatch):
+    """The textbook fusion (k = 60, equal weights), whatever the tuned constants are."""
+    monkeypatch.setattr(service, "RRF_K", 60)
+    monkeypatch.setattr(service, "TEXT_WEIGHT", 1.0)
+    monkeypatch.setattr(service, "VECTOR_WEIGHT", 1.0)
+
+
+def test_fusion_adds_reciprocal_ranks_and_reports_both(plain_rrf):
     text = [(C[1], D[1]), (C[2], D[2])]
     vector = [(C[2], D[2]), (C[3], D[3])]
     fused = service.fuse(text, vector, k=10)
@@ -33,7 +41,57 @@ def test_fusion_group_document_keeps_the_best_chunk_of_each_document():
     text = [(C[1], D[1]), (C[2], D[1]), (C[3], D[2])]
     fused = service.fuse(text, [], k=10, group="document")
     assert [(f.chunk_id, f.doc_id) for f in fused] == [(C[1], D[1]), (C[3], D[2])]
+    assert [o.chunk_id for o in fused[0].others] == [C[2]]
+    assert fused[1].others == ()
     assert len(service.fuse(text, [], k=2)) == 2
+
+
+def test_the_keyword_list_weighs_half_the_vector_list():
+    text = [(C[1], D[1]), (C[2], D[2])]
+    vector = [(C[2], D[2]), (C[3], D[3])]
+    fused = service.fuse(text, vector, k=10)
+    assert [f.chunk_id for f in fused] == [C[2], C[3], C[1]]
+    assert fused[0].score == pytest.approx(0.5 / 22 + 1 / 21)
+
+
+def test_documents_are_ranked_by_their_rank_among_documents_not_by_chunk_positions(plain_rrf):
+    # D1 fills the top of the keyword list with three chunks; D2 is second there and first in
+    # the vector list. By chunk ranks D2's text rank would be 4; among documents it is 2.
+    text = [(C[1], D[1]), (C[2], D[1]), (C[3], D[1]), (C[4], D[2])]
+    vector = [(C[4], D[2]), (C[1], D[1])]
+    fused = service.fuse(text, vector, k=10, group="document")
+    assert [f.doc_id for f in fused] == [D[1], D[2]]
+    weights = service.TEXT_WEIGHT, service.VECTOR_WEIGHT
+    assert fused[0].score == pytest.approx(weights[0] / (service.RRF_K + 1)
+                                           + weights[1] / (service.RRF_K + 2))
+    assert fused[1].score == pytest.approx(weights[0] / (service.RRF_K + 2)
+                                           + weights[1] / (service.RRF_K + 1))
+    assert [o.chunk_id for o in fused[0].others] == [C[2], C[3]]
+    # The best chunk shown keeps its own ranks in each list.
+    assert (fused[1].chunk_id, fused[1].text_rank, fused[1].vector_rank) == (C[4], 4, 1)
+
+
+def test_nested_chunks_are_bounded():
+    text = [(C[i], D[1]) for i in range(10)]
+    (only,) = service.fuse(text, [], k=10, group="document")
+    assert len(only.others) == service.MAX_NESTED
+
+
+def test_scores_of_each_list_travel_with_the_fused_chunk():
+    fused = service.fuse([(C[1], D[1])], [(C[1], D[1]), (C[2], D[2])], k=10,
+                         text_score={C[1]: 7.5}, distance={C[1]: 0.25, C[2]: 0.5})
+    assert (fused[0].text_score, fused[0].similarity) == (7.5, 0.75)
+    assert (fused[1].text_score, fused[1].similarity) == (None, 0.5)
+
+
+@pytest.mark.parametrize(("q", "typed"), [
+    ('"exact phrase"', True), ("dragonfly -wasp", True), ("-wasp dragonfly", True),
+    ("dragonflies OR damselflies", True),
+    ("is coffee good or bad for you", False), ("COVID-19 vaccine side effects", False),
+    ("what is e-mail", False), ("how fast do dragonflies fly?", False), ("ORCHIDS ORegon", False),
+])
+def test_search_syntax_is_what_people_type_for_it(q, typed):
+    assert service.typed_syntax(q) is typed
 
 
 @pytest.mark.parametrize(("kwargs", "code"), [
@@ -148,8 +206,8 @@ def test_a_failed_pass_fails_each_of_its_queries_and_the_next_pass_still_runs():
 
 
 def test_the_gateway_embeds_queries_with_the_workers_variant(monkeypatch, tmp_path):
+    from shared.embedding import model as embed
     from shared.settings import GatewaySettings
-    from worker.pipeline import embed
 
     asked: list[dict] = []
 
@@ -172,5 +230,5 @@ def test_the_gateway_embeds_queries_with_the_workers_variant(monkeypatch, tmp_pa
                                search_embed_threads=1)
     runtime = service.Runtime(settings)
     assert asyncio.run(runtime.query_vector("q")) == ([1.0, 1.0], "m")
-    assert asked == [{"model": settings.embedding_model, "batch_size": 32,
+    assert asked == [{"model": settings.embedding_model, "batch_tokens": 32 * 256,
                       "variant": "onnx-int8", "cache_dir": str(tmp_path), "threads": 1}]

@@ -83,14 +83,14 @@ def test_bucket_names_break_no_s3_naming_rule(bucket):
 
 @pytest.mark.parametrize(("prefix", "clean"), [
     ("", ""), ("docs/", "docs/"), ("/docs/2024/", "docs/2024/"), ("docs/rep", "docs/rep"),
-    ("a..b/", "a..b/"), (".hidden/", ".hidden/"), ("é" * 512, "é" * 512)])
+    ("a..b/", "a..b/"), (".hidden/", ".hidden/"), ("é" * 256, "é" * 256)])
 def test_valid_prefixes(prefix, clean):
     assert sources.clean_prefix(prefix) == clean
 
 
 @pytest.mark.parametrize("prefix", [
     "team-a/../team-b/", "..", "../", "team-a/..", "./docs", "docs/./x", "docs//x", "a\\..\\b",
-    "é" * 513, "x" * 1025, "docs/\n", "docs/\x00", 7])
+    "é" * 257, "x" * 257, "docs/\n", "docs/\x00", 7])
 def test_prefixes_that_could_escape_or_are_too_long_are_refused(prefix):
     with pytest.raises(errors.InvalidRequest, match="prefix"):
         sources.clean_prefix(prefix)

@@ -56,3 +56,29 @@ def test_nothing_is_restarted_while_stopping():
 
     # Then it was not started again
     assert child.proc is first and child.restart_at is None
+
+
+def test_the_state_file_names_each_childs_pid_through_a_restart(tmp_path):
+    # Given a supervisor that keeps its children's state in a file (bench/soak reads it)
+    import json
+    import os
+    import signal
+
+    state = tmp_path / "children.json"
+    sup = supervisor.Supervisor(backoff_s=0.05, backoff_max_s=0.1, state_path=state)
+    child = sup.add("sleeper", _sleeping)
+    try:
+        first = child.proc.pid
+        assert json.loads(state.read_text()) == {
+            "children": {"sleeper": {"pid": first, "up": True, "restarts": 0}}}
+
+        # When the child is killed, Then the file says it is down, then names the new pid
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: sup.check() or json.loads(state.read_text())["children"]["sleeper"]
+                   ["restarts"] == 1, timeout=30, interval=0.02, message="restarted")
+        now = json.loads(state.read_text())["children"]["sleeper"]
+        assert now == {"pid": child.proc.pid, "up": True, "restarts": 1}
+        assert now["pid"] != first
+        assert [p.name for p in tmp_path.iterdir()] == ["children.json"]  # no .tmp left
+    finally:
+        sup.stop_all(grace_s=5)

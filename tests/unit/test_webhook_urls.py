@@ -43,3 +43,30 @@ def test_an_allow_listed_url_passes_wherever_it_resolves():
 def test_logs_get_the_url_without_query_or_credentials():
     assert urls.loggable("https://u:p@hooks.example.com:8443/in?token=s3cret#x") == (
         "https://hooks.example.com:8443/in")
+
+
+@pytest.mark.parametrize("address", [
+    "::127.0.0.1", "::a9fe:a9fe", "fec0::1", "5f00::1", "64:ff9b:1::a9fe:a9fe", "3fff::1",
+    "2001:db8::1", "::", "100::1", "2001::1", "ff0e::1"])
+def test_reserved_ipv6_forms_are_refused_outside_dev_mode(address):
+    # Python 3.11 calls several of these "global" (IPv4-compatible ::/96, site-local fec0::/10,
+    # 5f00::/8, local-use NAT64, the 3fff::/20 documentation block): the rule must not.
+    with pytest.raises(urls.WebhookUrlNotAllowed, match="resolves to"):
+        urls.check("https://hooks.example.com/in", allowlist=(), dev_mode=False,
+                   resolve=resolving(address))
+
+
+def test_an_ipv4_compatible_loopback_literal_is_refused():
+    # Resolved for real: getaddrinfo takes the literal as it is and the rule judges what it got.
+    for url in ("https://[::127.0.0.1]/in", "https://[::7f00:1]:8443/in"):
+        with pytest.raises(urls.WebhookUrlNotAllowed):
+            urls.check(url, allowlist=(), dev_mode=False)
+
+
+def test_the_check_names_the_address_the_delivery_connects_to():
+    target = urls.check("https://hooks.example.com/in", allowlist=(), dev_mode=False,
+                        resolve=resolving("93.184.216.34", "2606:2800:220:1::1"))
+    assert (target.host, target.address) == ("hooks.example.com", "93.184.216.34")
+    listed = urls.check("https://hooks.internal/in", allowlist=("https://hooks.internal/in",),
+                        dev_mode=False, resolve=resolving("10.0.0.7"))
+    assert listed.address is None  # an operator vouched for the name, wherever it resolves

@@ -57,7 +57,9 @@ def _one_row(name: str) -> str:
     return text
 
 
-DIMENSIONS = [_one_row(name) for name in ("upsert_campaigns", "upsert_ad_sets", "upsert_ads")]
+# Each level as a file's group runs it (worker/records/ad_promote.py LEVELS): an id seen later
+# attaches to the entity its names made, and a row naming an entity by name only makes it.
+DIMENSIONS = [_one_row(name) for _, names in ad_promote.LEVELS for name in names]
 FACT = _one_row("upsert_daily_metrics")
 MISSING_PARENTS = """
 SELECT %(data)s::jsonb->>'ad_set_external_id' IS NOT NULL AND NOT EXISTS (

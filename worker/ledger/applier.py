@@ -1,5 +1,10 @@
 """The applier loop: claim due pending events, apply each, settle failures (docs/decisions/0139).
 
+One row never holds the others back (docs/decisions/0193): the connection reads stored values
+Python cannot hold (a time in year 0, a 5,000-digit number) as markers instead of failing the
+claim's fetch, such a row is dead-lettered with the column it could not read, and anything else
+one row raises is settled on that row alone while the rest of the claim goes on.
+
 Runs as a thread of `ingest worker`, beside the SQS consumer (LEDGER_APPLY_ENABLED), on a
 connection of its own in autocommit (each ``transaction()`` block is one transaction); a broken
 connection is dropped and opened again on the next step. ``drain()`` (``ingest worker --once``) applies until nothing
@@ -17,6 +22,8 @@ from typing import Any
 from uuid import UUID
 
 from shared import db, retry
+from shared import logging as applog
+from shared.db import lenient
 from shared.settings import WorkerSettings
 from worker.background import TableLoop
 from worker.ledger import Rejected, apply, metrics
@@ -42,6 +49,13 @@ class Applier(TableLoop):
         self._after: UUID | None = None  # the tenant served last: the next claim starts past it
         stage, flag = settings.worker_pause_at_stage, settings.worker_pause_file
         self._pause = Path(flag) if stage == PAUSE_STAGE and flag else None
+
+    def conn(self) -> db.Conn:
+        fresh = self._conn is None or self._conn.closed
+        conn = super().conn()
+        if fresh:
+            lenient.register(conn)
+        return conn
 
     # ── loops (run_forever: worker/background.py) ──────────────────────────────────────────
     def drain(self) -> None:
@@ -76,15 +90,52 @@ class Applier(TableLoop):
         for row in claimed:
             if self.stopping.is_set():
                 break  # unapplied claims come back when their lease ends
-            self._one(conn, apply.Event.of(row))
+            try:
+                self._row(conn, row)
+            except Exception as exc:
+                if db.is_unavailable(exc):
+                    raise  # the database, not the row: the loop reconnects
+                self._isolate(conn, row, exc)
         return bool(claimed)
 
     # ── one event ──────────────────────────────────────────────────────────────────────────
+    def _row(self, conn: db.Conn, row: dict[str, Any]) -> None:
+        bad = lenient.unreadable(row)
+        if not bad:
+            self._one(conn, apply.Event.of(row))
+            return
+        columns = ", ".join(f"{name} ({value.type_name}: {value.reason})"
+                            for name, value in bad.items())
+        self._dead_letter_row(conn, row, f"the stored event cannot be read back: {columns}; "
+                                         "correct it (edit and replay) or discard it")
+
+    def _isolate(self, conn: db.Conn, row: dict[str, Any], exc: Exception) -> None:
+        """Something this row raised outside the apply's own handling: set it aside, so the
+        claim's other rows, and the next claims, go on."""
+        log.exception("ledger event could not be handled; dead-lettering it", extra={
+            "ledger_id": row["ledger_id"], "tenant_id": str(row["tenant_id"])})
+        try:
+            self._dead_letter_row(conn, row, f"the applier could not handle this event "
+                                             f"({type(exc).__name__}); see the worker's logs")
+        except Exception as again:
+            if db.is_unavailable(again):
+                raise
+            # Even that failed: the row comes back after its lease and counts another attempt.
+            log.exception("ledger event could not be dead-lettered", extra={
+                "ledger_id": row["ledger_id"], "tenant_id": str(row["tenant_id"])})
+
+    def _dead_letter_row(self, conn: db.Conn, row: dict[str, Any], error: str) -> None:
+        context = {"ledger_id": row["ledger_id"], "tenant_id": str(row["tenant_id"]),
+                   "attempt": row["apply_attempt_count"] - (row.get("apply_attempt_base") or 0)}
+        keys = {"ledger_id": row["ledger_id"], "tenant_id": row["tenant_id"],
+                "attempt": row["apply_attempt_count"]}
+        self._settle_keys(conn, keys, "dead_letter", context, error=error)
+
     def _one(self, conn: db.Conn, event: apply.Event) -> None:
         context = {"ledger_id": event.ledger_id, "tenant_id": str(event.tenant_id),
-                   "event_type": event.type[:100], "attempt": event.attempt}
+                   "event_type": event.type[:100], "attempt": event.used}
         max_attempts = self.settings.ledger_apply_max_attempts
-        if event.attempt > max_attempts:
+        if event.used > max_attempts:
             # Claimed more often than allowed without ever settling: the applier died inside
             # every attempt (a crash loop). Give up on the record.
             self._settle(conn, event, "dead_letter", context, error=(
@@ -102,11 +153,11 @@ class Applier(TableLoop):
             return
         except Exception as exc:  # noqa: BLE001 - every other failure is retried, then dead
             error = f"{type(exc).__name__}: {exc}"
-            if event.attempt >= max_attempts:
+            if event.used >= max_attempts:
                 self._settle(conn, event, "dead_letter", context,
-                             error=f"failed {event.attempt} times; last: {error}")
+                             error=f"failed {event.used} times; last: {error}")
             else:
-                delay = backoff_s(event.attempt, self.settings.ledger_apply_backoff_base_s,
+                delay = backoff_s(event.used, self.settings.ledger_apply_backoff_base_s,
                                   self.settings.ledger_apply_backoff_max_s)
                 self._settle(conn, event, "retry", context, error=error, delay_s=delay)
             return
@@ -117,8 +168,14 @@ class Applier(TableLoop):
 
     def _settle(self, conn: db.Conn, event: apply.Event, how: str, context: dict[str, Any],
                 *, error: str, delay_s: float = 0.0) -> None:
-        error = error[:MAX_ERROR_CHARS]
-        params = {**event.keys, "error": error, "delay_s": delay_s, "entity_key": None}
+        self._settle_keys(conn, event.keys, how, context, error=error, delay_s=delay_s)
+
+    def _settle_keys(self, conn: db.Conn, keys: dict[str, Any], how: str,
+                     context: dict[str, Any], *, error: str, delay_s: float = 0.0) -> None:
+        # A database error's DETAIL holds the row's values: never into the table. It may also
+        # quote a value with a NUL in it, which a text column refuses.
+        error = applog.scrub(error).replace("\x00", "\\0")[:MAX_ERROR_CHARS]
+        params = {**keys, "error": error, "delay_s": delay_s, "entity_key": None}
         query = "dead_letter" if how == "dead_letter" else "retry_later"
         with conn.transaction():
             done = conn.execute(Q[query], params).fetchone()

@@ -57,13 +57,20 @@ class Event:
     source_emitted_at: datetime | None
     type: str
     payload: Any
-    attempt: int
+    attempt: int    # apply_attempt_count after this claim: the fence of every statement
+    base: int = 0   # apply_attempt_base: the count at the last replay or edit (ADR 0194)
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Event:
         return cls(row["ledger_id"], row["tenant_id"], row["source_system"],
                    row["source_event_id"], row["source_sequence"], row["source_emitted_at"],
-                   row["type"], row["payload"], row["apply_attempt_count"])
+                   row["type"], row["payload"], row["apply_attempt_count"],
+                   row.get("apply_attempt_base") or 0)
+
+    @property
+    def used(self) -> int:
+        """Attempts counted against the budget: since the last replay or edit."""
+        return self.attempt - self.base
 
     @property
     def keys(self) -> dict[str, Any]:

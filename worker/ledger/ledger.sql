@@ -47,7 +47,7 @@ SET apply_attempt_count = e.apply_attempt_count + 1,
 FROM due
 WHERE e.ledger_id = due.ledger_id
 RETURNING e.ledger_id, e.tenant_id, e.source_system, e.source_event_id, e.source_sequence,
-          e.source_emitted_at, e.type, e.payload, e.apply_attempt_count;
+          e.source_emitted_at, e.type, e.payload, e.apply_attempt_count, e.apply_attempt_base;
 
 -- name: lock_claimed
 -- First statement of the apply transaction: the row is still ours only if it is pending and
@@ -120,16 +120,14 @@ WITH linked AS (
     INSERT INTO plaintiff_judgments (tenant_id, plaintiff_id, judgment_id, batch_id)
     SELECT %(tenant_id)s::uuid, p.id, j.id, NULL
     FROM plaintiffs p, judgments j
-    WHERE p.tenant_id = %(tenant_id)s AND p.dedupe_key = md5(
-            coalesce(upper(trim(%(data)s::jsonb->>'name')), '') || '|' ||
-            coalesce(upper(trim(%(data)s::jsonb->>'address_line1')), '') || '|' ||
-            coalesce(upper(trim(%(data)s::jsonb->>'zip')), ''))
+    WHERE p.tenant_id = %(tenant_id)s AND p.dedupe_key = plaintiff_dedupe_key(
+            %(data)s::jsonb->>'name', %(data)s::jsonb->>'address_line1', %(data)s::jsonb->>'zip')
       AND j.tenant_id = %(tenant_id)s AND j.case_number_normalized =
-            regexp_replace(upper(trim(%(data)s::jsonb->>'case_number')), '[^A-Z0-9]', '', 'g')
+            records_case_key(%(data)s::jsonb->>'case_number')
     ON CONFLICT DO NOTHING
     RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM judgments j WHERE j.tenant_id = %(tenant_id)s
-               AND j.case_number_normalized = regexp_replace(
-                   upper(trim(%(data)s::jsonb->>'case_number')), '[^A-Z0-9]', '', 'g'))
+               AND j.case_number_normalized =
+                   records_case_key(%(data)s::jsonb->>'case_number'))
        AS judgment_found;

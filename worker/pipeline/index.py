@@ -48,7 +48,8 @@ class VersionContent:
 def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
           stats: dict[str, Any], *, started: float, fts_config: str,
           fence: int) -> tuple[int, dict[str, Any]]:
-    """Commit the version and mark the run succeeded; return the version number and final stats.
+    """Commit the version and mark the run succeeded; return the version number and final stats
+    (0 when a newer submission's version already exists: the run is superseded, nothing written).
 
     ``started`` is when the index stage began; its time is measured up to the run's update.
     ``fence`` is the run's takeover_count as of our claim: if another worker has taken the run
@@ -59,6 +60,9 @@ def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
         # An attachment's document: its message's version row first (ADR 0250's lock order).
         conn.execute(Q["lock_message_version"], keys)
         conn.execute(Q["lock_document"], {"key": runs.lock_key(job.doc_id)})
+        newer = conn.execute(Q["newer_version_exists"], {**keys, "run_id": job.run_id}).fetchone()
+        if newer is not None and newer["newer"]:
+            return _superseded(conn, job, stats, started, fence)
         conn.execute(Q["deactivate_active_version"], keys)
         row = conn.execute(Q["insert_version"], {
             **keys, "doc_version_id": content.doc_version_id, "run_id": job.run_id,
@@ -83,15 +87,29 @@ def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
         return int(row["version_number"]), final
 
 
+def _superseded(conn: db.Conn, job: jobs.IngestJob, stats: dict[str, Any], started: float,
+                fence: int) -> tuple[int, dict[str, Any]]:
+    """A run submitted later already made this document's version (found by the chaos soak,
+    ADR 0242): the run succeeds without one, so its older bytes never replace the newer."""
+    stages = {**stats["stages"], "index_ms": round((time.monotonic() - started) * 1000)}
+    final = {**stats, "stages": stages, "duration_ms": sum(stages.values()), "superseded": True}
+    done = conn.execute(Q["succeed_run"], {"run_id": job.run_id, "tenant_id": job.tenant_id,
+                                           "stats": Jsonb(final), "fence": fence})
+    if done.rowcount != 1:
+        raise RunNoLongerRunning(f"run {job.run_id} is no longer running")
+    return 0, final
+
+
 def _copy_chunks(conn: db.Conn, tenant_id: UUID, content: VersionContent,
                  chunk_ids: list[UUID]) -> None:
     with conn.cursor().copy(
         "COPY chunks (chunk_id, tenant_id, doc_version_id, ordinal, text, token_count, "
-        "char_start, char_end, page) FROM STDIN"
+        "char_start, char_end, page, heading_path, context) FROM STDIN"
     ) as copy:
         for chunk_id, c in zip(chunk_ids, content.chunks, strict=True):
             copy.write_row((chunk_id, tenant_id, content.doc_version_id, c.ordinal, c.text,
-                            c.token_count, c.char_start, c.char_end, c.page))
+                            c.token_count, c.char_start, c.char_end, c.page,
+                            list(c.heading_path), c.context))
 
 
 def _copy_embeddings(conn: db.Conn, tenant_id: UUID, content: VersionContent,

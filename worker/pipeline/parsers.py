@@ -15,7 +15,11 @@ import contextlib
 import multiprocessing
 import resource
 import signal
+import sys
+import threading
 import time
+import types
+import warnings
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -27,7 +31,45 @@ from worker.pipeline import extract
 # forkserver: children fork from a small server process that imported only the parsers, so the
 # worker's model and threads are never copied into them (fork from the worker would copy both).
 _CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(["worker.pipeline.extract"])
+
+
+def _preload() -> list[str]:
+    """What the forkserver imports once: the parsers, and what the parent's main module imports.
+
+    Each child runs the parent's main module again before its target (multiprocessing's set-up
+    for `spawn`-like starts): the `ingest` script, or `cli.main` under `python -m`. Its imports
+    already done in the server, that costs a millisecond instead of re-importing the CLI in
+    every child (~90 ms of a small document's extraction, issue 27). Taken at the first
+    extraction, when the main module has done its imports. A `package.__main__` is never
+    preloaded itself: importing it would run it."""
+    main = sys.modules.get("__main__")
+    names = set()
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    if spec_name:
+        names.add(spec_name)
+    for value in vars(main).values() if main is not None else ():
+        if isinstance(value, types.ModuleType):
+            names.add(value.__name__)
+        elif callable(value) and isinstance(getattr(value, "__module__", None), str):
+            names.add(value.__module__)
+    keep = sorted(n for n in names if not n.startswith("_") and not n.endswith("__main__"))
+    return [*keep, "worker.pipeline.parsers", "worker.pipeline.extract"]
+
+
+def _ensure_preload() -> None:
+    with _PRELOAD_LOCK:
+        if not _PRELOADED:
+            _CONTEXT.set_forkserver_preload(_preload())  # no effect once the server runs
+            _PRELOADED.append(True)
+
+
+# Imported in the forkserver too (preloaded), so its children inherit this: under `python -m`,
+# their set-up re-runs the main module the server already imported, which runpy would report
+# once per document on stderr. Harmless by construction; silenced by its exact message.
+warnings.filterwarnings("ignore", category=RuntimeWarning,
+                        message=r"'[\w.]+' found in sys\.modules after import of package")
+_PRELOAD_LOCK = threading.Lock()
+_PRELOADED: list[bool] = []
 _POLL_S = 0.2
 _READERS = {"pdf": "PDF", "docx": "DOCX", "html": "HTML", "txt": "text", "md": "Markdown",
             "pptx": "PPTX", "xlsx": "XLSX", "xls": "XLS", "csv": "CSV", "eml": "e-mail",
@@ -69,6 +111,7 @@ def extract_isolated(path: Path, source_type: str, *, max_uncompressed_bytes: in
     """
     if limits is None:
         limits = extract.Limits(max_uncompressed_bytes=max_uncompressed_bytes)
+    _ensure_preload()
     receiver, sender = _CONTEXT.Pipe(duplex=False)
     child = _CONTEXT.Process(
         target=_child, args=(sender, str(path), source_type, limits, memory_bytes,
@@ -147,6 +190,9 @@ def _child(sender: Connection, path: str, source_type: str, limits: extract.Limi
         answer = ("memory", None)
     except Exception as exc:  # noqa: BLE001 - reported to the worker by type, never by text
         answer = ("error", type(exc).__name__)
-    with contextlib.suppress(MemoryError):
+    # OSError: the worker is gone (SIGTERM, kill -9) and closed its end; nobody to answer, and a
+    # traceback here would reach the stack's stderr raw, past the JSON logs (chaos soak, issue 24).
+    with contextlib.suppress(MemoryError, OSError):
         sender.send(answer)
-    sender.close()
+    with contextlib.suppress(OSError):
+        sender.close()

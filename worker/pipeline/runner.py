@@ -22,14 +22,12 @@ import numpy as np
 import orjson
 
 from shared import db, errors, jobs, objectstore, retry
+from shared.embedding import model as embedding
 from shared.settings import WorkerSettings
 from worker import runs
-from worker.pipeline import attachments, chunk, extract, index, parsers, read
-from worker.pipeline.embed import Embedder
+from worker.pipeline import attachments, chunk, embed, extract, index, parsers, read, writes
 
 log = logging.getLogger(__name__)
-# Embedding progress is reported per slice of this many chunks; also the abort granularity.
-EMBED_SLICE = 64
 
 
 @dataclass(frozen=True)
@@ -41,7 +39,8 @@ class PipelineResult:
 
 class Pipeline:
     def __init__(self, settings: WorkerSettings, pool: db.Pool, s3: Any,
-                 embedder: Embedder, artifact_store: objectstore.FileStore | objectstore.S3Store,
+                 embedder: embedding.Embedder,
+                 artifact_store: objectstore.FileStore | objectstore.S3Store,
                  fts_config: str = "english") -> None:
         self.settings = settings
         self.pool = pool
@@ -51,10 +50,14 @@ class Pipeline:
         self.fts_config = fts_config
         self.chunker = chunk.Chunker(
             embedder.tokenizer, target_tokens=settings.chunk_target_tokens,
-            max_tokens=settings.chunk_max_tokens, model_max_tokens=embedder.max_seq_length)
-        # One model per process, used by every slot: torch already spreads one encode over all
-        # cores, and the tokenizers are not safe to share between concurrent calls.
-        self._embed_lock = threading.Lock()
+            max_tokens=settings.chunk_max_tokens, model_max_tokens=embedder.max_seq_length,
+            min_tokens=settings.chunk_min_tokens)
+        # One model per process, shared by every slot through one queue: the chunks of all
+        # documents in flight go through the same forward passes (ADR 0230).
+        self.embeds = embed.EmbedQueue(embedder, capacity_tokens=settings.embed_queue_tokens)
+        # And one writer: the documents ready at once are committed together (ADR 0233).
+        self.writer = writes.GroupWriter(pool, fts_config=fts_config)
+        # The tokenizers are not safe to share between concurrent calls.
         self._chunk_lock = threading.Lock()
 
     def run(self, job: jobs.IngestJob, lease: runs.RunLease,
@@ -98,7 +101,7 @@ class Pipeline:
                stored: list[attachments.Stored], step: _Stepper,
                timings: dict[str, int]) -> PipelineResult:
         with step("chunk", 0.2), self._chunk_lock:
-            chunks = self.chunker.split(doc)
+            chunks = self.chunker.split(doc, title=job.title)
         if not chunks:
             raise errors.NoTextFound("chunk: the document produced no text chunks; "
                                      "upload a version with a text layer.", stage="chunk")
@@ -128,22 +131,16 @@ class Pipeline:
                 "align EMBEDDING_MODEL on gateway and workers, then retry the run.", stage="embed")
 
     def _embed(self, ids: list[tuple[int, ...]], step: _Stepper) -> np.ndarray:
-        parts = []
-        for start in range(0, len(ids), EMBED_SLICE):
-            with self._embed_lock:
-                step.check()
-                parts.append(self.embedder.encode_ids(ids[start:start + EMBED_SLICE]))
-            step.progress("embed", 0.3 + 0.6 * min(1.0, (start + EMBED_SLICE) / len(ids)))
-        return np.vstack(parts).astype(np.float32, copy=False)
+        return self.embeds.embed(ids, check=step.check,
+                                 progress=lambda done: step.progress("embed", 0.3 + 0.6 * done))
 
     def _write(self, job: jobs.IngestJob, lease: runs.RunLease, content: index.VersionContent,
                stats: dict[str, Any], started: float, step: _Stepper) -> tuple[int, dict[str, Any]]:
         @retry.transient(attempts=self.settings.transient_retry_attempts)
         def attempt() -> tuple[int, dict[str, Any]]:
             step.check()
-            with self.pool.connection() as conn:
-                return index.write(conn, job, content, stats, started=started,
-                                   fts_config=self.fts_config, fence=lease.fence)
+            return self.writer.write(job, content, stats, started=started, fence=lease.fence,
+                                     check=step.check)
 
         return attempt()
 
@@ -154,7 +151,8 @@ class Pipeline:
             "content_hash": job.content_hash, "source_type": job.source_type,
             "pages": doc.pages, "text": doc.text, "title": doc.title, "url": doc.url,
             "chunks": [{"ordinal": c.ordinal, "char_start": c.char_start, "char_end": c.char_end,
-                        "page": c.page, "token_count": c.token_count} for c in chunks],
+                        "page": c.page, "token_count": c.token_count,
+                        "heading_path": c.heading_path, "context": c.context} for c in chunks],
         })
         key = f"{job.tenant_id}/{job.doc_id}/{doc_version_id}.json"
         return retry.transient()(self.artifacts.put_bytes)(key, body)

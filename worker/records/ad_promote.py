@@ -1,6 +1,12 @@
 """Promotion of an ad-metrics batch (staging-promotion-runtime.md §3.5, §8 step 3): campaigns →
-ad sets → ads → daily metrics, in groups of GROUP_ROWS staged rows, every group inside ONE
-transaction that also ends the batch and its run and writes the IngestionCompleteEvent.
+ad sets → ads → daily or period metrics, in groups of GROUP_ROWS staged rows, every group
+inside ONE transaction that also ends the batch and its run and writes the
+IngestionCompleteEvent.
+
+Before the budget, ``prepare`` reads the staged file as a whole: rows that repeat a fact and its
+breakdown are errors (all of them: never the first one's spend for all), slices of one fact are
+summed into one row (docs/decisions/0175). Entities are keyed by id, else by name path, and an
+id seen later attaches to the entity its names made (0173).
 
 Idempotent like the records promotion (docs/decisions/0095): the upserts change only rows whose
 values differ and everything commits together, so a takeover in `promoting` runs it again and
@@ -33,13 +39,39 @@ GROUP_ROWS = 1000
 # of the published contract, so GET /v1/contracts/ad_metrics lists them.
 AD_SET_NOT_FOUND = ad_metrics.AD_SET_NOT_FOUND
 AD_NOT_FOUND = ad_metrics.AD_NOT_FOUND
+# Each group's statements, in order: each level's ids adopted by name-only entities, then its
+# upsert by id, then its name-only entities; then the facts.
+LEVELS = (("campaigns_upserted", ("adopt_campaign_ids", "upsert_campaigns",
+                                  "insert_named_campaigns")),
+          ("ad_sets_upserted", ("adopt_ad_set_ids", "upsert_ad_sets", "insert_named_ad_sets")),
+          ("ads_upserted", ("adopt_ad_ids", "upsert_ads", "insert_named_ads")))
+FACTS = (("daily_metrics_upserted", "upsert_daily_metrics"),
+         ("period_metrics_upserted", "upsert_period_metrics"))
+
+
+def prepare(conn: db.Conn, target: Target) -> dict[str, int]:
+    """Before the budget, in one transaction: rows repeating a fact and its breakdown, and facts
+    whose slices sum beyond a fact's columns, become errors (and leave the stage); slices of one
+    fact are summed into its first row. Running it again changes nothing."""
+    params = {**target.keys}
+    with conn.transaction():
+        repeated = conn.execute(Q["reject_repeats"], {
+            **params, "code": ad_metrics.REPEATED.code,
+            "message": ad_metrics.REPEATED.message}).rowcount
+        overflowing = conn.execute(Q["reject_overflowing_facts"], {
+            **params, "code": ad_metrics.TOTAL_OUT_OF_RANGE.code,
+            "message": ad_metrics.TOTAL_OUT_OF_RANGE.message}).rowcount
+        merged = _one(conn.execute(Q["merge_slices"], params).fetchone())
+    return {"repeated_rows": repeated, "overflowing_rows": overflowing,
+            "summed_facts": merged["facts"], "summed_slices": merged["slices"]}
 
 
 def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
             batch: dict[str, Any], counts: Counts, *, stats: dict[str, Any], db_ms_before: int,
             hold: Callable[[], None], group_rows: int = GROUP_ROWS) -> dict[str, int]:
     """staging_complete → promoting → completed | partial. ``hold`` is the test-only pause
-    point, inside the transaction after the writes."""
+    point, inside the transaction after the writes. A row promotion could not write (an
+    ambiguous name) has its error, and the batch ends partial (DESIGN.md)."""
     started = time.monotonic()
     params: dict[str, Any] = {**target.keys, "client_id": batch["client_id"],
                               "platform": batch["platform"]}
@@ -48,29 +80,37 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
         written = write_groups(conn, params, group_rows)
         hold()
         facts = written.pop("facts")
+        rejected = written.pop("rejected")
         result = {"inserted": facts["inserted"], "updated": facts["updated"],
                   "unchanged": facts["distinct_rows"] - facts["inserted"] - facts["updated"],
                   **written}
-        status = "partial" if batch["force_partial"] and counts.invalid else "completed"
+        partial = (batch["force_partial"] and counts.invalid) or rejected
+        status = "partial" if partial else "completed"
         dates = _one(conn.execute(Q["affected_dates"], target.keys).fetchone())["dates"]
         db_ms = db_ms_before + round((time.monotonic() - started) * 1000)
+        promoted = facts["distinct_rows"]
+        # The commit's time, read last: completed_at, finished_at and the event's timestamp
+        # say when the promotion ended, not when its transaction began.
+        finished_at = completion.commit_time(conn)
         conn.execute(Q["finish_batch"], {
             **target.keys, "status": status, "inserted": result["inserted"],
             "updated": result["updated"], "unchanged": result["unchanged"],
             "campaigns": written["campaigns_upserted"], "ad_sets": written["ad_sets_upserted"],
             "ads": written["ads_upserted"], "daily_metrics": written["daily_metrics_upserted"],
-            "dates": dates, "db_ms": db_ms})
-        promoted = facts["distinct_rows"]
+            "period_metrics": written["period_metrics_upserted"], "dates": dates,
+            "db_ms": db_ms, "finished_at": finished_at})
         completion.emit_ingestion_complete(
             conn, tenant_id=target.tenant_id, batch_id=target.batch_id, contract=contract.name,
             status=status, client_id=batch["client_id"], platform=batch["platform"],
             metrics={"total_rows": counts.total, "promoted_rows": promoted,
-                     "failed_rows": counts.invalid, **written},
-            affected_dates=list(dates))
+                     "failed_rows": counts.invalid + rejected, **written},
+            affected_dates=list(dates), at=finished_at)
         done = conn.execute(RQ["succeed_run"], {
             "run_id": target.run_id, "tenant_id": target.tenant_id, "fence": target.fence,
+            "finished_at": finished_at,
             "stats": Jsonb({**stats, **result, "status": status, "rows_total": counts.total,
                             "rows_invalid": counts.invalid, "rows_duplicate": counts.duplicate,
+                            "rows_rejected_at_promotion": rejected,
                             "affected_dates": [d.isoformat() for d in dates]})}).fetchone()
         if done is None:
             raise runs.LeaseLost(f"run {target.run_id} is no longer ours to finish")
@@ -83,24 +123,29 @@ def write_groups(conn: db.Conn, params: dict[str, Any], group_rows: int) -> dict
     params = {**params, "key_prefix": key_prefix(params["tenant_id"], params["platform"],
                                                  params["client_id"])}
     upto = [r["upto"] for r in conn.execute(Q["groups"], {**params, "group_rows": group_rows})]
-    totals = {"campaigns_upserted": 0, "ad_sets_upserted": 0, "ads_upserted": 0,
-              "daily_metrics_upserted": 0}
+    totals = {counter: 0 for counter, _ in LEVELS} | {counter: 0 for counter, _ in FACTS}
     facts = {"distinct_rows": 0, "inserted": 0, "updated": 0}
-    warnings = {"ad_set_code": AD_SET_NOT_FOUND.code, "ad_set_message": AD_SET_NOT_FOUND.message,
-                "ad_code": AD_NOT_FOUND.code, "ad_message": AD_NOT_FOUND.message}
+    rejected = 0
+    notes = {"ad_set_code": AD_SET_NOT_FOUND.code, "ad_set_message": AD_SET_NOT_FOUND.message,
+             "ad_code": AD_NOT_FOUND.code, "ad_message": AD_NOT_FOUND.message,
+             "ambiguous_code": ad_metrics.NAME_AMBIGUOUS.code,
+             "ambiguous_message": ad_metrics.NAME_AMBIGUOUS.message,
+             "repeated_code": ad_metrics.REPEATED.code,
+             "repeated_message": ad_metrics.REPEATED.message}
     after = 0
     for last in upto:
         group = {**params, "after": after, "upto": last}
-        for query, counter in (("upsert_campaigns", "campaigns_upserted"),
-                               ("upsert_ad_sets", "ad_sets_upserted"),
-                               ("upsert_ads", "ads_upserted")):
-            totals[counter] += _one(conn.execute(Q[query], group).fetchone())["n"]
-        row = _one(conn.execute(Q["upsert_daily_metrics"], {**group, **warnings}).fetchone())
-        for key in facts:
-            facts[key] += row[key]
+        for counter, queries in LEVELS:
+            for query in queries:
+                totals[counter] += _one(conn.execute(Q[query], group).fetchone())["n"]
+        for counter, query in FACTS:
+            row = _one(conn.execute(Q[query], {**group, **notes}).fetchone())
+            for key in facts:
+                facts[key] += row[key]
+            totals[counter] += row["inserted"] + row["updated"]
+            rejected += row["rejected"]
         after = last
-    totals["daily_metrics_upserted"] = facts["inserted"] + facts["updated"]
-    return {**totals, "facts": facts}
+    return {**totals, "facts": facts, "rejected": rejected}
 
 
 def key_prefix(tenant_id: Any, platform: str, client_id: Any) -> str:

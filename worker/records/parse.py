@@ -1,18 +1,31 @@
-"""Parse stage: stream a records file as (row number, cells) through its contract's header.
+"""Parse stage: stream a records file as (row number, cells, raw) through its contract's header.
 
-Memory stays flat in the file's size: the file is read from local disk as a text stream and
-rows are yielded one at a time; the caller validates and stages them in chunks. The encoding is
-decided before the first row (a cheap byte scan), so a fallback never changes rows already
-staged: UTF-8 (BOM stripped), else cp1252, else latin-1, with BATCH_ENCODING_WARNING.
+Real files are read as people download them (issue 20, docs/decisions/0170–0172):
+- the encoding is decided before the first row, from a byte-order mark (UTF-8, UTF-16 and
+  UTF-32, either byte order), else from the NUL pattern of UTF-16 without one, else UTF-8 if
+  the whole file decodes, else cp1252, else latin-1 (with BATCH_ENCODING_WARNING); so a
+  fallback never changes rows already staged;
+- the delimiter (comma, semicolon, tab or pipe) is the one under which the header names the
+  contract's columns, else the one that splits the first lines alike; a file where neither
+  tells fails with BATCH_DELIMITER_UNKNOWN;
+- the decimal separator is the upload's, else the one the first rows' numbers prove (a value
+  that reads one way only), else unknown (then only unambiguous numbers read);
+- an export's furniture (title lines above the header, `Total: …` rows, Meta's summary row,
+  notes under the table) is skipped and counted with its reason, never an invalid row.
+
+Memory stays flat in the file's size: rows are yielded one at a time after a bounded
+look-ahead; the caller validates and stages them in chunks.
 """
 
 from __future__ import annotations
 
 import codecs
 import csv
+import io
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,11 +33,27 @@ import orjson
 
 from shared import contracts, errors
 from shared.contracts import codes
+from shared.contracts import normalise as n
 
-# The csv module's default field limit (128 KiB) is far above any real cell; kept as is.
 SCAN_BLOCK = 1 << 20
 SNIFF_CHARS = 1 << 16
-csv.field_size_limit(min(sys.maxsize, 1 << 20))
+# A cell may be long (the contract's rules then judge it); a file is malformed only past this.
+csv.field_size_limit(min(sys.maxsize, 16 << 20))
+DELIMITERS = (",", ";", "\t", "|")
+DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
+# Rows read ahead of the first one yielded, to learn the file's decimal separator.
+LOOKAHEAD_ROWS = 2000
+# What a raw row keeps of a very wide or very long row: it is evidence, not a copy.
+RAW_COLUMNS = 200
+RAW_CHARS = 10_000
+# An export's total rows start so (Google `Total: Account`, `Total - filtered`; TikTok
+# `Total of 5 results`); a campaign called `Total Fitness` is not one.
+TOTAL_PREFIXES = ("total:", "total -", "total –", "total of ")
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32LE with BOM"),
+        (codecs.BOM_UTF32_BE, "utf-32", "UTF-32BE with BOM"),
+        (codecs.BOM_UTF8, "utf-8-sig", "UTF-8 with BOM"),
+        (codecs.BOM_UTF16_LE, "utf-16", "UTF-16LE with BOM"),
+        (codecs.BOM_UTF16_BE, "utf-16", "UTF-16BE with BOM"))
 
 
 class BatchRejected(errors.BadDocument):
@@ -42,24 +71,67 @@ class BatchRejected(errors.BadDocument):
 
 @dataclass
 class ParsedFile:
-    """What a parse knows before its first row: the header's match and batch-level warnings."""
+    """What a parse knows before its first row: the header's match and batch-level warnings,
+    and how the file was read (recorded on the batch)."""
 
     match: contracts.HeaderMatch
     header: tuple[str, ...]
     warnings: list[contracts.Issue] = field(default_factory=list)
-    encoding: str = "utf-8"
+    encoding: str = "UTF-8"
+    delimiter: str | None = None
+    # Rows skipped as export furniture, by reason; complete once rows() is exhausted.
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def decimal(self) -> str | None:
+        return self.match.decimal
 
 
-def detect_encoding(path: Path) -> str:
-    """utf-16 when the file starts with its byte-order mark (Google Ads' "Excel CSV"), else
-    utf-8-sig if the whole file decodes as UTF-8, else cp1252, else latin-1 (total)."""
+@dataclass(frozen=True)
+class Encoding:
+    codec: str   # what Python opens the file with
+    label: str   # what the batch says was read
+
+
+def detect_encoding(path: Path) -> Encoding:
+    """A byte-order mark decides; else UTF-16 recognisable by its NULs (Excel's "Unicode
+    text" without a BOM); else UTF-8 if the whole file decodes, else cp1252, else latin-1."""
     with open(path, "rb") as fh:
-        if fh.read(2) in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) and _decodes(path, "utf-16"):
-            return "utf-16"
-    for encoding in ("utf-8", "cp1252"):
-        if _decodes(path, encoding):
-            return "utf-8-sig" if encoding == "utf-8" else encoding
-    return "latin-1"
+        head = fh.read(4096)
+    for bom, codec, label in BOMS:
+        if head.startswith(bom) and _decodes(path, codec):
+            return Encoding(codec, label)
+    utf16 = _utf16_without_bom(head)
+    if utf16 is not None and _decodes(path, utf16):
+        return Encoding(utf16, utf16.upper().replace("UTF-16-", "UTF-16") + " without BOM")
+    for codec, label in (("utf-8", "UTF-8"), ("cp1252", "cp1252")):
+        if _decodes(path, codec):
+            return Encoding(codec, label)
+    return Encoding("latin-1", "latin-1")
+
+
+def _utf16_without_bom(head: bytes) -> str | None:
+    """utf-16-le / utf-16-be when most code units of the head are ASCII with a NUL high byte
+    (text in UTF-16 whose characters are mostly Latin), else None."""
+    pairs = len(head) // 2
+    if pairs < 2:
+        return None
+    even_nul = sum(1 for i in range(0, pairs * 2, 2) if head[i] == 0)
+    odd_nul = sum(1 for i in range(1, pairs * 2, 2) if head[i] == 0)
+    if odd_nul >= 0.6 * pairs and even_nul <= 0.1 * pairs:
+        return "utf-16-le"
+    if even_nul >= 0.6 * pairs and odd_nul <= 0.1 * pairs:
+        return "utf-16-be"
+    return None
+
+
+def is_unicode_text(head: bytes) -> bool:
+    """Whether bytes start a Unicode text the importer reads although they hold NULs: a
+    UTF-16/32 byte-order mark, or UTF-16 recognisable without one (gateway/filetypes.py
+    asks this of an upload before it refuses NUL bytes)."""
+    if any(head.startswith(bom) for bom, _, _ in BOMS):
+        return True
+    return _utf16_without_bom(head[:4096]) is not None
 
 
 def _decodes(path: Path, encoding: str) -> bool:
@@ -74,26 +146,31 @@ def _decodes(path: Path, encoding: str) -> bool:
     return True
 
 
-def _encoding_issue(encoding: str) -> list[contracts.Issue]:
-    if encoding in ("utf-8-sig", "utf-16"):
+def _encoding_issue(encoding: Encoding) -> list[contracts.Issue]:
+    if encoding.codec not in ("cp1252", "latin-1"):
         return []
     rule = codes.ENCODING_WARNING
     return [contracts.Issue(None, None, rule.code, rule.severity,
-                            f"The file is not UTF-8; it was decoded as {encoding}.")]
+                            f"The file has no byte-order mark and is not UTF-8; it was decoded "
+                            f"as {encoding.label}.")]
 
 
 class Reader:
     """Rows of one file after its header: ``rows()`` yields (row_number, cells, raw) where
-    cells is what validate_row takes and raw is the row as the file had it (header → value)."""
+    cells is what validate_row takes and raw is the row as the file had it (header → value,
+    bounded, with characters Postgres cannot store replaced)."""
 
-    def __init__(self, path: Path, contract: contracts.Contract, file_format: str) -> None:
+    def __init__(self, path: Path, contract: contracts.Contract, file_format: str,
+                 decimal: str | None = None) -> None:
         self.path = path
         self.contract = contract
         self.file_format = file_format
+        self.decimal_option = decimal
         self.size = max(1, path.stat().st_size)
         self.encoding = detect_encoding(path)
-        self._fh: TextIO = open(path, encoding=self.encoding, newline="")  # noqa: SIM115
+        self._fh: TextIO = open(path, encoding=self.encoding.codec, newline="")  # noqa: SIM115
         self.parsed: ParsedFile | None = None
+        self._pending: list[list[str]] = []
 
     def close(self) -> None:
         self._fh.close()
@@ -119,66 +196,99 @@ class Reader:
 
     # ── CSV ───────────────────────────────────────────────────────────────────────────────
     def _csv_rows(self) -> Iterator[tuple[int, Sequence[str], Mapping[str, Any]]]:
-        reader = csv.reader(self._fh, strict=True, delimiter=self._delimiter())
-        header = self._find_header(reader)
-        self._accept_header(header)
-        summary = self._summary_test()
-        row_number = 0
-        while (cells := self._next_csv(reader)) is not None:
-            if not any(c.strip() for c in cells):
-                continue  # a blank line is not a row
-            if summary is not None and summary(cells):
-                continue  # an export's `Total: …` row sums the rows, it is none of them
-            row_number += 1
-            yield row_number, cells, dict(zip(header, cells, strict=False))
-        if row_number == 0:
-            raise _empty()
-
-    def _delimiter(self) -> str:
-        """Comma, or tab for a tab-separated export (Google Ads' "Excel CSV", a TikTok
-        export saved from a spreadsheet): whichever the file's first block has more of."""
         sample = self._fh.read(SNIFF_CHARS)
         self._fh.seek(0)
-        return "\t" if sample.count("\t") > sample.count(",") else ","
+        delimiter = choose_delimiter(sample, self.contract)
+        reader = csv.reader(self._fh, strict=True, delimiter=delimiter)
+        header, titles = self._find_header(reader)
+        self._accept_header(header, delimiter, titles)
+        assert self.parsed is not None
+        skipped = self.parsed.skipped
+        furniture = self._furniture_test()
+        ahead: list[list[str]] = list(self._pending)
+        while len(ahead) < LOOKAHEAD_ROWS and (cells := self._next_csv(reader)) is not None:
+            ahead.append(cells)
+        self._learn_decimal(ahead)
+        row_number = 0
+        for cells in _chain(ahead, lambda: self._next_csv(reader)):
+            if not any(c.strip() for c in cells):
+                continue  # a blank line is not a row
+            reason = furniture(cells) if furniture is not None else None
+            if reason is not None:
+                skipped[reason] += 1
+                continue
+            row_number += 1
+            yield row_number, cells, _raw(header, cells)
+        if row_number == 0:
+            raise _empty(skipped)
 
-    def _find_header(self, reader: Any) -> list[str]:
+    def _find_header(self, reader: Any) -> tuple[list[str], list[str]]:
         """The header row: the first non-blank line, or, for an export with title lines
         (``contract.preamble_lines``), the first of that many more lines that names every
-        required column. When none does, the first line is the header (and fails as such)."""
-        first: list[str] | None = None
+        required column and the most of the contract's columns; the lines above it are its
+        titles. When none names any, the first line is the header (and fails as such)."""
+        lines: list[list[str]] = []
         for _ in range(self.contract.preamble_lines + 1):
             line = self._next_csv(reader)
             while line is not None and not any(c.strip() for c in line):
                 line = self._next_csv(reader)  # blank lines before the header
             if line is None:
                 break
-            if first is None:
-                first = line
-            if not contracts.match_header(self.contract, line).missing:
-                return line
-        if first is None:
-            raise _empty()
-        return first
+            lines.append(line)
+        if not lines:
+            raise _empty(Counter())
+        best, named = 0, 0
+        for i, line in enumerate(lines):
+            match = contracts.match_header(self.contract, line)
+            if not match.missing and len(match.index) > named:
+                best, named = i, len(match.index)
+        if named == 0:
+            best = 0
+        # Lines read past the header are rows: hand them back to the row loop.
+        self._pending = lines[best + 1:]
+        titles = [" ".join(c for c in t if c.strip()) for t in lines[:best]]
+        return lines[best], titles
 
-    def _summary_test(self) -> Callable[[Sequence[str]], bool] | None:
-        """For an export with total rows: whether a row is one (its first non-empty cell
-        starts with a summary word and its first required field is empty)."""
-        prefixes = self.contract.summary_prefixes
-        assert self.parsed is not None
-        required = next((self.parsed.match.index[c.name] for c in self.contract.columns
-                         if c.required and c.name in self.parsed.match.index), None)
-        if not prefixes or required is None:
+    def _furniture_test(self) -> Callable[[Sequence[str]], str | None] | None:
+        """Why a row is no record (a total, the export's summary, a note), or None."""
+        contract = self.contract
+        if not contract.summary_prefixes and not contract.furniture:
             return None
-        empty = self.contract.empty_markers
+        assert self.parsed is not None
+        match = self.parsed.match
+        empty = contract.empty_markers
+        dimensions = [match.index[c.name] for c in contract.columns
+                      if c.name in match.index and _is_dimension(c)]
+        wide = match.width >= 3
 
-        def is_summary(cells: Sequence[str]) -> bool:
-            first = next((c.strip() for c in cells if c.strip()), "")
-            if not first.casefold().startswith(prefixes):
-                return False
-            key = cells[required].strip() if required < len(cells) else ""
-            return not key or key in empty
+        def blank(text: str) -> bool:
+            text = text.strip()
+            return not text or text in empty
 
-        return is_summary
+        def reason(cells: Sequence[str]) -> str | None:
+            filled = [c.strip() for c in cells if not blank(c)]
+            first = filled[0].casefold() if filled else ""
+            if contract.summary_prefixes and first.startswith(TOTAL_PREFIXES):
+                return "total row"
+            if not contract.furniture:
+                return None
+            if wide and len(filled) == 1:
+                return "note"
+            if dimensions and all(blank(cells[p]) if p < len(cells) else True
+                                  for p in dimensions):
+                return "summary row"
+            return None
+
+        return reason
+
+    def _learn_decimal(self, rows: list[list[str]]) -> None:
+        """The file's decimal separator: the upload's, else the one the numbers of the first
+        rows prove (most of them, if they disagree), else None."""
+        assert self.parsed is not None
+        decimal = self.decimal_option
+        if decimal is None:
+            decimal = decimal_of(self.contract, self.parsed.match, rows)
+        self.parsed.match = replace(self.parsed.match, decimal=decimal)
 
     def _next_csv(self, reader: Any) -> list[str] | None:
         try:
@@ -192,40 +302,172 @@ class Reader:
     # ── JSON lines ────────────────────────────────────────────────────────────────────────
     def _json_rows(self) -> Iterator[tuple[int, Mapping[str, Any], Mapping[str, Any]]]:
         row_number = 0
-        for line_number, line in enumerate(self._fh, start=1):
+        for line in self._fh:
             if not line.strip():
                 continue
             try:
                 obj = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise _malformed(line_number, "not valid JSON") from exc
+            except orjson.JSONDecodeError:
+                obj = None
             if not isinstance(obj, dict):
-                raise _malformed(line_number, "not a JSON object")
-            if row_number == 0:
+                # One line that is no JSON object is that row's error, not the file's.
+                if self.parsed is None:
+                    self._accept_header([], None, [])
+                row_number += 1
+                yield row_number, contracts.UNREADABLE, {"line": _bounded(line.strip())}
+                continue
+            if self.parsed is None or not self.parsed.header:
                 # The first object's keys are the file's header: a required field absent
                 # there fails the batch, as a missing CSV column does.
-                self._accept_header([str(k) for k in obj])
+                self._accept_header([str(k) for k in obj], None, [])
+                self._learn_decimal([])
             row_number += 1
-            yield row_number, obj, obj
+            yield row_number, obj, _clean(obj)
         if row_number == 0:
-            raise _empty()
+            raise _empty(Counter())
 
-    def _accept_header(self, header: Sequence[str]) -> None:
+    def _accept_header(self, header: Sequence[str], delimiter: str | None,
+                       titles: Sequence[str]) -> None:
         match = contracts.match_header(self.contract, header)
-        issues = contracts.header_issues(self.contract, match)
+        period = next((p for t in titles if (p := n.report_period(t)) is not None), None)
+        match = replace(match, context={"period": period, "titles": tuple(titles),
+                                        "fields": frozenset(match.index)})
+        issues = contracts.header_issues(self.contract, match) if header else []
         critical = [i for i in issues if i.severity is contracts.Severity.CRITICAL]
         if critical:
             first = critical[0]
             raise BatchRejected(first.message, stage="parse", code=first.code, issues=critical)
-        self.parsed = ParsedFile(match, tuple(header),
-                                 _encoding_issue(self.encoding) + issues, self.encoding)
+        if header and self.contract.header_check is not None:
+            refused = self.contract.header_check(self.contract, match)
+            if refused is not None:
+                raise BatchRejected(refused.message, stage="parse", code=refused.code,
+                                    issues=[refused])
+        self.parsed = ParsedFile(match, tuple(header), _encoding_issue(self.encoding) + issues,
+                                 self.encoding.label, delimiter)
 
 
-def _empty() -> BatchRejected:
+# ── the file's dialect and conventions ────────────────────────────────────────────────────
+def choose_delimiter(sample: str, contract: contracts.Contract) -> str:
+    """The delimiter under which a line of the first few names the most of the contract's
+    columns (then: splits it into the most cells); when no line names any, the one that
+    splits the first lines alike into more than one cell. BatchRejected
+    (BATCH_DELIMITER_UNKNOWN) when neither tells."""
+    scores: dict[str, tuple[int, int, int]] = {}
+    for delimiter in DELIMITERS:
+        lines = _sample_rows(sample, delimiter, contract.preamble_lines + 30)
+        heads = lines[:contract.preamble_lines + 1]
+        named, width = max(((sum(contract.lookup(c) is not None for c in set(line)), len(line))
+                            for line in heads), default=(0, 0))
+        widths = Counter(len(line) for line in lines if len(line) > 1)
+        alike = widths.most_common(1)[0][1] if widths else 0
+        scores[delimiter] = (named, width, alike) if named else (0, 0, alike)
+    ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
+    (best, score), (_, second) = ranked[0], ranked[1]
+    if score[0] > 0 and score[1] <= 1:
+        return ","  # a one-column file: any delimiter reads it
+    if score > second and (score[0] > 0 or score[2] > 0):
+        return best
+    rule = codes.DELIMITER_UNKNOWN
+    message = ("The file's delimiter cannot be told from its header: no comma, semicolon, tab "
+               "or pipe splits it into the contract's columns; save it as CSV with one of them "
+               "and a header row.")
+    raise BatchRejected(message, stage="parse", code=rule.code,
+                        issues=[contracts.Issue(None, None, rule.code, rule.severity, message)])
+
+
+def _sample_rows(sample: str, delimiter: str, limit: int) -> list[list[str]]:
+    rows: list[list[str]] = []
+    reader = csv.reader(io.StringIO(sample), delimiter=delimiter)
+    try:
+        for row in reader:
+            if any(c.strip() for c in row):
+                rows.append(row)
+            if len(rows) >= limit:
+                break
+    except csv.Error:
+        pass  # the sample may end inside a quoted cell
+    return rows
+
+
+def decimal_of(contract: contracts.Contract, match: contracts.HeaderMatch,
+               rows: Sequence[Sequence[str]]) -> str | None:
+    """The decimal separator the numbers of ``rows`` prove: the convention most values that
+    read one way only read under; None when no value tells."""
+    positions = [match.index[c.name] for c in contract.columns
+                 if c.number and c.name in match.index]
+    votes: Counter[str] = Counter()
+    for row in rows:
+        for p in positions:
+            text = row[p].strip() if p < len(row) else ""
+            if text and (proved := n.convention(text)) is not None:
+                votes[proved] += 1
+    if not votes:
+        return None
+    return votes.most_common(1)[0][0]
+
+
+def _is_dimension(column: contracts.Column) -> bool:
+    return column.breakdown or column.name.endswith(("_name", "_external_id"))
+
+
+def _chain(ahead: list[list[str]],
+           more: Callable[[], list[str] | None]) -> Iterator[list[str]]:
+    yield from ahead
+    ahead.clear()
+    while (cells := more()) is not None:
+        yield cells
+
+
+# ── raw rows: evidence for the errors API, never more than it needs ───────────────────────
+def _bounded(text: str) -> str:
+    if contracts.unstorable(text):
+        text = "".join("\ufffd" if ch == "\x00" or "\ud800" <= ch <= "\udfff" else ch
+                       for ch in text)
+    if len(text) > RAW_CHARS:
+        return text[:RAW_CHARS] + f"… [{len(text) - RAW_CHARS:,} more characters]"
+    return text
+
+
+def _raw(header: Sequence[str], cells: Sequence[str]) -> dict[str, Any]:
+    raw: dict[str, Any] = {}
+    for i, cell in enumerate(cells[:RAW_COLUMNS]):
+        name = _bounded(header[i]) if i < len(header) else f"(column {i + 1})"
+        if name in raw:
+            name = f"{name} (column {i + 1})"
+        raw[name] = _bounded(cell)
+    if len(cells) > RAW_COLUMNS:
+        raw["…"] = f"{len(cells) - RAW_COLUMNS:,} more cells"
+    return raw
+
+
+def _clean(value: Any) -> Any:
+    """A JSON row as evidence: strings bounded and storable, at most RAW_COLUMNS keys."""
+    if isinstance(value, str):
+        return _bounded(value)
+    if isinstance(value, dict):
+        items = list(value.items())
+        out = {_bounded(str(k)): _clean(v) for k, v in items[:RAW_COLUMNS]}
+        if len(items) > RAW_COLUMNS:
+            out["…"] = f"{len(items) - RAW_COLUMNS:,} more keys"
+        return out
+    if isinstance(value, list):
+        return [_clean(v) for v in value[:RAW_COLUMNS]]
+    return value
+
+
+def _empty(skipped: Counter[str]) -> BatchRejected:
     rule = codes.EMPTY_FILE
     message = "The file contains no data rows."
+    if skipped:
+        message = ("The file contains no data rows, only " + describe_skipped(skipped) + ".")
     return BatchRejected(message, stage="parse", code=rule.code,
                          issues=[contracts.Issue(None, None, rule.code, rule.severity, message)])
+
+
+def describe_skipped(skipped: Mapping[str, int]) -> str:
+    """`2 total rows, 1 summary row`."""
+    return ", ".join(f"{count:,} {reason}{'s' if count != 1 else ''}"
+                     for reason, count in sorted(skipped.items()))
 
 
 def _malformed(line: int, problem: str) -> BatchRejected:

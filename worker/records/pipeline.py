@@ -10,6 +10,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,10 @@ from uuid import UUID
 import psycopg
 
 from shared import contracts, db, jobs, objectstore
-from shared.contracts import ad_metrics
 from shared.settings import WorkerSettings
 from worker import runs
 from worker.pipeline import read
-from worker.records import ad_promote, parse, promote, rowlog, stage
+from worker.records import ad_promote, fileread, parse, promote, rowlog, stage, validate
 from worker.records.parse import BatchRejected
 
 log = logging.getLogger(__name__)
@@ -42,14 +42,8 @@ def tenant_key(tenant_id: UUID) -> int:
     return int.from_bytes(tenant_id.bytes[:4], "big", signed=True)
 
 
-def contract_for(name: str, platform: str | None) -> contracts.Contract:
-    """The batch's contract: an ad-metrics batch reads its platform's export headers."""
-    if name == "ad_metrics":
-        if platform is None:
-            raise BatchRejected("The ad-metrics batch names no platform.", stage="parse",
-                                code="batch_missing")
-        return ad_metrics.for_platform(platform)
-    return contracts.get(name)
+# The batch's contract (an ad-metrics batch reads its platform's export headers).
+contract_for = validate.contract_for
 
 
 class RecordsPipeline:
@@ -128,10 +122,16 @@ class RecordsPipeline:
                                     stage="promote", code="batch_finished")
             check.progress("promote", 0.92)
             promoted_at = time.monotonic()
-            promotion = ad_promote.promote if job.contract == "ad_metrics" else promote.promote
-            result = promotion(
-                conn, target, contract, batch, counts, stats={**stats, "db_ms": db_ms},
-                db_ms_before=db_ms, hold=lambda: check.hold("promote"))
+            promotion_args = (conn, target, contract, batch, counts)
+            promotion_kwargs: dict[str, Any] = {
+                "stats": {**stats, "db_ms": db_ms}, "db_ms_before": db_ms,
+                "hold": lambda: check.hold("promote")}
+            if job.contract == "ad_metrics":
+                result = ad_promote.promote(*promotion_args, **promotion_kwargs)
+            else:
+                result = promote.promote(
+                    *promotion_args, **promotion_kwargs,
+                    tick=lambda done: check.progress("promote", 0.92 + 0.07 * done))
         stats.update(result, db_ms=db_ms + round((time.monotonic() - promoted_at) * 1000),
                      duration_ms=round((time.monotonic() - started) * 1000))
         self._remove_upload(job)
@@ -147,21 +147,19 @@ class RecordsPipeline:
                      extra={"batch_id": str(job.batch_id), "resume_after_row": resume,
                             "worker_id": self.worker_id})
         check.progress("parse", 0.02)
-        total = 0
         issues_log = rowlog.RowIssueLog(job.batch_id)
         with read.open_upload(self._upload(job), self.s3) as path, \
-                parse.Reader(path, contract, job.file_format) as reader:
+                parse.Reader(path, contract, job.file_format,
+                             decimal=fileread.decimal_option(conn, target)) as reader:
+            # fileread.rows records how the file was read once its header is known.
+            read_rows = _After(fileread.rows(conn, target, reader), resume)
+            pool = validate.pool(self.settings.records_validate_processes, reader.size)
             chunk = stage.Chunk(previous=resume)
-            for number, cells, raw in reader.rows():
-                if number == 1 and resume == 0 and reader.parsed is not None:
-                    chunk.add_batch_issues(reader.parsed.warnings)
-                total = number
-                if number <= resume:
-                    continue
-                match = reader.parsed.match if reader.parsed is not None else None
-                result = contracts.validate_row(contract, cells, match, number)
-                key = contracts.natural_key(contract, result.values) if result.valid else None
-                chunk.add(result, key, raw)
+            if resume == 0:
+                chunk.add_batch_issues(_batch_warnings(reader, read_rows))
+            for row in validate.encoded(read_rows, contract, (job.contract, batch["platform"]),
+                                        lambda: _match(reader), pool, lambda: _header(reader)):
+                chunk.extend(row)
                 if len(chunk) >= stage.CHUNK_ROWS:
                     db_s += _timed(stage.write, conn, target, chunk)
                     issues_log.chunk(chunk)
@@ -171,6 +169,10 @@ class RecordsPipeline:
             if len(chunk) or chunk.issues:
                 db_s += _timed(stage.write, conn, target, chunk)
                 issues_log.chunk(chunk)
+            total = read_rows.last
+            db_s += _timed(fileread.finish, conn, target, reader)
+        if contract.name == "ad_metrics":  # repeats and slices, before the budget counts
+            db_s += _timed(ad_promote.prepare, conn, target)
         staged_at = time.monotonic()
         parse_ms = round((staged_at - started - db_s) * 1000)
         counts = promote.finish_staging(conn, target, contract, total, parse_ms)
@@ -179,8 +181,12 @@ class RecordsPipeline:
 
     def _connect(self) -> db.Conn:
         """A connection of this job's own, in autocommit: each ``transaction()`` block is a
-        real commit (a chunk, a step), never a savepoint of one long transaction."""
-        return db.connect(self.settings.database_url, autocommit=True, connect_timeout=5)
+        real commit (a chunk, a step), never a savepoint of one long transaction. Nothing is
+        prepared: a statement run once per slice or group would otherwise be planned once and
+        kept (a generic plan, made while the tables were small) for a batch whose tables grow
+        under it; planned each time, it sees their size (docs/decisions/0183)."""
+        return db.connect(self.settings.database_url, autocommit=True, connect_timeout=5,
+                          prepare_threshold=None)
 
     def _upload(self, job: jobs.RecordsJob) -> str:
         try:
@@ -251,6 +257,48 @@ def _hold_before_fail(pause: tuple[str, Path] | None) -> None:
     log.info("held at the test pause point", extra={"stage": "fail"})
     while pause[1].exists():
         time.sleep(0.05)
+
+
+class _After:
+    """The reader's rows after ``resume`` (those up to it were staged before a takeover), and
+    the number of the last row read, skipped or not. Peeking reads the first row early (so
+    the header, and with it the file's warnings, are known before anything is staged)."""
+
+    def __init__(self, rows: Iterator[tuple[int, Any, Any]], resume: int) -> None:
+        self.rows, self.resume, self.last = rows, resume, 0
+        self._peeked: list[tuple[int, Any, Any]] = []
+
+    def peek(self) -> None:
+        if not self._peeked:
+            self._peeked = list(self._take(1))
+
+    def _take(self, limit: int) -> Iterator[tuple[int, Any, Any]]:
+        for row in self.rows:
+            self.last = row[0]
+            if row[0] > self.resume:
+                yield row
+                limit -= 1
+                if limit == 0:
+                    return
+
+    def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
+        yield from self._peeked
+        self._peeked = []
+        yield from self._take(-1)
+
+
+def _batch_warnings(reader: parse.Reader, rows: _After) -> list[contracts.Issue]:
+    """The file-level warnings (encoding, extra columns), known once the header is read."""
+    rows.peek()
+    return list(reader.parsed.warnings) if reader.parsed is not None else []
+
+
+def _match(reader: parse.Reader) -> contracts.HeaderMatch | None:
+    return reader.parsed.match if reader.parsed is not None else None
+
+
+def _header(reader: parse.Reader) -> tuple[str, ...] | None:
+    return reader.parsed.header if reader.parsed is not None else None
 
 
 def _timed(fn: Any, *args: Any) -> float:

@@ -1,9 +1,18 @@
-"""Budget and promotion: decide over the whole staged file, then write production tables in
-ONE transaction, set-based, and end the batch and its run in that same transaction.
+"""Budget and promotion: decide over the whole staged file, then write the production tables
+in slices that nobody sees until one last transaction ends the batch (docs/decisions/0180).
 
-Promotion is idempotent: duplicates were found once (in the staging_complete transaction), the
-upserts change only rows whose values differ, links and warnings are written inside the one
-transaction. A takeover in `promoting` simply runs it again (docs/decisions/0095).
+- ``finish_staging``: processing → staging_complete with the counts and the within-file
+  duplicates flagged and warned, in one transaction.
+- ``check_budget``: over budget fails the batch before any production write.
+- ``promote``: staging_complete → promoting, then slices of SLICE_ROWS row numbers, each one
+  transaction that inserts the slice's new records (and, for plaintiffs, links and
+  warnings), marks the rows whose key is stored already (the amends), and moves the batch's
+  promoted_upto. Rows written carry the batch's id, and readers see a row only once its
+  batch is completed or partial. Then the flip: the amends upserted, the batch completed, the
+  run succeeded and the IngestionCompleteEvent, in one transaction.
+
+Idempotent and resumable like staging (docs/decisions/0095): a takeover in `promoting` resumes
+after promoted_upto; a promotion that starts over first removes what an earlier try inserted.
 """
 
 from __future__ import annotations
@@ -11,16 +20,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from shared import contracts, db
-from shared.contracts import codes, plaintiffs
+from shared.contracts import codes, judgments, plaintiffs
 from worker import runs
-from worker.records.completion import emit_ingestion_complete
+from worker.records.completion import commit_time, emit_ingestion_complete
 from worker.records.parse import BatchRejected
 from worker.records.stage import Target
 
@@ -30,6 +40,11 @@ Q = db.load_queries(Path(__file__).with_name("records.sql"))
 # of the published contract, so GET /v1/contracts/plaintiffs lists what this writes.
 PLAINTIFF_JUDGMENT_NOT_FOUND = plaintiffs.CASE_NUMBER_NOT_FOUND
 BUDGET_CODE = codes.BATCH_ERROR_BUDGET_EXCEEDED
+# Row numbers per slice transaction: a few seconds of index work on a table that holds
+# millions of rows, so no transaction over live tables lasts long (docs/decisions/0180).
+SLICE_ROWS = 10_000
+# Which within-file duplicate statement keys each contract's rows (records.sql).
+REPEATS = {"judgments": "judgment_repeats", "plaintiffs": "plaintiff_repeats"}
 
 
 @dataclass(frozen=True)
@@ -38,63 +53,142 @@ class Counts:
     invalid: int
     duplicate: int
 
+    @property
+    def distinct(self) -> int:
+        """Valid rows that are not a repeat of an earlier row's key: what promotion writes."""
+        return self.total - self.invalid - self.duplicate
+
+
+@dataclass(frozen=True)
+class Statements:
+    """A records contract's promotion: its slice insert, its amends finder, its flip upsert,
+    the table they write, and the rule of a row that table refuses."""
+
+    insert: str
+    keys: str
+    amends: str
+    upsert: str
+    table: str
+    refused: contracts.Rule
+    links: bool = False
+
+
+PROMOTIONS = {
+    "judgments": Statements("insert_judgments", "judgment_keys", "judgment_amends",
+                            "upsert_judgments", "judgments", judgments.NOT_STORED),
+    "plaintiffs": Statements("insert_plaintiffs", "plaintiff_keys", "plaintiff_amends",
+                             "upsert_plaintiffs", "plaintiffs", plaintiffs.NOT_STORED,
+                             links=True),
+}
+# What the database says of one row's values (a check, a NOT NULL, a number too large, a
+# date out of range): that row is refused, the others promoted (docs/decisions/0186).
+ROW_REFUSALS = (psycopg.errors.IntegrityError, psycopg.errors.DataError)
+
 
 def finish_staging(conn: db.Conn, target: Target, contract: contracts.Contract,
                    total: int, parse_ms: int) -> Counts:
     """processing → staging_complete with the file's counts, and the within-file duplicates
-    recorded as warnings, in one transaction (so a takeover never records them twice)."""
-    dup_query = {"judgments": "judgment_duplicates",
-                 "plaintiffs": "plaintiff_duplicates"}.get(contract.name, "staged_duplicates")
+    flagged and recorded as warnings, in one transaction (so a takeover never records them
+    twice)."""
+    repeats = REPEATS.get(contract.name, "staged_repeats")
     with conn.transaction():
         invalid = _one(conn.execute(Q["count_invalid"], target.keys).fetchone())["invalid"]
-        duplicate = conn.execute(Q[dup_query], {
-            **target.keys, "code": contract.duplicate.code,
-            "message": contract.duplicate.message}).rowcount
+        rows = [r["row_number"] for r in conn.execute(Q[repeats], target.keys)]
+        if rows:
+            conn.execute(Q["flag_duplicates"], {
+                **target.keys, "rows": rows, "code": contract.duplicate.code,
+                "message": contract.duplicate.message})
         done = conn.execute(Q["staging_complete"], {
             **target.keys, "run_id": target.run_id, "fence": target.fence, "total": total,
-            "invalid": invalid, "duplicate": duplicate, "parse_ms": parse_ms}).fetchone()
+            "invalid": invalid, "duplicate": len(rows), "parse_ms": parse_ms}).fetchone()
         if done is None:
             raise runs.LeaseLost(f"batch {target.batch_id} is no longer ours to finish staging")
-    return Counts(total, invalid, duplicate)
+    return Counts(total, invalid, len(rows))
 
 
 def check_budget(counts: Counts, threshold: Decimal, force_partial: bool) -> None:
     """Over budget (invalid % strictly above the threshold) fails the batch before any
-    production write, unless force_partial; a file with no valid row at all cannot complete."""
+    production write, unless force_partial; a file with no valid row at all cannot complete,
+    whatever the threshold or force_partial (spec §7.2)."""
+    if counts.total and counts.invalid >= counts.total:
+        rule = codes.NO_VALID_ROWS
+        reason = (f"None of the file's {counts.total:,} rows is valid, so nothing can be "
+                  "promoted; see the row errors.")
+        raise BatchRejected(reason, stage="budget", code=rule.code,
+                            issues=[contracts.Issue(None, None, rule.code, rule.severity, reason)])
     rate = Decimal(counts.invalid * 100) / counts.total if counts.total else Decimal(0)
     if rate > threshold and not force_partial:
-        reason = (f"Error rate {rate:.1f}% exceeded limit {threshold:.1f}% "
-                  f"({counts.invalid}/{counts.total} rows invalid)")
-        raise BatchRejected(reason, stage="budget", code=BUDGET_CODE)
+        raise BatchRejected(budget_reason(counts, threshold), stage="budget", code=BUDGET_CODE)
+
+
+def budget_reason(counts: Counts, threshold: Decimal) -> str:
+    """`10.01 % (1,001 of 10,000 rows) exceeded the limit of 10 %`: the rate with as few
+    decimals as show it above the limit (two at least where it is not whole)."""
+    rate = Decimal(counts.invalid * 100) / counts.total
+    shown = _percent(rate, 2)
+    for places in range(3, 9):
+        if Decimal(shown) > threshold:
+            break
+        shown = _percent(rate, places)
+    return (f"{shown} % ({counts.invalid:,} of {counts.total:,} rows) exceeded the limit of "
+            f"{_percent(threshold, 2)} %")
+
+
+def _percent(value: Decimal, places: int) -> str:
+    """`10.01`, `10`, `12.5`: rounded down to ``places``, trailing zeros dropped."""
+    text = f"{value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_DOWN):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
             batch: dict[str, Any], counts: Counts, *, stats: dict[str, Any], db_ms_before: int,
-            hold: Callable[[], None]) -> dict[str, int]:
-    """staging_complete → promoting → completed | partial, the writes and the run's success
-    in one transaction. ``hold`` is the test-only pause point, inside the transaction."""
+            hold: Callable[[], None],
+            tick: Callable[[float], None] = lambda _done: None) -> dict[str, int]:
+    """staging_complete | promoting → completed | partial: the slices, then the flip.
+    ``tick`` is called between slices with the share done (progress, lease and shutdown
+    checks); ``hold`` is the test-only pause point, inside the flip after its writes."""
     started = time.monotonic()
-    params = {**target.keys, "source": batch["source"],
-              "source_reference": batch["source_reference"]}
+    statements = PROMOTIONS[contract.name]
+    params = {**target.keys, "run_id": target.run_id, "fence": target.fence,
+              "source": batch["source"], "source_reference": batch["source_reference"]}
+    after = _begin(conn, params)
+    while after < counts.total:
+        upto = min(after + SLICE_ROWS, counts.total)
+        _slice(conn, contract, statements, {**params, "after": after, "upto": upto})
+        after = upto
+        tick(after / counts.total)
+    flip = {**params, "after": 0, "upto": counts.total}
+    return _refusing(conn, contract, statements, statements.upsert, flip, lambda: _flip(
+        conn, target, contract, statements, batch, flip, stats=stats, started=started,
+        db_ms_before=db_ms_before, hold=hold))
+
+
+def _flip(conn: db.Conn, target: Target, contract: contracts.Contract, statements: Statements,
+          batch: dict[str, Any], params: dict[str, Any], *, stats: dict[str, Any],
+          started: float, db_ms_before: int, hold: Callable[[], None]) -> dict[str, int]:
+    """The last transaction: the amends upserted, the batch completed or partial, the run
+    succeeded, the IngestionCompleteEvent; everything the slices wrote is seen from its
+    commit (docs/decisions/0181)."""
     with conn.transaction():
-        conn.execute(Q["start_promoting"], target.keys)
-        if contract.name == "judgments":
-            written = _one(conn.execute(Q["upsert_judgments"], params).fetchone())
-        else:
-            written = _one(conn.execute(Q["upsert_plaintiffs"], params).fetchone())
-            conn.execute(Q["link_plaintiffs"], params)
-            conn.execute(Q["unlinked_plaintiffs"], {
-                **params, "code": PLAINTIFF_JUDGMENT_NOT_FOUND.code,
-                "message": PLAINTIFF_JUDGMENT_NOT_FOUND.message})
+        written = _one(conn.execute(Q[statements.upsert], params).fetchone())
         hold()
-        result = {"inserted": written["inserted"], "updated": written["updated"],
-                  "unchanged": written["distinct_rows"] - written["inserted"] - written["updated"]}
-        status = "partial" if batch["force_partial"] and counts.invalid else "completed"
+        # Rows the database refused are invalid now: the budget decides again, and the
+        # batch is partial (some valid rows could not be promoted, DESIGN.md).
+        now = _one(conn.execute(Q["promotion_counts"], {
+            **target.keys, "code": statements.refused.code}).fetchone())
+        counts = Counts(now["rows_total"], now["rows_invalid"], now["rows_duplicate"])
+        check_budget(counts, batch["error_threshold_percent"], batch["force_partial"])
+        status = ("partial" if (batch["force_partial"] and counts.invalid) or now["refused"]
+                  else "completed")
         db_ms = db_ms_before + round((time.monotonic() - started) * 1000)
-        conn.execute(Q["finish_batch"], {**target.keys, **result, "status": status,
-                                         "db_ms": db_ms})
+        finished_at = commit_time(conn)  # the end, not the transaction's start (now())
+        result = _one(conn.execute(Q["finish_batch"], {
+            **target.keys, "status": status, "inserted": written["inserted"],
+            "updated": written["updated"], "distinct": counts.distinct,
+            "db_ms": db_ms, "finished_at": finished_at}).fetchone())
         done = conn.execute(Q["succeed_run"], {
             "run_id": target.run_id, "tenant_id": target.tenant_id, "fence": target.fence,
+            "finished_at": finished_at,
             "stats": Jsonb({**stats, **result, "status": status, "rows_total": counts.total,
                             "rows_invalid": counts.invalid,
                             "rows_duplicate": counts.duplicate})}).fetchone()
@@ -104,10 +198,56 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
         emit_ingestion_complete(
             conn, tenant_id=target.tenant_id, batch_id=target.batch_id, contract=contract.name,
             status=status, client_id=None, platform=None, affected_dates=[], metrics={
-                "total_rows": counts.total, "promoted_rows": written["distinct_rows"],
+                "total_rows": counts.total, "promoted_rows": counts.distinct,
                 "failed_rows": counts.invalid,
-                f"{contract.name}_upserted": result["inserted"] + result["updated"]})
-    return {**result, "partial": int(status == "partial")}
+                f"{contract.name}_upserted": result["rows_inserted"] + result["rows_updated"]},
+            at=finished_at)
+    return {"inserted": result["rows_inserted"], "updated": result["rows_updated"],
+            "unchanged": result["rows_unchanged"], "partial": int(status == "partial")}
+
+
+def _begin(conn: db.Conn, params: dict[str, Any]) -> int:
+    """promoting, fenced; where the slices resume. Starting from the first slice, whatever an
+    earlier try of the batch inserted is removed first, in the same transaction."""
+    with conn.transaction():
+        row = conn.execute(Q["begin_promotion"], params).fetchone()
+        if row is None:
+            raise runs.LeaseLost(f"batch {params['batch_id']} is no longer ours to promote")
+        if row["promoted_upto"] == 0:
+            conn.execute(Q["forget_promoted"], params)
+    return int(row["promoted_upto"])
+
+
+def _slice(conn: db.Conn, contract: contracts.Contract, statements: Statements,
+           params: dict[str, Any]) -> None:
+    _refusing(conn, contract, statements, statements.insert, params,
+              lambda: _slice_once(conn, statements, params))
+
+
+def _slice_once(conn: db.Conn, statements: Statements, params: dict[str, Any]) -> None:
+    """One slice in one transaction: its new records, its amends marked for the flip, its
+    links and warnings (plaintiffs), and the cursor; LeaseLost (rolled back) if the batch or
+    the run is no longer ours."""
+    with conn.transaction():
+        counted = _one(conn.execute(Q[statements.insert], params).fetchone())
+        if counted["inserted"] < counted["candidates"]:
+            # Only the rows whose key the insert did not write are looked up.
+            written = set(counted["keys"])
+            left = [r["row_number"] for r in conn.execute(Q[statements.keys], params)
+                    if r["key"] not in written]
+            rows = [r["row_number"] for r in conn.execute(Q[statements.amends],
+                                                          {**params, "rows": left})]
+            if rows:
+                conn.execute(Q["mark_amends"], {**params, "rows": rows})
+        if statements.links:
+            conn.execute(Q["link_plaintiffs"], params)
+            conn.execute(Q["unlinked_plaintiffs"], {
+                **params, "code": PLAINTIFF_JUDGMENT_NOT_FOUND.code,
+                "message": PLAINTIFF_JUDGMENT_NOT_FOUND.message})
+        moved = conn.execute(Q["advance_promotion"], {
+            **params, "inserted": counted["inserted"]}).fetchone()
+        if moved is None:
+            raise runs.LeaseLost(f"batch {params['batch_id']} is no longer ours to promote")
 
 
 def fail(conn: db.Conn, target: Target, reason: str, stage: str,
@@ -136,6 +276,67 @@ def _fail(conn: db.Conn, target: Target, reason: str, stage: str,
         "error": reason, "error_code": code, "stats": Jsonb(stats), "stage": stage}).fetchone()
     if done is None:
         raise _NotOurs  # rolls the batch back too: whoever owns the run decides
+
+
+T = TypeVar("T")
+
+
+def _refusing(conn: db.Conn, contract: contracts.Contract, statements: Statements, query: str,
+              params: dict[str, Any], step: Callable[[], T]) -> T:
+    """Run ``step`` (a transaction that runs ``query`` over rows (after, upto]). When the
+    database refuses a row's values, the rows it refuses are found by halving the range (each
+    try rolled back) and become invalid with the contract's code, in a transaction of their
+    own; then ``step`` runs again over the rest (docs/decisions/0186)."""
+    try:
+        return step()
+    except ROW_REFUSALS:
+        with conn.transaction():
+            refused = _refused(conn, query, params, params["after"], params["upto"])
+            if not refused:
+                raise  # not one row's values: the batch's problem
+            for row, error in refused:
+                _refuse(conn, contract, statements, params, row, error)
+    return step()
+
+
+class _Tried(Exception):
+    """Rolls a probe back once it has succeeded."""
+
+
+def _refused(conn: db.Conn, query: str, params: dict[str, Any], after: int,
+             upto: int) -> list[tuple[int, psycopg.Error]]:
+    try:
+        with conn.transaction():
+            conn.execute(Q[query], {**params, "after": after, "upto": upto})
+            raise _Tried
+    except _Tried:
+        return []
+    except ROW_REFUSALS as exc:
+        if upto - after == 1:
+            return [(upto, exc)]
+    middle = (after + upto) // 2
+    return (_refused(conn, query, params, after, middle)
+            + _refused(conn, query, params, middle, upto))
+
+
+def _refuse(conn: db.Conn, contract: contracts.Contract, statements: Statements,
+            params: dict[str, Any], row: int, error: psycopg.Error) -> None:
+    """The row is invalid now, with the contract's code and the field the database named.
+    The error's own text may quote the row's values: only the constraint's name is kept."""
+    constraint = error.diag.constraint_name
+    field = error.diag.column_name
+    if constraint and not field:
+        columns = [r["name"] for r in conn.execute(Q["constraint_columns"], {
+            "constraint": constraint, "table": statements.table})]
+        field = next((c.removesuffix("_normalized") for c in columns), None)
+    if field and field not in {c.name for c in contract.columns}:
+        field = None
+    rule = statements.refused
+    why = f" ({constraint})" if constraint else ""
+    conn.execute(Q["refuse_row"], {
+        "batch_id": params["batch_id"], "tenant_id": params["tenant_id"], "row": row,
+        "field": field, "code": rule.code, "message": rule.message.replace(
+            "table)", f"table{why})", 1)})
 
 
 def _one(row: dict[str, Any] | None) -> dict[str, Any]:

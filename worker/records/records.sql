@@ -52,7 +52,7 @@ FROM import_batches WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
 
 -- name: start_batch
 UPDATE import_batches SET status = 'processing', started_at = COALESCE(started_at, now()),
-       updated_at = now()
+       promoted_upto = 0, rows_inserted = 0, updated_at = now()
 WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'pending';
 
 -- name: staged_rows_consistent
@@ -94,47 +94,46 @@ SELECT count(DISTINCT row_number) AS invalid FROM import_row_errors
 WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND severity = 'critical'
   AND row_number > 0;
 
--- name: judgment_duplicates
--- A case number seen at an earlier row of the same file (docs/decisions/0096). Keyed with the
--- judgments table's own generated expression, so what promotion upserts on and what counts as
--- a duplicate can never disagree.
-INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
-SELECT %(tenant_id)s, batch_id, row_number, NULL, %(code)s, 'warning', %(message)s, data
-FROM (SELECT batch_id, row_number, data,
-             row_number() OVER (PARTITION BY regexp_replace(upper(trim(data->>'case_number')),
-                                                            '[^A-Z0-9]', '', 'g')
-                                ORDER BY row_number) AS seen
-      FROM import_staged_rows WHERE batch_id = %(batch_id)s) s
+-- name: judgment_repeats
+-- The rows whose case number an earlier row of the same file had (docs/decisions/0096), keyed
+-- with the judgments table's own generated expression, so what promotion writes on and what
+-- counts as a duplicate can never disagree. One pass over the batch (a window, no join): its
+-- plan is linear whatever the statistics say (docs/decisions/0183).
+SELECT row_number FROM (
+    SELECT row_number,
+           row_number() OVER (PARTITION BY records_case_key(data->>'case_number')
+                              ORDER BY row_number) AS seen
+    FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
 WHERE seen > 1;
 
--- name: plaintiff_duplicates
+-- name: plaintiff_repeats
 -- The same plaintiff (the plaintiffs table's dedupe key) at an earlier row of the file. Such a
--- row is not upserted again but still links its case number (one plaintiff, many judgments).
-INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
-SELECT %(tenant_id)s, batch_id, row_number, NULL, %(code)s, 'warning', %(message)s, data
-FROM (SELECT batch_id, row_number, data,
-             row_number() OVER (PARTITION BY md5(
-                 coalesce(upper(trim(data->>'name')), '') || '|' ||
-                 coalesce(upper(trim(data->>'address_line1')), '') || '|' ||
-                 coalesce(upper(trim(data->>'zip')), ''))
-                 ORDER BY row_number) AS seen
-      FROM import_staged_rows WHERE batch_id = %(batch_id)s) s
+-- row is not written again but still links its case number (one plaintiff, many judgments).
+SELECT row_number FROM (
+    SELECT row_number,
+           row_number() OVER (PARTITION BY plaintiff_dedupe_key(
+               data->>'name', data->>'address_line1', data->>'zip')
+               ORDER BY row_number) AS seen
+    FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
 WHERE seen > 1;
 
--- name: staged_duplicates
--- A natural key (the contract's, as staged) seen at an earlier row of the same file: the row is
--- flagged, so promotion skips it, and warned. Ad metrics (docs/decisions/0149); the flag is
--- what makes each promotion group's upserts see one row per key.
--- The repeats are found first (usually none), then flagged by primary key: joined to the
--- whole window instead, a fresh stage without statistics was scanned once per row.
-WITH repeated AS (
-    SELECT row_number FROM (
-        SELECT row_number, row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS n
-        FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) w
-    WHERE n > 1
-), flagged AS (
+-- name: staged_repeats
+-- A natural key (the contract's, as staged) seen at an earlier row of the same file. Ad
+-- metrics (docs/decisions/0149): the flag is what makes each promotion group's upserts see
+-- one row per key.
+SELECT row_number FROM (
+    SELECT row_number, row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS seen
+    FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
+WHERE seen > 1;
+
+-- name: flag_duplicates
+-- The repeats found above are flagged (promotion skips them) and warned. By primary key from
+-- the list the caller passes: joined to a window over the batch instead, a stage without
+-- statistics was scanned once per row (issue 21).
+WITH flagged AS (
     UPDATE import_staged_rows s SET is_duplicate = true
-    FROM repeated r WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
+    FROM unnest(%(rows)s::int[]) AS r (row_number)
+    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
     RETURNING s.batch_id, s.row_number, s.data
 )
 INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
@@ -153,19 +152,265 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'proces
 RETURNING rows_total;
 
 -- name: start_promoting
+-- The ad-metrics promotion's first step, inside its one transaction (ad_promote.py).
 UPDATE import_batches SET status = 'promoting', updated_at = now()
 WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'staging_complete';
 
--- name: upsert_judgments
--- The first row of each case number (duplicates were counted at staging_complete), upserted on
--- the normalised case number; an existing judgment changes only when a value differs (the
--- amended-judgment rule), so an unchanged row is neither written nor returned. xmax = 0 marks
--- a row this statement inserted.
+-- ── judgments and plaintiffs: slices, then the flip (docs/decisions/0180) ──────────────────
+-- A promotion is: begin_promotion (one transaction), then for each slice of SLICE_ROWS row
+-- numbers an insert of its new records, the rows it must leave to the flip, and the cursor
+-- (one transaction each), then the flip: the amends, the batch completed, the run succeeded,
+-- the event (one transaction). Rows a slice inserts carry the batch's id, and a reader of
+-- /v1/records/* sees a row only once its batch is completed or partial, so until the flip
+-- commits nobody sees any of them, and then everyone sees all of them.
+
+-- name: begin_promotion
+-- staging_complete → promoting, fenced on the run; a takeover finds it promoting and resumes
+-- after promoted_upto. Returns where the slices stand.
+UPDATE import_batches b SET status = 'promoting', updated_at = now()
+WHERE b.batch_id = %(batch_id)s AND b.tenant_id = %(tenant_id)s
+  AND b.status IN ('staging_complete', 'promoting')
+  AND EXISTS (SELECT 1 FROM ingestion_runs r
+              WHERE r.run_id = %(run_id)s AND r.tenant_id = %(tenant_id)s
+                AND r.status = 'running' AND r.takeover_count = %(fence)s)
+RETURNING promoted_upto, rows_inserted;
+
+-- name: forget_promoted
+-- Before the first slice: rows an earlier try of this batch inserted (it failed after some
+-- slices, and was retried). Nobody saw them (the batch was never completed), and no other
+-- batch's rows carry this batch's id, so they go; links to them go with them (cascade).
+WITH links AS (
+    DELETE FROM plaintiff_judgments WHERE tenant_id = %(tenant_id)s AND batch_id = %(batch_id)s
+), judgments_gone AS (
+    DELETE FROM judgments WHERE tenant_id = %(tenant_id)s AND batch_id = %(batch_id)s
+), plaintiffs_gone AS (
+    DELETE FROM plaintiffs WHERE tenant_id = %(tenant_id)s AND batch_id = %(batch_id)s
+)
+UPDATE import_batches SET promoted_upto = 0, rows_inserted = 0, updated_at = now()
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'promoting';
+
+-- name: insert_judgments
+-- One slice's judgments whose case number no stored row has: inserted, in key order (each
+-- unique-index insert lands next to the previous one). A key that is stored already is left
+-- as it is (DO NOTHING): judgment_amends finds those rows for the flip.
 WITH src AS (
-    SELECT DISTINCT ON (regexp_replace(upper(trim(data->>'case_number')), '[^A-Z0-9]', '', 'g'))
-           data
-    FROM import_staged_rows WHERE batch_id = %(batch_id)s
-    ORDER BY regexp_replace(upper(trim(data->>'case_number')), '[^A-Z0-9]', '', 'g'), row_number
+    SELECT data FROM import_staged_rows
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+      AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate
+), inserted AS (
+    INSERT INTO judgments (tenant_id, case_number, plaintiff_name, defendant_name, amount,
+                           filed_date, court, county, source, source_reference, batch_id)
+    SELECT %(tenant_id)s, data->>'case_number', data->>'plaintiff_name', data->>'defendant_name',
+           (data->>'amount')::numeric, (data->>'filed_date')::date, data->>'court',
+           data->>'county', %(source)s, %(source_reference)s, %(batch_id)s
+    FROM src
+    ORDER BY records_case_key(data->>'case_number')
+    ON CONFLICT (tenant_id, case_number_normalized) DO NOTHING
+    RETURNING case_number_normalized AS key
+)
+SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted,
+       CASE WHEN (SELECT count(*) FROM src) > (SELECT count(*) FROM inserted)
+            THEN ARRAY(SELECT key FROM inserted) END AS keys;
+
+-- name: judgment_keys
+-- A slice's rows and their keys: those the insert above did not write are the candidates of
+-- judgment_amends (the worker compares the keys; nothing here joins the slice to itself).
+SELECT row_number, records_case_key(data->>'case_number') AS key
+FROM import_staged_rows
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+  AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate;
+
+-- name: judgment_amends
+-- Of the slice's rows the insert did not write (%(rows)s), those whose case number a row other
+-- than this batch's holds with other values, or holds for a batch nobody sees yet: the flip
+-- writes them (upsert_judgments). A row that changes nothing is left alone. Each row looks its key up once: LATERAL (… OFFSET 0) cannot
+-- be flattened into a join the planner could turn around, so it is a nested loop over the
+-- slice into the unique index, by shape, whatever the statistics (docs/decisions/0183). The
+-- tenant is the staged row's, not a constant: priced against a constant, a tenant the
+-- statistics have not met yet (its first import) is "one row", and any index that starts with
+-- tenant_id looks as good as the unique one, and is walked whole for every row. Not LIMIT 1
+-- either: priced for its first row, it made the same choice.
+SELECT s.row_number
+FROM unnest(%(rows)s::int[]) AS r (row_number)
+CROSS JOIN LATERAL (
+    SELECT s.row_number, s.tenant_id, s.data FROM import_staged_rows s
+    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
+    OFFSET 0) s
+CROSS JOIN LATERAL (
+    SELECT j.case_number, j.plaintiff_name, j.defendant_name, j.amount, j.filed_date, j.court,
+           j.county, j.batch_id
+    FROM judgments j
+    WHERE j.tenant_id = s.tenant_id
+      AND j.case_number_normalized = records_case_key(s.data->>'case_number')
+      AND j.batch_id IS DISTINCT FROM %(batch_id)s
+    OFFSET 0) j
+WHERE s.tenant_id = %(tenant_id)s
+  AND ((j.case_number, j.plaintiff_name, j.defendant_name, j.amount, j.filed_date, j.court,
+        j.county)
+       IS DISTINCT FROM
+       (s.data->>'case_number', s.data->>'plaintiff_name', s.data->>'defendant_name',
+        (s.data->>'amount')::numeric, (s.data->>'filed_date')::date, s.data->>'court',
+        s.data->>'county')
+       OR NOT (j.batch_id IS NULL OR EXISTS (
+           SELECT 1 FROM import_batches v
+           WHERE v.batch_id = j.batch_id AND v.status IN ('completed', 'partial'))));
+
+-- name: mark_amends
+UPDATE import_staged_rows s SET amends = true
+FROM unnest(%(rows)s::int[]) AS r (row_number)
+WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number;
+
+-- name: insert_plaintiffs
+-- One slice's plaintiffs whose dedupe key no stored row has (see insert_judgments).
+WITH src AS (
+    SELECT data FROM import_staged_rows
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+      AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate
+), inserted AS (
+    INSERT INTO plaintiffs (tenant_id, name, address_line1, city, state, zip, phone, email,
+                            contact_name, status, source, source_reference, batch_id)
+    SELECT %(tenant_id)s, data->>'name', data->>'address_line1', data->>'city',
+           data->>'state', data->>'zip', data->>'phone', data->>'email', data->>'contact_name',
+           COALESCE(data->>'status', 'active'), %(source)s, %(source_reference)s, %(batch_id)s
+    FROM src
+    ON CONFLICT (tenant_id, dedupe_key) DO NOTHING
+    RETURNING dedupe_key AS key
+)
+SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted,
+       CASE WHEN (SELECT count(*) FROM src) > (SELECT count(*) FROM inserted)
+            THEN ARRAY(SELECT key FROM inserted) END AS keys;
+
+-- name: plaintiff_keys
+SELECT row_number, plaintiff_dedupe_key(
+               data->>'name', data->>'address_line1', data->>'zip') AS key
+FROM import_staged_rows
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+  AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate;
+
+-- name: plaintiff_amends
+-- As judgment_amends, on the dedupe key and the values upsert_plaintiffs may change.
+SELECT s.row_number
+FROM unnest(%(rows)s::int[]) AS r (row_number)
+CROSS JOIN LATERAL (
+    SELECT s.row_number, s.tenant_id, s.data FROM import_staged_rows s
+    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
+    OFFSET 0) s
+CROSS JOIN LATERAL (
+    SELECT p.city, p.state, p.phone, p.email, p.contact_name, p.status, p.batch_id
+    FROM plaintiffs p
+    WHERE p.tenant_id = s.tenant_id
+      AND p.dedupe_key = plaintiff_dedupe_key(
+               s.data->>'name', s.data->>'address_line1', s.data->>'zip')
+      AND p.batch_id IS DISTINCT FROM %(batch_id)s
+    OFFSET 0) p
+WHERE s.tenant_id = %(tenant_id)s
+  AND ((p.city, p.state, p.phone, p.email, p.contact_name, p.status)
+       IS DISTINCT FROM
+       (s.data->>'city', s.data->>'state', s.data->>'phone', s.data->>'email',
+        s.data->>'contact_name', COALESCE(s.data->>'status', 'active'))
+       OR NOT (p.batch_id IS NULL OR EXISTS (
+           SELECT 1 FROM import_batches v
+           WHERE v.batch_id = p.batch_id AND v.status IN ('completed', 'partial'))));
+
+-- name: link_plaintiffs
+-- Every staged plaintiff row of the slice (duplicates too) links its plaintiff to the tenant's
+-- judgment of the same normalised case number, as a row of this batch (seen with it). A link
+-- that exists stays as it is, unless only a batch nobody sees wrote it: then it is this
+-- batch's now. Each side is looked up by its unique key (LATERAL … OFFSET 0, by shape).
+INSERT INTO plaintiff_judgments AS l (tenant_id, plaintiff_id, judgment_id, batch_id)
+SELECT DISTINCT %(tenant_id)s::uuid, p.id, j.id, %(batch_id)s::uuid
+FROM import_staged_rows s
+CROSS JOIN LATERAL (
+    SELECT p.id FROM plaintiffs p
+    WHERE p.tenant_id = s.tenant_id
+      AND p.dedupe_key = plaintiff_dedupe_key(
+               s.data->>'name', s.data->>'address_line1', s.data->>'zip')
+    OFFSET 0) p
+CROSS JOIN LATERAL (
+    SELECT j.id FROM judgments j
+    WHERE j.tenant_id = s.tenant_id
+      AND j.case_number_normalized = records_case_key(s.data->>'case_number')
+    OFFSET 0) j
+WHERE s.batch_id = %(batch_id)s AND s.tenant_id = %(tenant_id)s
+  AND s.row_number > %(after)s AND s.row_number <= %(upto)s
+ON CONFLICT (tenant_id, plaintiff_id, judgment_id) DO UPDATE SET batch_id = EXCLUDED.batch_id
+WHERE l.batch_id IS DISTINCT FROM EXCLUDED.batch_id AND l.batch_id IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM import_batches v
+                  WHERE v.batch_id = l.batch_id AND v.status IN ('completed', 'partial'));
+
+-- name: unlinked_plaintiffs
+-- A plaintiff row of the slice whose case number matches no judgment of the tenant: kept, not
+-- linked, and recorded as a warning (docs/decisions/0096). In the slice's transaction, so a
+-- takeover writes it again only if the slice rolled back.
+INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
+SELECT %(tenant_id)s, s.batch_id, s.row_number, 'case_number', %(code)s, 'warning', %(message)s,
+       s.data
+FROM import_staged_rows s
+LEFT JOIN LATERAL (
+    SELECT true AS found FROM judgments j
+    WHERE j.tenant_id = s.tenant_id
+      AND j.case_number_normalized = records_case_key(s.data->>'case_number')
+    OFFSET 0) j ON true
+WHERE s.batch_id = %(batch_id)s AND s.tenant_id = %(tenant_id)s
+  AND s.row_number > %(after)s AND s.row_number <= %(upto)s AND j.found IS NULL;
+
+-- name: advance_promotion
+-- The slice's last step, in its transaction: only from where the slice started, only while
+-- promoting and only while the run is ours. No row back = roll the slice back.
+UPDATE import_batches b
+SET promoted_upto = %(upto)s, rows_inserted = b.rows_inserted + %(inserted)s, updated_at = now()
+WHERE b.batch_id = %(batch_id)s AND b.tenant_id = %(tenant_id)s AND b.status = 'promoting'
+  AND b.promoted_upto = %(after)s
+  AND EXISTS (SELECT 1 FROM ingestion_runs r
+              WHERE r.run_id = %(run_id)s AND r.tenant_id = %(tenant_id)s
+                AND r.status = 'running' AND r.takeover_count = %(fence)s)
+RETURNING promoted_upto;
+
+-- name: refuse_row
+-- A staged row the database refused at promotion (docs/decisions/0186): no longer staged (the
+-- stage holds valid rows), an error of its own with its values, and counted invalid.
+WITH gone AS (
+    DELETE FROM import_staged_rows
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND row_number = %(row)s
+    RETURNING row_number, data
+), recorded AS (
+    INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
+                                   message, raw)
+    SELECT %(tenant_id)s, %(batch_id)s, row_number, %(field)s, %(code)s, 'critical',
+           %(message)s, data
+    FROM gone
+)
+UPDATE import_batches
+SET rows_invalid = rows_invalid + (SELECT count(*) FROM gone),
+    rows_valid = rows_valid - (SELECT count(*) FROM gone), updated_at = now()
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
+
+-- name: constraint_columns
+-- The columns a constraint of a table names, to say which field a refused row broke.
+SELECT a.attname AS name
+FROM pg_constraint c
+JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
+WHERE c.conname = %(constraint)s AND c.conrelid = %(table)s::regclass;
+
+-- name: promotion_counts
+-- The flip's view of the batch: rows refused at promotion are invalid now, and say so.
+SELECT rows_total, rows_invalid, rows_duplicate,
+       EXISTS (SELECT 1 FROM import_row_errors e
+               WHERE e.batch_id = b.batch_id AND e.code = %(code)s) AS refused
+FROM import_batches b
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
+
+-- name: upsert_judgments
+-- The flip's writes: the amends (rows whose case number was stored), upserted on the
+-- normalised case number; an existing judgment changes only when a value differs (the
+-- amended-judgment rule), or when only a batch nobody sees wrote it (a batch that failed
+-- after its slices, or one still promoting): then it is this writer's. The ledger applies an
+-- event with this same statement over a one-row source (worker/ledger/apply.py), so a file
+-- and an event follow one rule. xmax = 0 marks a row this statement inserted.
+WITH src AS (
+    SELECT data FROM import_staged_rows
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND amends AND NOT is_duplicate
+      AND row_number > %(after)s AND row_number <= %(upto)s
 ), written AS (
     INSERT INTO judgments AS j (tenant_id, case_number, plaintiff_name, defendant_name, amount,
                                 filed_date, court, county, source, source_reference, batch_id)
@@ -184,6 +429,9 @@ WITH src AS (
           IS DISTINCT FROM
           (EXCLUDED.case_number, EXCLUDED.plaintiff_name, EXCLUDED.defendant_name,
            EXCLUDED.amount, EXCLUDED.filed_date, EXCLUDED.court, EXCLUDED.county)
+       OR (j.batch_id IS DISTINCT FROM EXCLUDED.batch_id AND j.batch_id IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM import_batches v
+                           WHERE v.batch_id = j.batch_id AND v.status IN ('completed', 'partial')))
     RETURNING (xmax = 0) AS inserted
 )
 SELECT (SELECT count(*) FROM src) AS distinct_rows,
@@ -192,14 +440,11 @@ SELECT (SELECT count(*) FROM src) AS distinct_rows,
 FROM written;
 
 -- name: upsert_plaintiffs
+-- The flip's plaintiffs (see upsert_judgments); the ledger's one-row statement too.
 WITH src AS (
-    SELECT DISTINCT ON (k) data FROM (
-        SELECT data, row_number, md5(
-            coalesce(upper(trim(data->>'name')), '') || '|' ||
-            coalesce(upper(trim(data->>'address_line1')), '') || '|' ||
-            coalesce(upper(trim(data->>'zip')), '')) AS k
-        FROM import_staged_rows WHERE batch_id = %(batch_id)s) s
-    ORDER BY k, row_number
+    SELECT data FROM import_staged_rows
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND amends AND NOT is_duplicate
+      AND row_number > %(after)s AND row_number <= %(upto)s
 ), written AS (
     INSERT INTO plaintiffs AS p (tenant_id, name, address_line1, city, state, zip, phone, email,
                                  contact_name, status, source, source_reference, batch_id)
@@ -216,6 +461,9 @@ WITH src AS (
           IS DISTINCT FROM
           (EXCLUDED.city, EXCLUDED.state, EXCLUDED.phone, EXCLUDED.email, EXCLUDED.contact_name,
            EXCLUDED.status)
+       OR (p.batch_id IS DISTINCT FROM EXCLUDED.batch_id AND p.batch_id IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM import_batches v
+                           WHERE v.batch_id = p.batch_id AND v.status IN ('completed', 'partial')))
     RETURNING (xmax = 0) AS inserted
 )
 SELECT (SELECT count(*) FROM src) AS distinct_rows,
@@ -223,45 +471,21 @@ SELECT (SELECT count(*) FROM src) AS distinct_rows,
        count(*) FILTER (WHERE NOT inserted) AS updated
 FROM written;
 
--- name: link_plaintiffs
--- Every staged plaintiff row (duplicates too) links its plaintiff to the tenant's judgment of
--- the same normalised case number; links that exist already stay as they are.
-INSERT INTO plaintiff_judgments (tenant_id, plaintiff_id, judgment_id, batch_id)
-SELECT DISTINCT %(tenant_id)s::uuid, p.id, j.id, %(batch_id)s::uuid
-FROM import_staged_rows s
-JOIN plaintiffs p ON p.tenant_id = %(tenant_id)s AND p.dedupe_key = md5(
-        coalesce(upper(trim(s.data->>'name')), '') || '|' ||
-        coalesce(upper(trim(s.data->>'address_line1')), '') || '|' ||
-        coalesce(upper(trim(s.data->>'zip')), ''))
-JOIN judgments j ON j.tenant_id = %(tenant_id)s AND j.case_number_normalized =
-        regexp_replace(upper(trim(s.data->>'case_number')), '[^A-Z0-9]', '', 'g')
-WHERE s.batch_id = %(batch_id)s
-ON CONFLICT DO NOTHING;
-
--- name: unlinked_plaintiffs
--- A plaintiff row whose case number matches no judgment of the tenant: kept, not linked, and
--- recorded as a warning (docs/decisions/0096). Inside the promotion transaction, so a re-run
--- writes it again only if the first run rolled back.
-INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
-SELECT %(tenant_id)s, s.batch_id, s.row_number, 'case_number', %(code)s, 'warning', %(message)s,
-       s.data
-FROM import_staged_rows s
-WHERE s.batch_id = %(batch_id)s
-  AND NOT EXISTS (SELECT 1 FROM judgments j
-                  WHERE j.tenant_id = %(tenant_id)s AND j.case_number_normalized =
-                        regexp_replace(upper(trim(s.data->>'case_number')), '[^A-Z0-9]', '', 'g'));
-
 -- name: finish_batch
+-- The flip's end: rows_inserted already counts what the slices inserted; the flip adds its own.
 UPDATE import_batches
-SET status = %(status)s, rows_inserted = %(inserted)s, rows_updated = %(updated)s,
-    rows_unchanged = %(unchanged)s, db_duration_ms = %(db_ms)s,
-    parse_duration_ms = COALESCE(parse_duration_ms, 0), completed_at = now(), updated_at = now()
-WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'promoting';
+SET status = %(status)s, rows_inserted = rows_inserted + %(inserted)s,
+    rows_updated = %(updated)s,
+    rows_unchanged = greatest(0, %(distinct)s - rows_inserted - %(inserted)s - %(updated)s),
+    db_duration_ms = %(db_ms)s, parse_duration_ms = COALESCE(parse_duration_ms, 0),
+    completed_at = %(finished_at)s, updated_at = %(finished_at)s
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'promoting'
+RETURNING rows_inserted, rows_updated, rows_unchanged;
 
 -- name: succeed_run
 UPDATE ingestion_runs
 SET status = 'succeeded', stats = %(stats)s, stage = 'done', progress = 1,
-    finished_at = now(), updated_at = now()
+    finished_at = %(finished_at)s, updated_at = %(finished_at)s
 WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
   AND takeover_count = %(fence)s
 RETURNING run_id;

@@ -42,30 +42,65 @@ def to_json(value: Any) -> str:
     return orjson.dumps(value, default=_default).decode()
 
 
+# What one row adds to a chunk: its staged row (None when it is invalid) and its issues, as
+# the COPYs below take them. Built by ``encode`` here or in a validating process
+# (worker/records/validate.py): both give the same tuples for the same row.
+StagedRow = tuple[int, str | None, str | None, str, str | None]
+IssueRow = tuple[int, str | None, str, str, str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    row: int
+    staged: StagedRow | None
+    issues: list[IssueRow]
+
+
+def encode(result: contracts.RowResult, key: str | None, raw: Mapping[str, Any]) -> Encoded:
+    """One validated row as the stage stores it: (row number, natural key, its SHA-256, values
+    as JSON, warnings as JSON or None) when valid, and its issues with the raw row."""
+    problems = result.errors + result.warnings
+    issues: list[IssueRow] = []
+    if problems:
+        raw_json = to_json(raw)
+        issues = [(i.row or 0, i.field, i.code, i.severity.value, i.message, raw_json)
+                  for i in problems]
+    staged: StagedRow | None = None
+    if result.valid:
+        digest = hashlib.sha256(key.encode()).hexdigest() if key is not None else None
+        warnings = to_json([i.as_dict() for i in result.warnings]) if result.warnings else None
+        staged = (result.row, key, digest, to_json(result.values), warnings)
+    return Encoded(result.row, staged, issues)
+
+
+def validate(contract: contracts.Contract, match: contracts.HeaderMatch | None, number: int,
+             cells: Any, raw: Mapping[str, Any]) -> Encoded:
+    """Validate one row and encode it: what the stage needs of it."""
+    result = contracts.validate_row(contract, cells, match, number)
+    key = contracts.natural_key(contract, result.values) if result.valid else None
+    return encode(result, key, raw)
+
+
 @dataclass
 class Chunk:
     """One transaction's worth: staged rows and issues, for rows after ``previous``."""
 
     previous: int
     last: int = 0
-    # (row number, natural key, its SHA-256, values as JSON, warnings as JSON or None)
-    rows: list[tuple[int, str | None, str | None, str, str | None]] = field(default_factory=list)
-    issues: list[tuple[int, str | None, str, str, str, str | None]] = field(default_factory=list)
+    rows: list[StagedRow] = field(default_factory=list)
+    issues: list[IssueRow] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.last = max(self.last, self.previous)  # an empty chunk ends where it starts
 
     def add(self, result: contracts.RowResult, key: str | None, raw: Mapping[str, Any]) -> None:
-        self.last = result.row
-        problems = result.errors + result.warnings
-        if problems:
-            raw_json = to_json(raw)
-            self.issues += [(i.row or 0, i.field, i.code, i.severity.value, i.message, raw_json)
-                            for i in problems]
-        if result.valid:
-            digest = hashlib.sha256(key.encode()).hexdigest() if key is not None else None
-            warnings = to_json([i.as_dict() for i in result.warnings]) if result.warnings else None
-            self.rows.append((result.row, key, digest, to_json(result.values), warnings))
+        self.extend(encode(result, key, raw))
+
+    def extend(self, encoded: Encoded) -> None:
+        self.last = encoded.row
+        self.issues += encoded.issues
+        if encoded.staged is not None:
+            self.rows.append(encoded.staged)
 
     def add_batch_issues(self, issues: Iterable[contracts.Issue]) -> None:
         self.issues += [(0, i.field, i.code, i.severity.value, i.message, None) for i in issues]

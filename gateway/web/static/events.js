@@ -1,10 +1,13 @@
-/* The event ledger, over /v1/events (docs/decisions/0142, 0143): list with the filter the page's
- * URL applied, inspect one event, replay dead letters (chosen ones, or all matching the filter).
+/* The event ledger, over /v1/events (docs/decisions/0142, 0143, 0194): list with the filter the
+ * page's URL applied, inspect one event, replay dead letters (chosen ones, or all matching the
+ * filter), discard or edit-and-replay one pending or dead-letter event with a reason.
  * Payloads and errors are upstream data: they are only ever set as text. */
 (function () {
   "use strict";
   const DF = window.DF;
-  const STATES = { pending: "Pending", processed: "Processed", dead_letter: "Dead letter" };
+  const STATES = { pending: "Pending", processed: "Processed", dead_letter: "Dead letter",
+    discarded: "Discarded" };
+  const ACTIONABLE = ["pending", "dead_letter"];
   const FILTERS = ["source_system", "type", "error"];
 
   function stateLabel(event) {
@@ -112,6 +115,9 @@
     const id = root.dataset.event;
     const result = DF.field(root, "action_result");
     const button = root.querySelector('[data-action="replay-one"]');
+    const form = root.querySelector('[data-form="act"]');
+    const payloadBox = form.elements.payload;
+    const reasonBox = form.elements.reason;
 
     async function load() {
       try {
@@ -133,7 +139,17 @@
           ["Entity", e.entity_key || "—"],
           ["Payload SHA-256", e.payload_sha256],
         ]);
-        DF.setText(root, "payload", JSON.stringify(e.payload, null, 2));
+        // An unreadable stored payload comes as the text Postgres holds (payload_readable).
+        const shown = e.payload_readable === false ? e.payload : JSON.stringify(e.payload, null, 2);
+        DF.setText(root, "payload", shown);
+        const actionable = ACTIONABLE.includes(e.state);
+        DF.field(root, "act").hidden = !actionable;
+        if (actionable && !payloadBox.dataset.touched) payloadBox.value = shown;
+        const actions = e.actions || [];
+        DF.field(root, "actions").replaceChildren(...actions.map((a) =>
+          DF.h("li", {}, DF.localTime(a.at) + " — " + (a.action === "edit" ? "edited and replayed" : "discarded") +
+            " by " + a.actor + " (was " + (STATES[a.previous_state] || a.previous_state).toLowerCase() + "): " + a.reason)));
+        DF.field(root, "no_actions").hidden = actions.length > 0;
         const replays = e.replays || [];
         DF.field(root, "replays").replaceChildren(...replays.map((r) =>
           DF.h("li", {}, DF.localTime(r.at) + " by " + r.actor)));
@@ -148,6 +164,42 @@
         DF.field(root, "loading").hidden = true;
       }
     }
+
+    payloadBox.addEventListener("input", () => { payloadBox.dataset.touched = "1"; });
+
+    function reason() {
+      const text = reasonBox.value.trim();
+      if (!text) { reasonBox.focus(); throw new Error("Say why in Reason: it is kept with the action."); }
+      return text;
+    }
+
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      const save = form.querySelector('[data-action="edit"]');
+      DF.act(save, result, async function () {
+        let payload;
+        try { payload = JSON.parse(payloadBox.value); } catch (_) {
+          throw new Error("The payload is not valid JSON; correct it and save again.");
+        }
+        if (payload === null || typeof payload !== "object" || Array.isArray(payload)) {
+          throw new Error("The payload must be a JSON object.");
+        }
+        await DF.api("POST", "/v1/events/" + encodeURIComponent(id) + "/edit", { payload: payload, reason: reason() });
+        delete payloadBox.dataset.touched;
+        reasonBox.value = "";
+        return "Saved: the event is pending again and a worker applies it shortly.";
+      }, load);
+    });
+    form.querySelector('[data-action="discard"]').addEventListener("click", function (ev) {
+      const discard = ev.currentTarget;
+      DF.act(discard, result, async function () {
+        const why = reason();
+        if (!window.confirm("Discard event " + id + "? It will never be applied.")) return "";
+        await DF.api("POST", "/v1/events/" + encodeURIComponent(id) + "/discard", { reason: why });
+        reasonBox.value = "";
+        return "Discarded: the event will never be applied.";
+      }, load);
+    });
 
     button.addEventListener("click", async function () {
       button.disabled = true;

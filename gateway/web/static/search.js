@@ -13,7 +13,8 @@
 
   function citation(c) {
     const where = "version " + c.version + " · chunk " + (c.chunk_index + 1) +
-      (c.page ? " · page " + c.page : "");
+      (c.page ? " · page " + c.page : "") +
+      (c.heading_path && c.heading_path.length ? " · " + c.heading_path.join(" › ") : "");
     return DF.h("li", { "data-chunk-id": c.chunk_id },
       DF.h("span", { class: "citation-n", text: "[" + c.n + "] " }),
       DF.link("/documents/" + encodeURIComponent(c.doc_id) + "?chunk=" + c.chunk_index + "#chunk-" + c.chunk_index, c.title),

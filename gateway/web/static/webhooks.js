@@ -1,4 +1,5 @@
-/* Webhooks admin pages: add (the secret is shown once, here), delete, "send test event", over
+/* Webhooks admin pages: add (the secret is shown once, here), delete, "send test event", rotate
+ * the secret (the new one shown once; the old one signs beside it for the grace period), over
  * /v1/webhooks with the CSRF header (app.js). The lists are server-rendered. */
 (function () {
   "use strict";
@@ -13,6 +14,22 @@
         DF.act(button, result, async function () {
           const sent = await DF.api("POST", "/v1/webhooks/" + id + "/test");
           return "Test event queued (" + sent.webhook_message_id + "); see the delivery log.";
+        });
+      });
+    });
+
+    document.querySelectorAll('[data-webhook-id] [data-action="rotate"]').forEach(function (button) {
+      const id = button.closest("[data-webhook-id]").dataset.webhookId;
+      button.addEventListener("click", function () {
+        if (!confirm("Make a new signing secret? The current one keeps signing beside it for 24 hours.")) return;
+        DF.act(button, result, async function () {
+          const made = await DF.api("POST", "/v1/webhooks/" + id + "/rotate-secret");
+          const panel = document.querySelector('[data-field="secret_panel"]');
+          DF.setText(panel, "secret", made.secret);
+          DF.setText(panel, "grace_until", DF.localTime(made.previous_secret_expires_at));
+          panel.hidden = false;
+          button.disabled = true;  // one new secret per visit: Done reloads the page
+          return "Secret rotated.";
         });
       });
     });

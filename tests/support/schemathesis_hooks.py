@@ -1,0 +1,91 @@
+"""What the upload forms' file parts hold, and JSON nested past the limit, for schemathesis
+(SCHEMATHESIS_HOOKS names this module; tests/integration/test_openapi.py runs it).
+
+/schema declares each upload's `file` part by media type (`encoding`), and the server takes a
+part by its name's extension or, without one, by that Content-Type, then checks the bytes
+(gateway/filetypes.py). A schema cannot say what the bytes of a PDF or a CSV look like, so
+schemathesis would draw arbitrary binary for them and get a fair 415. These strategies are the
+media types' contents: real files of each type, varied by a seed, so every file schemathesis
+sends under a declared type is one of that type (ADR 0200). DOCX is left out: schemathesis
+names a ZIP-signed part `file.zip`, a name no upload takes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import schemathesis
+from hypothesis import strategies as st
+
+from tests.support import documents, records
+
+
+def _seeded(make):  # type: ignore[no-untyped-def]
+    return st.integers(min_value=0, max_value=10_000).map(make)
+
+
+def _jsonl(seed: int) -> bytes:
+    rows = [{"case_number": f"2024-CV-{seed:05d}{i}", "plaintiff_name": "Acme Collections LLC",
+             "defendant_name": "John Q. Public", "amount": "1250.00"} for i in range(3)]
+    return "".join(json.dumps(row) + "\n" for row in rows).encode()
+
+
+schemathesis.openapi.media_type("text/csv", _seeded(
+    lambda seed: records.judgments_csv(3, seed=str(seed))))
+schemathesis.openapi.media_type("application/x-ndjson", _seeded(_jsonl))
+schemathesis.openapi.media_type("text/plain", _seeded(
+    lambda seed: documents.prose(40, seed=seed).encode()))
+schemathesis.openapi.media_type("text/markdown", _seeded(
+    lambda seed: f"# Note {seed}\n\n{documents.prose(40, seed=seed)}\n".encode()))
+schemathesis.openapi.media_type("text/html", _seeded(
+    lambda seed: documents.make_html(f"Page {seed}", [("Part", documents.prose(30, seed=seed))])))
+schemathesis.openapi.media_type("application/pdf", _seeded(
+    lambda seed: documents.make_pdf([documents.prose(30, seed=seed)])))
+
+
+# ── JSON nested past the limit (issue 22) ───────────────────────────────────────────────────
+# Every third request schemathesis sends with invalid JSON data gets, instead, a 2 KB body
+# 1,000 levels deep: the checks then hold the gateway to a 400 `json_too_deep` that the
+# document describes, on every operation with a JSON body (gateway/edge/json_depth.py).
+DEEP = b"[" * 1000 + b"]" * 1000
+_negatives = itertools.count()
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):  # type: ignore[no-untyped-def]
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_negative or "json" not in kwargs:
+        return
+    if next(_negatives) % 3 == 0:
+        kwargs.pop("json")
+        kwargs["data"] = DEEP
+        kwargs["headers"] = {**(kwargs.get("headers") or {}), "Content-Type": "application/json"}
+
+
+# ── a schemathesis bug, worked around ──────────────────────────────────────────────────────
+# schemathesis 4.32's coverage phase builds one "positive" multipart body from the media-type
+# strategies and fills every other required field with "" whatever its schema says
+# (coverage/_operation.py, _generate_multipart_body_from_custom_strategies): the imports form's
+# `contract` (an enum) came out empty, and a fair 400 was reported as a rejected valid
+# request. The fill below takes the field's first allowed value instead; nothing else changes.
+from schemathesis.specs.openapi.coverage import _operation as _coverage  # noqa: E402
+
+_generate = _coverage._generate_multipart_body_from_custom_strategies
+
+
+def _generate_valid(body):  # type: ignore[no-untyped-def]
+    made = _generate(body)
+    if made is None:
+        return None
+    result, content_types = made
+    for name, value in list(result.items()):
+        schema = body.form_properties.get(name, {})
+        allowed = schema.get("enum") or schema.get("examples") or (
+            [schema["default"]] if "default" in schema else None)
+        if value == "" and allowed:
+            result[name] = allowed[0]
+    return result, content_types
+
+
+_coverage._generate_multipart_body_from_custom_strategies = _generate_valid

@@ -1,0 +1,211 @@
+"""The worker's embed queue (docs/decisions/0230): the chunks of every document in flight share
+forward passes, each document gets exactly its own vectors back, and one document's failure or
+departure touches no other.
+
+Most tests run a stand-in model whose vector for a sequence depends on that sequence's ids only,
+so "its own vectors" is checkable exactly and a pass is instant; the last ones run the real model.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from shared.embedding import model as embedding
+from worker.pipeline import embed
+
+DIM = 4
+POISON = 666
+
+
+class StandInModel:
+    """The parts of an Embedder the queue uses. A sequence's vector is a function of its ids;
+    a pass holding the POISON id fails, as a real pass can (a CUDA OOM, a kernel error)."""
+
+    def __init__(self, batch_tokens: int = 64, delay_s: float = 0.0) -> None:
+        self.dim, self.max_seq_length, self.batch_tokens = DIM, 32, batch_tokens
+        self.delay_s = delay_s
+        self.passes: list[tuple[int, int]] = []  # (rows, padded width) of each pass that ran
+
+    def check_ids(self, sequences):
+        embedding.Embedder.check_ids(self, sequences)  # type: ignore[arg-type]
+
+    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        time.sleep(self.delay_s)
+        if (ids == POISON).any():
+            raise RuntimeError("kernel failed")
+        self.passes.append(ids.shape)
+        return np.stack([vector_of(row[m.astype(bool)]) for row, m in zip(ids, mask, strict=True)])
+
+
+def vector_of(ids) -> np.ndarray:
+    ids = np.asarray(ids, dtype=np.float64)
+    v = np.array([len(ids), ids.sum(), (ids ** 2).sum() % 97, ids[0]], dtype=np.float32) + 1
+    return v / np.linalg.norm(v)
+
+
+def document(seed: int, chunks: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [[101, *rng.integers(1000, 2000, size=int(rng.integers(1, 30))).tolist(), 102]
+            for _ in range(chunks)]
+
+
+def expected(doc: list[list[int]]) -> np.ndarray:
+    return np.stack([vector_of(ids) for ids in doc])
+
+
+def embed_all(queue: embed.EmbedQueue, docs: list[list[list[int]]]) -> list:
+    results: list = [None] * len(docs)
+
+    def run(k: int) -> None:
+        try:
+            results[k] = queue.embed(docs[k])
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            results[k] = exc
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(docs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+def test_documents_in_flight_share_passes_and_each_gets_its_own_vectors():
+    # Given 8 small documents in flight at once
+    model = StandInModel(batch_tokens=512, delay_s=0.02)
+    queue = embed.EmbedQueue(model)  # type: ignore[arg-type]
+    docs = [document(seed, chunks=2 + seed % 3) for seed in range(8)]
+
+    # When each embeds its chunks through the one queue
+    results = embed_all(queue, docs)
+
+    # Then each got exactly its own vectors, in its own order, and passes held several documents
+    for doc, got in zip(docs, results, strict=True):
+        np.testing.assert_allclose(got, expected(doc), atol=1e-6)
+    assert queue.stats.sequences == sum(len(d) for d in docs)
+    assert queue.stats.documents > queue.stats.passes, "no pass held more than one document"
+    queue.close()
+
+
+def test_no_pass_exceeds_the_token_budget_and_passes_are_sorted_by_length():
+    model = StandInModel(batch_tokens=64)
+    queue = embed.EmbedQueue(model)  # type: ignore[arg-type]
+    doc = document(1, chunks=60)
+
+    np.testing.assert_allclose(queue.embed(doc), expected(doc), atol=1e-6)
+
+    assert all(rows * width <= 64 for rows, width in model.passes), model.passes
+    # Sorted: a window's passes pad to increasing widths, so padding stays short
+    assert queue.stats.tokens / queue.stats.padded_tokens > 0.8
+    queue.close()
+
+
+def test_one_documents_failing_member_fails_that_document_only():
+    # Given a document whose chunk breaks any pass it is in, among healthy ones in flight
+    model = StandInModel(batch_tokens=512, delay_s=0.01)
+    queue = embed.EmbedQueue(model)  # type: ignore[arg-type]
+    docs = [document(seed, chunks=3) for seed in range(5)]
+    docs[2][1] = [101, POISON, 102]
+
+    # When all embed at once
+    results = embed_all(queue, docs)
+
+    # Then only that document failed, with the pass's error; the others got their vectors
+    assert isinstance(results[2], RuntimeError)
+    for k in (0, 1, 3, 4):
+        np.testing.assert_allclose(results[k], expected(docs[k]), atol=1e-6)
+    assert queue.stats.isolated_passes >= 1
+    queue.close()
+
+
+def test_a_document_that_stops_waiting_takes_its_ids_out():
+    # Given a slow model and a big document in the queue
+    model = StandInModel(batch_tokens=64, delay_s=0.05)
+    queue = embed.EmbedQueue(model)  # type: ignore[arg-type]
+    big = document(3, chunks=200)
+    stop = threading.Event()
+
+    def check() -> None:
+        if stop.is_set():
+            raise TimeoutError("lease lost")
+
+    outcome: list = []
+    worker = threading.Thread(target=lambda: outcome.append(_try(queue, big, check)))
+    worker.start()
+    time.sleep(0.3)
+
+    # When its run is lost while it waits
+    stop.set()
+    worker.join(5)
+
+    # Then it gets the error at once, the rest of its ids never run, and a new document is served
+    assert isinstance(outcome[0], TimeoutError)
+    ran = sum(rows for rows, _ in model.passes)
+    small = document(4, chunks=2)
+    np.testing.assert_allclose(queue.embed(small), expected(small), atol=1e-6)
+    assert sum(rows for rows, _ in model.passes) - ran <= len(small) + 2 * 64
+    assert ran < len(big)
+    queue.close()
+
+
+def _try(queue, doc, check):
+    try:
+        return queue.embed(doc, check=check)
+    except Exception as exc:  # noqa: BLE001 - the test reads it
+        return exc
+
+
+def test_a_full_queue_still_admits_a_small_document_behind_a_big_one():
+    # Given a queue bounded at 200 tokens and a big document filling it
+    model = StandInModel(batch_tokens=64, delay_s=0.01)
+    queue = embed.EmbedQueue(model, capacity_tokens=200)  # type: ignore[arg-type]
+    big, small = document(5, chunks=300), document(6, chunks=2)
+    started = threading.Event()
+    done: dict[str, float] = {}
+
+    def run_big() -> None:
+        started.set()
+        queue.embed(big)
+        done["big"] = time.monotonic()
+
+    thread = threading.Thread(target=run_big)
+    thread.start()
+    started.wait()
+    time.sleep(0.1)
+
+    # When a small document arrives
+    np.testing.assert_allclose(queue.embed(small), expected(small), atol=1e-6)
+    done["small"] = time.monotonic()
+    thread.join(30)
+
+    # Then it is served long before the big one ends (round-robin, one id always admitted)
+    assert done["small"] < done["big"]
+    queue.close()
+
+
+def test_ids_outside_the_models_limit_are_refused_before_they_queue():
+    queue = embed.EmbedQueue(StandInModel())  # type: ignore[arg-type]
+
+    with pytest.raises(ValueError, match="1 to 32 tokens"):
+        queue.embed([[101, 102], list(range(40))])
+    assert queue.embed([]).shape == (0, DIM)
+
+
+@pytest.mark.slow
+def test_the_real_model_through_the_queue_gives_encode_ids_vectors():
+    # The queue changes how chunks are grouped, never what a chunk's vector is (torch, fp32).
+    model = embedding.load_embedder(variant="torch", batch_tokens=16 * 256)
+    texts = [f"Document {k}: " + " ".join(["river", "budget", "court"][k % 3] for _ in range(n))
+             for k, n in enumerate((3, 40, 120, 7, 60, 200))]
+    docs = [[e.ids for e in model.tokenizer.encode_batch(texts[k:k + 2])] for k in (0, 2, 4)]
+    queue = embed.EmbedQueue(model)
+
+    results = embed_all(queue, docs)
+
+    for doc, got in zip(docs, results, strict=True):
+        np.testing.assert_allclose(got, model.encode_ids(doc), atol=2e-5)
+    queue.close()

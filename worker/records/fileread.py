@@ -1,0 +1,80 @@
+"""What the batch says about how its file was read (issue 20, docs/decisions/0170): the
+encoding, delimiter and decimal separator the parse used, the rows it skipped as export
+furniture with their reasons, and for ad metrics whether entities were keyed by ids or names
+and the report's grain (day, period, all time). The pipeline calls ``rows`` around the parse
+and ``finish`` after it; both are idempotent, so a takeover reading the file again records the
+same.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from shared import db
+from shared.contracts import ad_metrics, codes
+from worker.records import parse
+from worker.records.stage import Target
+
+log = logging.getLogger(__name__)
+Q = db.load_queries(Path(__file__).with_name("fileread.sql"))
+Row = tuple[int, Sequence[str] | Mapping[str, Any], Mapping[str, Any]]
+
+
+def decimal_option(conn: db.Conn, target: Target) -> str | None:
+    """The upload's decimal separator, or None (detect it from the file)."""
+    row = conn.execute(Q["decimal_option"], target.keys).fetchone()
+    return None if row is None else row["decimal_separator"]
+
+
+def rows(conn: db.Conn, target: Target, reader: parse.Reader) -> Iterator[Row]:
+    """The reader's rows; how the file was read is recorded once the header is known, and
+    also when the file is refused (a failed batch says what was read too)."""
+    recorded = False
+    try:
+        for row in reader.rows():
+            if not recorded:
+                record(conn, target, reader)
+                recorded = True
+            yield row
+    except parse.BatchRejected:
+        if not recorded:
+            _best_effort(conn, target, reader)
+        raise
+
+
+def record(conn: db.Conn, target: Target, reader: parse.Reader) -> None:
+    parsed = reader.parsed
+    delimiter = parsed.delimiter if parsed is not None else None
+    conn.execute(Q["record_read"], {
+        **target.keys, "encoding": reader.encoding.label,
+        "delimiter": parse.DELIMITER_NAMES.get(delimiter or "", None),
+        "decimal": parsed.decimal if parsed is not None else None,
+        "entity_keys": (ad_metrics.entity_keys(parsed.match)
+                        if parsed is not None and reader.contract.name == "ad_metrics" else None)})
+
+
+def _best_effort(conn: db.Conn, target: Target, reader: parse.Reader) -> None:
+    try:
+        record(conn, target, reader)
+    except psycopg.Error as exc:  # the failure itself is what matters; it is written next
+        log.warning("could not record how the file was read",
+                    extra={"error": type(exc).__name__})
+
+
+def finish(conn: db.Conn, target: Target, reader: parse.Reader) -> None:
+    """After the whole file was read: the rows skipped, by reason (one batch warning), and the
+    grain of the rows staged."""
+    skipped: Mapping[str, int] = reader.parsed.skipped if reader.parsed is not None else {}
+    total = sum(skipped.values())
+    rule = codes.ROWS_SKIPPED
+    message = (f"{total:,} row(s) of the export's layout were skipped, not imported: "
+               f"{parse.describe_skipped(skipped)}." if total else rule.message)
+    conn.execute(Q["record_skipped"], {
+        **target.keys, "skipped": total, "reasons": Jsonb(dict(skipped)) if total else None,
+        "code": rule.code, "message": message})
