@@ -100,7 +100,9 @@ def test_attachments_become_documents_that_follow_their_message(gateway, stack_e
             eml_child = client.get(f"/v1/documents/{docs['mail.eml']}").json()["attachments"][0]
             assert parents[eml_child["doc_id"]] == {"doc_id": docs["mail.eml"],
                                                     "title": "mail.eml", "subject": SUBJECT}
-            answer = client.post("/v1/ask", json={"question": "this is a fake attachment"}).json()
+            # (the gateway's first question loads its embedding model: minutes on a busy box)
+            answer = client.post("/v1/ask", json={"question": "this is a fake attachment"},
+                                 timeout=600).json()
             cited = {c["doc_id"]: c["parent"] for c in answer["citations"]}
             assert cited and all(p is not None for d, p in cited.items() if d not in docs.values())
             assert any(p and p["subject"] == SUBJECT for p in cited.values())
