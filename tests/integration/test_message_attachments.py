@@ -289,3 +289,30 @@ def test_cleanup_keeps_a_waiting_attachments_file_while_its_message_is_served(da
     _admin(database_url, admin.deactivate, tenant_id=user.tenant_id, doc_id=message.doc_id)
     sweep()
     assert not path.exists()
+
+
+def test_a_superseded_message_run_records_no_attachments_and_leaves_no_files(conn, tenants,
+                                                                             store):
+    # Given an S3 message changed twice, the newer run already written
+    user = tenants.user()
+    register_vector(conn)
+    older = submit.submit(conn, None, store, user, b"# v1\n", source_uri="s3://mail/k.eml",
+                          copies=0)
+    newer = submit.submit(conn, None, store, user, b"# v2\n", source_uri="s3://mail/k.eml",
+                          copies=0)
+    for sub in (older, newer):
+        ops.set_status(conn, sub.run_id, "running")
+    _write(conn, newer.job, _content("v2"))
+    # When the older run, whose attachment the worker stored, finishes last
+    folder = store.parent / "kept-older"
+    folder.mkdir()
+    (folder / "1.txt").write_bytes(b"old attachment")
+    found = [extract.Attachment(1, "a.txt", "txt", 14, "sha256:x", str(folder / "1.txt"))]
+    (item,) = kept.store(found, older.job, store.as_uri(), None)
+    version, _ = index.write(conn, older.job, _content("v1", [item]), {"stages": {}},
+                             started=time.monotonic(), fts_config="english", fence=0)
+    kept.settle([item], version, None)
+    # Then it is superseded: no attachment row, and its stored file is gone
+    assert version == 0
+    assert conn.execute("SELECT count(*) AS n FROM message_attachments").fetchone()["n"] == 0
+    assert not objectstore.file_path(item.upload_uri).exists()

@@ -68,6 +68,13 @@ def store(found: Sequence[extract.Attachment], job: jobs.IngestJob, store_uri: s
     return stored
 
 
+def settle(stored: Sequence[Stored], version_number: int, s3: Any) -> None:
+    """After the content transaction: a superseded run (version 0, ADR 0242) made no version and
+    so recorded none of its attachments; their files go now rather than as orphans at cleanup."""
+    if version_number == 0:
+        remove(stored, s3)
+
+
 def remove(stored: Sequence[Stored], s3: Any) -> None:
     """Best effort: files of attachments whose message version was never committed."""
     for item in stored:

@@ -94,6 +94,7 @@ class Pipeline:
         except BaseException:
             attachments.remove(stored, self.s3)  # never committed: nothing points at them
             raise
+        attachments.settle(stored, result.version_number, self.s3)
         self._remove_upload(job)
         return result
 
