@@ -18,6 +18,7 @@ from gateway import auth, errors, openapi
 from gateway.auth import routes as auth_routes
 from gateway.auth import user_routes as users
 from gateway.context import Context, provide
+from gateway.documents import attachments
 from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
 from gateway.edge import json_depth, methods, query, transport
@@ -127,7 +128,9 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
                      read_timeout=10, retries=2)
     queue = Queue(sqs, settings.sqs_queue_url, settings.sqs_dlq_url)
     relay = OutboxRelay(pool, queue, poll_s=settings.outbox_poll_s,
-                        max_backoff_s=settings.outbox_max_backoff_s)
+                        max_backoff_s=settings.outbox_max_backoff_s,
+                        # e-mail attachments become documents, runs and jobs (ADR 0250)
+                        feeders=[lambda: attachments.feed(pool)])
     upload_store = objectstore.open_store(settings.upload_store_uri, s3)
     sync_manager = syncs.SyncManager(settings, pool, upload_store, s3, on_queued=relay.wake)
     ctx = Context(settings, pool, queue, s3, upload_store, relay, syncs=sync_manager)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -24,15 +25,20 @@ log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("queries.sql"))
 BATCH = 10  # SQS SendMessageBatch takes at most ten entries
 Failure = tuple[UUID, str]  # a run id and why its job was not sent
+# Work that adds jobs to the outbox before each pass (e-mail attachments becoming documents,
+# gateway/documents/attachments.py); returns True when it may have more to do at once.
+Feeder = Callable[[], Awaitable[bool]]
 
 
 class OutboxRelay:
     def __init__(self, pool: db.AsyncPool, queue: Queue, *,
-                 poll_s: float = 2.0, max_backoff_s: float = 60.0) -> None:
+                 poll_s: float = 2.0, max_backoff_s: float = 60.0,
+                 feeders: Sequence[Feeder] = ()) -> None:
         self.pool = pool
         self.queue = queue
         self.poll_s = poll_s
         self.max_backoff_s = max_backoff_s
+        self.feeders = list(feeders)
         self._wake = asyncio.Event()
         self.published_total = 0
         self.publish_failures_total = 0
@@ -42,14 +48,27 @@ class OutboxRelay:
 
     async def run_forever(self) -> None:
         while True:
+            more = await self.feed()
             try:
                 while await self.publish_due() == BATCH:
                     pass
             except Exception:
                 log.exception("outbox relay pass failed")
+            if more:
+                continue  # a feeder has more: its jobs before a nap, published batch by batch
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.poll_s)
             self._wake.clear()
+
+    async def feed(self) -> bool:
+        """Run each feeder once; True when one of them may have more to do."""
+        more = False
+        for feeder in self.feeders:
+            try:
+                more = await feeder() or more
+            except Exception:
+                log.exception("outbox feeder failed")
+        return more
 
     async def publish_due(self) -> int:
         """Publish up to one batch of due jobs; return how many were claimed."""

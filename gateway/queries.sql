@@ -155,7 +155,7 @@ ORDER BY d.created_at DESC, d.doc_id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: get_document
-SELECT doc_id, title, source_type, source_uri, source_id, created_at
+SELECT doc_id, title, source_type, source_uri, source_id, created_at, parent_doc_id
 FROM documents WHERE tenant_id = %(tenant_id)s AND doc_id = %(doc_id)s;
 
 -- name: list_versions

@@ -28,6 +28,8 @@ def attempt(row: dict[str, Any]) -> dict[str, Any]:
 def document(row: dict[str, Any]) -> dict[str, Any]:
     out = {k: row[k] for k in ("doc_id", "title", "source_type", "source_uri", "source_id",
                                "created_at")}
+    if "parent_doc_id" in row:  # an e-mail attachment's message (docs/decisions/0250)
+        out["parent_doc_id"] = row["parent_doc_id"]
     if "doc_version_id" in row:
         out["active_version"] = {k: row[k] for k in (
             "doc_version_id", "version_number", "content_hash", "chunk_count", "char_count",

@@ -177,6 +177,13 @@ class VersionedBySync(Conflict):
     code = "document_versioned_by_sync"
 
 
+class VersionedByMessage(Conflict):
+    """This document is an e-mail attachment: it gets a new version when its message does;
+    upload a new version of the message instead."""
+
+    code = "document_versioned_by_message"
+
+
 class ServiceUnavailable(AppError):
     """A backing service is unreachable; retry in a minute."""
 

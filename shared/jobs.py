@@ -45,6 +45,10 @@ class IngestJob(BaseModel):
     embedding_model: str = Field(min_length=1)
     embedding_dim: int = Field(gt=0)
     submitted_at: datetime
+    # An e-mail attachment's document: how deep its message is nested (1 = an upload's own
+    # attachment). Its own attachments become documents only below Limits.max_depth
+    # (docs/decisions/0250). Workers that predate it ignore it; uploads leave it 0.
+    attachment_depth: int = Field(default=0, ge=0, le=64)
 
 
 class RecordsJob(BaseModel):

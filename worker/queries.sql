@@ -114,6 +114,18 @@ WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND ended_at IS NULL
   AND (%(attempt_no)s::int IS NULL OR attempt_no = %(attempt_no)s);
 
 -- ── the one content transaction ─────────────────────────────────────────────────────────────
+-- name: lock_message_version
+-- A document made from an e-mail attachment is served only with its message's version
+-- (migrations/0066, docs/decisions/0250): hold that version row first, so a transaction taking
+-- the message down waits for ours or we wait for it (then the trigger stores our version
+-- inactive); rows of the child come second, as in the trigger's cascade. No row, no lock, for
+-- every other document.
+SELECT mv.is_active
+FROM message_attachments a
+JOIN document_versions mv ON mv.doc_version_id = a.doc_version_id AND mv.tenant_id = a.tenant_id
+WHERE a.tenant_id = %(tenant_id)s AND a.child_doc_id = %(doc_id)s
+FOR SHARE OF mv;
+
 -- name: lock_document
 -- Serialises version numbering and activation of one document across workers.
 SELECT pg_advisory_xact_lock(%(key)s);
@@ -153,6 +165,15 @@ SELECT chunk_id, tenant_id, doc_version_id,
        to_tsvector(%(config)s::regconfig,
                    CASE WHEN context = '' THEN text ELSE context || E'\n\n' || text END)
 FROM chunks WHERE tenant_id = %(tenant_id)s AND doc_version_id = %(doc_version_id)s;
+
+-- name: insert_attachment
+-- An e-mail's attachment, its bytes already in the upload store: the gateway's relay makes it a
+-- child document of the message (docs/decisions/0250).
+INSERT INTO message_attachments (attachment_id, tenant_id, doc_version_id, doc_id, ordinal,
+    filename, source_type, size_bytes, content_hash, upload_uri, depth, message_subject)
+VALUES (%(attachment_id)s, %(tenant_id)s, %(doc_version_id)s, %(doc_id)s, %(ordinal)s,
+        %(filename)s, %(source_type)s, %(size_bytes)s, %(content_hash)s, %(upload_uri)s,
+        %(depth)s, %(subject)s);
 
 -- name: succeed_run
 UPDATE ingestion_runs

@@ -1,5 +1,9 @@
 """An admin stops serving a document, or serves it again: nothing is ever deleted.
 
+An e-mail's attachment documents follow their message (docs/decisions/0250, the triggers of
+migrations/0066): taking the message down takes them down, serving it again serves them again;
+an attachment alone can be taken down, and served again only while its message is.
+
 Deactivation takes down the active version. Reactivation serves the newest version again
 (docs/decisions/0116); uploading the same bytes again also brings an upload back, and an S3
 source's next change to the object makes a new active version. Both take the worker's
@@ -46,6 +50,11 @@ async def reactivate(pool: db.AsyncPool, *, tenant_id: UUID, doc_id: UUID) -> di
             if await (await conn.execute(Q["active_version"], keys)).fetchone() is not None:
                 raise errors.Conflict("This document is already served; reload the page to "
                                       "see its state.")
+            message = await (await conn.execute(Q["message_of_attachment"], keys)).fetchone()
+            if message is not None and not message["served"]:
+                raise errors.Conflict("This document is an attachment of an e-mail that is not "
+                                      "served (deactivated, or replaced by a newer version); "
+                                      "reactivate the e-mail to serve its attachments again.")
             gone = await (await conn.execute(Q["s3_object_gone"], keys)).fetchone()
             if gone is not None and gone["gone"]:
                 raise errors.Conflict("The S3 object behind this document is no longer in its "

@@ -114,6 +114,8 @@ async def _document_by_id(conn: db.AsyncConn, sub: Submission,
     doc = await (await conn.execute(Q["lock_document_for_upload"], keys)).fetchone()
     if doc is None:
         raise errors.DocumentNotFound()
+    if doc["source_uri"].startswith("attachment://"):  # docs/decisions/0250
+        raise errors.VersionedByMessage()
     if not doc["source_uri"].startswith("upload://"):
         raise errors.VersionedBySync()
     title = sub.title if sub.replace_title else doc["title"]

@@ -10,6 +10,7 @@ from litestar.params import FromPath, FromQuery, Parameter
 from gateway import auth, openapi, paging, views
 from gateway.context import Ctx
 from gateway.documents import admin as document_admin
+from gateway.documents import attachments
 from gateway.documents import listing as documents
 from shared import db, errors
 
@@ -45,6 +46,8 @@ async def list_documents(request: Request, ctx: Ctx, window: paging.Paged,
 
 @get("/v1/documents/{doc_id:uuid}", tags=["documents"], responses=openapi.errors(404))
 async def get_document(doc_id: FromPath[UUID], request: Request, ctx: Ctx) -> dict:
+    """A document with its versions; for an e-mail, the documents its attachments became
+    (`attachments`), and for one of those, the e-mail it came from (`parent`)."""
     principal = auth.current(request)
     keys = {"tenant_id": principal.tenant_id, "doc_id": doc_id}
     async with ctx.pool.connection() as conn:
@@ -52,7 +55,10 @@ async def get_document(doc_id: FromPath[UUID], request: Request, ctx: Ctx) -> di
         if doc is None:
             raise errors.NotFound("No document with that id exists in your tenant.")
         versions = await (await conn.execute(Q["list_versions"], keys)).fetchall()
-    return views.document(doc) | {"versions": versions}
+        family = await attachments.family(conn, **keys)
+    # parent: the e-mail an attachment came from; attachments: the documents the newest
+    # version's attachments became (docs/decisions/0250).
+    return views.document(doc) | {"versions": versions} | family
 
 
 @post("/v1/documents/{doc_id:uuid}/deactivate", guards=[auth.admin_only], status_code=200,

@@ -269,11 +269,18 @@ SELECT (SELECT count(*) FROM doomed) AS matched, (SELECT count(*) FROM gone) AS 
 
 -- ── cleanup (across tenants: an operator task over the whole store) ─────────────────────────
 -- name: upload_owners
--- The runs that point at stored uploads; an upload no run points at is an orphan.
+-- The runs that point at stored uploads; an upload no run points at is an orphan. An e-mail
+-- attachment stored by a worker has no run until the gateway's relay makes it a document
+-- (docs/decisions/0250): while its message version is served, it counts as a queued run.
 SELECT config ->> 'upload_uri' AS uri, run_id, tenant_id, status, finished_at,
        finished_at < now() - make_interval(secs => %(failed_ttl_s)s) AS past_failed_ttl
 FROM ingestion_runs
-WHERE config ->> 'upload_uri' = ANY(%(uris)s);
+WHERE config ->> 'upload_uri' = ANY(%(uris)s)
+UNION ALL
+SELECT a.upload_uri, a.attachment_id, a.tenant_id, 'queued', NULL, false
+FROM message_attachments a
+JOIN document_versions v ON v.doc_version_id = a.doc_version_id AND v.tenant_id = a.tenant_id
+WHERE a.child_doc_id IS NULL AND v.is_active AND a.upload_uri = ANY(%(uris)s);
 
 -- name: expired_artifacts
 -- Artifacts of versions deactivated longer ago than the retention and not yet removed. An

@@ -145,4 +145,6 @@ def _citation(n: int, hit: dict[str, Any]) -> dict[str, Any]:
     return {"n": n, "chunk_id": hit["chunk_id"], "doc_id": hit["doc_id"],
             "version": hit["version"], "chunk_index": hit["chunk_index"], "page": hit["page"],
             "heading_path": hit["heading_path"], "title": hit["title"],
+            # an e-mail attachment's message (docs/decisions/0250); None otherwise
+            "parent": hit.get("parent"),
             "quote": hit.get("quote") or evidence.quote_from([" ".join(hit["text"].split())], 0)}

@@ -154,6 +154,7 @@ SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
 -- U+E000/U+E001 (removed from the text first), which service.py turns into escaped HTML with
 -- <mark>.
 SELECT c.chunk_id, v.doc_id, v.version_number, c.ordinal, c.page, c.heading_path, d.title,
+       a.doc_id AS parent_doc_id, p.title AS parent_title, a.message_subject,
        ts_headline('english',
                    translate(c.text, U&'\E000\E001', ''),
                    CASE WHEN %(syntax)s::boolean
@@ -166,6 +167,10 @@ SELECT c.chunk_id, v.doc_id, v.version_number, c.ordinal, c.page, c.heading_path
 FROM chunks c
 JOIN document_versions v ON v.doc_version_id = c.doc_version_id AND v.tenant_id = c.tenant_id
 JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+-- An e-mail attachment's hit names its message (docs/decisions/0250): the message document,
+-- and the Subject of the version the attachment came from.
+LEFT JOIN message_attachments a ON a.child_doc_id = d.doc_id AND a.tenant_id = d.tenant_id
+LEFT JOIN documents p ON p.doc_id = a.doc_id AND p.tenant_id = a.tenant_id
 WHERE c.tenant_id = %(tenant_id)s
   AND v.is_active
   AND c.chunk_id = ANY(%(chunk_ids)s::uuid[]);

@@ -349,7 +349,8 @@ async def _shown(cursor: AsyncCursor[DictRow] | None, fused: Sequence[Fused], *,
         if row is None:
             continue
         hit = {"chunk_id": str(f.chunk_id), "doc_id": str(row["doc_id"]),
-               "version": row["version_number"], "title": row["title"], **_chunk(row, f)}
+               "version": row["version_number"], "title": row["title"],
+               "parent": _parent(row), **_chunk(row, f)}
         if nested:
             hit["other_chunks"] = [{"chunk_id": str(o.chunk_id), **_chunk(by_id[o.chunk_id], o)}
                                    for o in f.others if o.chunk_id in by_id]
@@ -367,6 +368,14 @@ def _chunk(row: DictRow, f: Fused) -> dict[str, Any]:
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+def _parent(row: DictRow) -> dict[str, str | None] | None:
+    """The e-mail an attachment's chunk came from, so a hit says where it was found."""
+    if row["parent_doc_id"] is None:
+        return None
+    return {"doc_id": str(row["parent_doc_id"]), "title": row["parent_title"],
+            "subject": row["message_subject"]}
 
 
 async def search(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,

@@ -8,7 +8,7 @@ from typing import Any
 STATUS_LABELS = {"queued": "Queued", "running": "Running", "succeeded": "Succeeded",
                  "failed": "Failed", "completed_with_errors": "Completed with errors",
                  "skipped": "Skipped"}
-RUN_TYPES = {"manual_upload": "Upload", "s3_sync": "S3 sync"}
+RUN_TYPES = {"manual_upload": "Upload", "s3_sync": "S3 sync", "attachment": "E-mail attachment"}
 
 
 def timestamp(value: datetime | str | None) -> str:

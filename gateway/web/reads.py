@@ -11,6 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from gateway import auth, paging, views
+from gateway.documents import attachments
 from gateway.documents import listing as documents
 from gateway.imports import batches
 from gateway.runs import routes as runs_routes
@@ -82,9 +83,10 @@ async def document(pool: db.AsyncPool, *, tenant_id: UUID, doc_id: UUID,
         chunks = await documents.chunks_page(conn, **keys, page=chunk_page,
                                              limit=CHUNKS_PER_PAGE)
         runs = await (await conn.execute(Q["document_runs"], {**keys, "limit": 10})).fetchall()
+        family = await attachments.family(conn, **keys)
     active = next((v for v in versions if v["is_active"]), None)
     chunk_total = active["chunk_count"] if active else 0
-    return views.document(doc) | {
+    return views.document(doc) | family | {
         "versions": versions, "active": active, "runs": runs, "state": state,
         "chunks": {"items": chunks, "page": chunk_page, "limit": CHUNKS_PER_PAGE,
                    "total": chunk_total}}

@@ -4,6 +4,7 @@ file's furniture (navigation, running headers, page numbers, contents leaders, M
 
 from __future__ import annotations
 
+import hashlib
 import io
 import pathlib
 import zipfile
@@ -220,6 +221,59 @@ def test_email_attachments_are_read_by_their_own_readers_and_failures_stay_local
     assert "| Red | Green | Blue |" in text
     assert "## Attachment: broken.pdf\n\n(not read: the PDF is corrupt" in text
     assert "## Attachment: tool.exe\n\n(not read: this type of file is not supported)" in text
+
+
+@pytest.mark.parametrize(("name", "kind"), [("fake-email-attachment.eml", "eml"),
+                                            ("fake-email-attachment.msg", "msg")])
+def test_email_attachments_kept_for_child_documents_are_listed_not_read(name, kind, tmp_path):
+    # docs/decisions/0250: given a folder, the worker keeps attachments to become documents
+    doc = read(name, kind, attachments_dir=tmp_path)
+    assert doc.text.endswith("Mallori\n\n## Attachments\n\n- fake-attachment.txt")
+    assert "fake attachment" not in doc.text  # its text is its own document's
+    (kept,) = doc.attachments
+    data = pathlib.Path(kept.path).read_bytes()
+    assert data.startswith(b"Hey this is a fake attachment!")
+    assert (kept.ordinal, kept.filename, kept.source_type, kept.size_bytes) == (
+        1, "fake-attachment.txt", "txt", len(data))
+    assert kept.content_hash == "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def test_kept_attachments_nested_messages_and_what_cannot_be_kept(tmp_path):
+    from email.message import EmailMessage
+
+    inner = EmailMessage()
+    inner["Subject"] = "Forwarded"
+    inner.set_content("The forwarded text.")
+    outer = EmailMessage()
+    outer["Subject"] = "Fwd"
+    outer.set_content("See below.")
+    outer.add_attachment(b"MZ", maintype="application", subtype="octet-stream",
+                         filename="tool.exe")
+    outer.add_attachment(b"", maintype="text", subtype="plain", filename="empty.txt")
+    outer.add_attachment(inner)  # message/rfc822, no file name
+    outer.add_attachment(b"a\x00b", maintype="text", subtype="plain",
+                         filename="bad\tname.txt")
+    path = tmp_path / "fwd.eml"
+    path.write_bytes(bytes(outer))
+    folder = tmp_path / "kept"
+    folder.mkdir()
+    doc = extract.extract(path, "eml", attachments_dir=folder)
+    assert doc.text.endswith(
+        "## Attachments\n\n- tool.exe (not read: this type of file is not supported)\n"
+        "- empty.txt (empty)\n- attachment 3.eml\n- bad name.txt")
+    forwarded, named = doc.attachments
+    assert (forwarded.ordinal, forwarded.source_type) == (3, "eml")
+    # the forwarded message is kept whole, to be read (and its attachments kept) in its turn
+    assert extract.extract(pathlib.Path(forwarded.path), "eml").title == "Forwarded"
+    assert (named.ordinal, named.filename) == (4, "bad name.txt")
+    # a name is a title to be: no control characters (Postgres refuses NUL), bounded
+    keep = extract._Keeper(folder)
+    assert keep("a\x00b\x1b.txt", b"x") == "- ab.txt"
+    assert keep("x" * 300 + ".txt", b"x") == f"- {'x' * 251}.txt"
+    # at the deepest level, attachments are named but neither kept nor read
+    deep = extract.extract(path, "eml", attachments_dir=folder, depth=3)
+    assert deep.attachments == ()
+    assert "## Attachment: tool.exe\n\n(not read: attachments nest too deeply)" in deep.text
 
 
 def test_email_attachment_limits(tmp_path):

@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from shared import db, jobs
 from worker import runs
+from worker.pipeline.attachments import Stored
 from worker.pipeline.chunk import Chunk
 
 Q = db.load_queries(Path(__file__).parents[1] / "queries.sql")
@@ -40,6 +41,8 @@ class VersionContent:
     embedding_model: str
     # How the vectors were computed from that model (embed.VARIANTS; ADR 0110).
     embedding_variant: str = "torch"
+    # An e-mail's attachments, stored, to become its child documents (ADR 0250).
+    attachments: Sequence[Stored] = ()
 
 
 def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
@@ -54,6 +57,8 @@ def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
     """
     keys = {"tenant_id": job.tenant_id, "doc_id": job.doc_id}
     with conn.transaction():
+        # An attachment's document: its message's version row first (ADR 0250's lock order).
+        conn.execute(Q["lock_message_version"], keys)
         conn.execute(Q["lock_document"], {"key": runs.lock_key(job.doc_id)})
         newer = conn.execute(Q["newer_version_exists"], {**keys, "run_id": job.run_id}).fetchone()
         if newer is not None and newer["newer"]:
@@ -72,6 +77,7 @@ def write(conn: db.Conn, job: jobs.IngestJob, content: VersionContent,
         _copy_embeddings(conn, job.tenant_id, content, chunk_ids)
         conn.execute(Q["insert_fts"], {"tenant_id": job.tenant_id, "config": fts_config,
                                        "doc_version_id": content.doc_version_id})
+        _insert_attachments(conn, job, content)
         stages = {**stats["stages"], "index_ms": round((time.monotonic() - started) * 1000)}
         final = {**stats, "stages": stages, "duration_ms": sum(stages.values())}
         done = conn.execute(Q["succeed_run"], {"run_id": job.run_id, "tenant_id": job.tenant_id,
@@ -118,3 +124,16 @@ def _copy_embeddings(conn: db.Conn, tenant_id: UUID, content: VersionContent,
         copy.set_types(["uuid", "uuid", "uuid", "halfvec"])
         for chunk_id, vector in zip(chunk_ids, halves, strict=True):
             copy.write_row((chunk_id, tenant_id, content.doc_version_id, HalfVector(vector)))
+
+
+def _insert_attachments(conn: db.Conn, job: jobs.IngestJob, content: VersionContent) -> None:
+    if not content.attachments:
+        return
+    with conn.cursor() as cursor:
+        cursor.executemany(Q["insert_attachment"], [{
+            "attachment_id": a.attachment_id, "tenant_id": job.tenant_id,
+            "doc_version_id": content.doc_version_id, "doc_id": job.doc_id,
+            "ordinal": a.ordinal, "filename": a.filename, "source_type": a.source_type,
+            "size_bytes": a.size_bytes, "content_hash": a.content_hash,
+            "upload_uri": a.upload_uri, "depth": a.depth, "subject": a.message_subject}
+            for a in content.attachments])

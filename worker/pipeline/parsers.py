@@ -99,19 +99,23 @@ def extract_isolated(path: Path, source_type: str, *, max_uncompressed_bytes: in
                      timeout_s: float, memory_bytes: int,
                      check: Callable[[], None] = lambda: None,
                      limits: extract.Limits | None = None,
-                     ocr_page_s: float = 20.0) -> extract.Extracted:
+                     ocr_page_s: float = 20.0, attachments_dir: Path | None = None,
+                     depth: int = 0) -> extract.Extracted:
     """extract.extract(path, source_type) in a child process; raises its BadDocument as is.
 
     ``check`` is called while waiting (lease lost, shutdown): whatever it raises ends the child.
     A child about to OCR n pages says so first, and gets ``n * ocr_page_s`` more seconds:
     a scanned book needs minutes where a born-digital file that takes that long is stuck.
+    ``attachments_dir`` and ``depth``: as extract.extract (an e-mail's attachments are written
+    there by the child, so their bytes never travel through the pipe).
     """
     if limits is None:
         limits = extract.Limits(max_uncompressed_bytes=max_uncompressed_bytes)
     _ensure_preload()
     receiver, sender = _CONTEXT.Pipe(duplex=False)
     child = _CONTEXT.Process(
-        target=_child, args=(sender, str(path), source_type, limits, memory_bytes),
+        target=_child, args=(sender, str(path), source_type, limits, memory_bytes,
+                             str(attachments_dir) if attachments_dir else None, depth),
         name="extract", daemon=True)
     child.start()
     sender.close()  # ours; the child holds its own end, so EOF means the child is gone
@@ -170,14 +174,16 @@ def _result(outcome: tuple[str, Any] | None, source_type: str, exitcode: int | N
 
 
 def _child(sender: Connection, path: str, source_type: str, limits: extract.Limits,
-           memory_bytes: int) -> None:
+           memory_bytes: int, attachments_dir: str | None = None, depth: int = 0) -> None:
     """In the child: cap memory, extract, send one answer. Dies quietly on a signal."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker's Ctrl-C is for the worker
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     try:
         answer: tuple[str, Any] = (
             "ok", extract.extract(Path(path), source_type, limits=limits,
-                                  on_ocr=lambda pages: sender.send(("ocr", pages))))
+                                  on_ocr=lambda pages: sender.send(("ocr", pages)),
+                                  attachments_dir=Path(attachments_dir) if attachments_dir
+                                  else None, depth=depth))
     except errors.BadDocument as exc:
         answer = ("bad", (type(exc), exc.detail, exc.stage))
     except MemoryError:

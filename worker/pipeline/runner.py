@@ -8,6 +8,7 @@ removing the raw upload once the content is committed.
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from shared import db, errors, jobs, objectstore, retry
 from shared.embedding import model as embedding
 from shared.settings import WorkerSettings
 from worker import runs
-from worker.pipeline import chunk, embed, extract, index, parsers, read, writes
+from worker.pipeline import attachments, chunk, embed, extract, index, parsers, read, writes
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,10 @@ class Pipeline:
         step.enter("read", 0.02)
         read_started = time.monotonic()
         with read.open_upload(read.confined_upload(job, self.settings.upload_store_uri),
-                              self.s3) as path:
+                              self.s3) as path, tempfile.TemporaryDirectory(
+                                  prefix="attachments-") as kept:
             timings["read_ms"] = round((time.monotonic() - read_started) * 1000)
+            limits = _limits(self.settings)
             with step("extract", 0.05):
                 # In a child process: a file that crashes or hangs its parser fails this run
                 # only, and PDFium never runs on two threads of one process (ADR 0077).
@@ -80,7 +83,24 @@ class Pipeline:
                     max_uncompressed_bytes=self.settings.max_uncompressed_mb << 20,
                     timeout_s=self.settings.extract_timeout_s,
                     memory_bytes=self.settings.extract_memory_mb << 20, check=step.check,
-                    limits=_limits(self.settings), ocr_page_s=self.settings.extract_ocr_page_s)
+                    limits=limits, ocr_page_s=self.settings.extract_ocr_page_s,
+                    attachments_dir=Path(kept) if attachments.keeps_attachments(
+                        job, limits.max_depth) else None, depth=job.attachment_depth)
+                # An e-mail's attachments, to become its child documents (ADR 0250).
+                stored = attachments.store(doc.attachments, job, self.settings.upload_store_uri,
+                                           self.s3, subject=doc.title)
+        try:
+            result = self._index(job, lease, doc, stored, step, timings)
+        except BaseException:
+            attachments.remove(stored, self.s3)  # never committed: nothing points at them
+            raise
+        attachments.settle(stored, result.version_number, self.s3)
+        self._remove_upload(job)
+        return result
+
+    def _index(self, job: jobs.IngestJob, lease: runs.RunLease, doc: extract.Extracted,
+               stored: list[attachments.Stored], step: _Stepper,
+               timings: dict[str, int]) -> PipelineResult:
         with step("chunk", 0.2), self._chunk_lock:
             chunks = self.chunker.split(doc, title=job.title)
         if not chunks:
@@ -94,10 +114,9 @@ class Pipeline:
         artifact_uri = self._write_artifact(job, doc_version_id, doc, chunks)
         content = index.VersionContent(doc_version_id, chunks, vectors, len(doc.text),
                                        doc.pages, artifact_uri, self.embedder.model_name,
-                                       self.embedder.variant)
+                                       self.embedder.variant, attachments=stored)
         version, stats = self._write(job, lease, content, _stats(doc, chunks, timings),
                                      index_started, step)
-        self._remove_upload(job)
         return PipelineResult(doc_version_id, version, stats)
 
     def _pause_point(self) -> tuple[str, Path] | None:

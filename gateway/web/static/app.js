@@ -172,7 +172,7 @@
   /* ── formatting, as gateway/web/format.py ─────────────────────────────────────────── */
   const STATUS = { queued: "Queued", running: "Running", succeeded: "Succeeded", failed: "Failed",
     completed_with_errors: "Completed with errors", skipped: "Skipped" };
-  const RUN_TYPES = { manual_upload: "Upload", s3_sync: "S3 sync" };
+  const RUN_TYPES = { manual_upload: "Upload", s3_sync: "S3 sync", attachment: "E-mail attachment" };
 
   function statusLabel(s) { return STATUS[s] || s || "—"; }
   function runType(t) { return RUN_TYPES[t] || t || "—"; }

@@ -18,6 +18,9 @@
     return DF.h("li", { "data-chunk-id": c.chunk_id },
       DF.h("span", { class: "citation-n", text: "[" + c.n + "] " }),
       DF.link("/documents/" + encodeURIComponent(c.doc_id) + "?chunk=" + c.chunk_index + "#chunk-" + c.chunk_index, c.title),
+      // an e-mail attachment: the message it came from (docs/decisions/0250)
+      c.parent ? " · attachment of " : null,
+      c.parent ? DF.link("/documents/" + encodeURIComponent(c.parent.doc_id), c.parent.subject || c.parent.title) : null,
       " · " + where,
       DF.h("blockquote", { text: c.quote }));
   }

@@ -1,12 +1,15 @@
-"""E-mail (EML, Outlook MSG): the headers people search by, the body, and each attachment's
-text as a section of the message (docs/decisions/0214).
+"""E-mail (EML, Outlook MSG): the headers people search by, the body, and its attachments.
 
-The message is one document: `# Subject`, a block of From/To/Cc/Date, the body (plain text,
-else the HTML part without its markup), then `## Attachment: name` per attachment with that
-file's own text, read by the same readers and limits as an upload, its headings pushed two
-levels down. An attachment that cannot be read (unsupported type, damaged, no OCR engine) is
-named with the reason and never fails the message; inline images (logos, signatures) are
-skipped. Attachments nest up to Limits.max_depth (a message forwarded as an attachment).
+The message is `# Subject`, a block of From/To/Cc/Date, the body (plain text, else the HTML
+part without its markup), then its attachments in one of two ways (docs/decisions/0250):
+- kept: each attachment's bytes go to ``keep``, which stores them so that the attachment
+  becomes a child document of the message, and the message lists it under `## Attachments`
+  (what a worker does with an uploaded message);
+- read: `## Attachment: name` per attachment with that file's own text, read by the same
+  readers and limits as an upload, its headings pushed two levels down (a message nested
+  deeper than Limits.max_depth, and extraction without a store, e.g. the benches).
+An attachment that cannot be read (unsupported type, damaged, no OCR engine) is named with the
+reason and never fails the message; inline images (logos, signatures) are skipped.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from worker.pipeline.formats import common, html
 # (file name, bytes, depth) -> the attachment's Markdown, or raises BadDocument / returns None
 # when its type is not one we read.
 ReadAttachment = Callable[[str, bytes, int], "str | None"]
+# (file name, bytes) -> the list item that names the attachment in its message: the
+# attachment is stored as a document of its own, or the item says why not.
+KeepAttachment = Callable[[str, bytes], str]
 _HEADERS = ("From", "To", "Cc", "Date")
 _MSG_FIX = "save the message again from Outlook (File > Save As > Outlook Message) and upload it."
 
@@ -51,15 +57,15 @@ class _Budget:
 
 
 def read_eml(data: bytes, limits: common.Limits, read_attachment: ReadAttachment,
-             depth: int = 0) -> common.Doc:
+             depth: int = 0, keep: KeepAttachment | None = None) -> common.Doc:
     message = email.message_from_bytes(data, policy=email.policy.default)
     if not isinstance(message, EmailMessage) or not message.keys():
         raise common.not_a("e-mail message (EML)", "export the message as .eml and upload it again.")
-    return _eml(message, _Budget(limits), read_attachment, depth)
+    return _eml(message, _Budget(limits), read_attachment, depth, keep)
 
 
 def _eml(message: EmailMessage, budget: _Budget, read_attachment: ReadAttachment,
-         depth: int) -> common.Doc:
+         depth: int, keep: KeepAttachment | None = None) -> common.Doc:
     doc = common.Doc(title=_header(message, "Subject") or None)
     doc.add(common.heading(1, doc.title or "(no subject)"))
     doc.add("\n".join(f"{name}: {value}" for name in _HEADERS
@@ -72,6 +78,7 @@ def _eml(message: EmailMessage, budget: _Budget, read_attachment: ReadAttachment
             doc.add(*html.read_text(content, main_content=False).blocks)
         else:
             doc.add(common.normalise(content).strip())
+    listed: list[str] = []
     for number, part in enumerate(message.iter_attachments(), start=1):
         if part.get_content_maintype() == "image" and part.get_content_disposition() != "attachment":
             continue  # an inline logo or signature picture, not content
@@ -83,8 +90,18 @@ def _eml(message: EmailMessage, budget: _Budget, read_attachment: ReadAttachment
         else:
             payload = _payload(part)
         budget.take(len(payload))
-        doc.add(*_attachment(name, payload, read_attachment, depth, budget.limits.max_depth))
+        if keep is not None:
+            listed.append(keep(common.one_line(name), payload))
+        else:
+            doc.add(*_attachment(name, payload, read_attachment, depth, budget.limits.max_depth))
+    _list(doc, listed)
     return doc
+
+
+def _list(doc: common.Doc, listed: list[str]) -> None:
+    """The message's kept attachments, one list item each, under one heading."""
+    if listed:
+        doc.add(common.heading(2, "Attachments"), *listed)
 
 
 def _header(message: EmailMessage, name: str) -> str:
@@ -125,7 +142,7 @@ def _attachment(name: str, payload: bytes, read_attachment: ReadAttachment, dept
 
 # ── Outlook MSG ────────────────────────────────────────────────────────────────────────────
 def read_msg(path: Path, limits: common.Limits, read_attachment: ReadAttachment,
-             depth: int = 0) -> common.Doc:
+             depth: int = 0, keep: KeepAttachment | None = None) -> common.Doc:
     if not common.is_ole(path):
         raise common.not_a("Outlook message (MSG)", _MSG_FIX)
     import extract_msg  # noqa: PLC0415 - a heavy import only messages need
@@ -135,7 +152,7 @@ def read_msg(path: Path, limits: common.Limits, read_attachment: ReadAttachment,
     except Exception as exc:  # extract_msg raises its own errors and olefile's on bad files
         raise common.damaged("Outlook message (MSG)", _MSG_FIX) from exc
     try:
-        return _msg(message, _Budget(limits), read_attachment, depth)
+        return _msg(message, _Budget(limits), read_attachment, depth, keep)
     except (common.DocumentTooLarge, errors.BadDocument):
         raise
     except Exception as exc:
@@ -144,7 +161,8 @@ def read_msg(path: Path, limits: common.Limits, read_attachment: ReadAttachment,
         message.close()
 
 
-def _msg(message: Any, budget: _Budget, read_attachment: ReadAttachment, depth: int) -> common.Doc:
+def _msg(message: Any, budget: _Budget, read_attachment: ReadAttachment, depth: int,
+         keep: KeepAttachment | None = None) -> common.Doc:
     subject = common.one_line(getattr(message, "subject", None) or "")
     doc = common.Doc(title=subject or None)
     doc.add(common.heading(1, subject or "(no subject)"))
@@ -159,11 +177,16 @@ def _msg(message: Any, budget: _Budget, read_attachment: ReadAttachment, depth: 
         budget.take(len(markup))
         doc.add(*html.read_text(html.decode(markup) if isinstance(markup, bytes) else markup,
                                 main_content=False).blocks)
+    listed: list[str] = []
     for number, attachment in enumerate(message.attachments, start=1):
         name = attachment.longFilename or attachment.shortFilename or f"attachment {number}"
         data = attachment.data
         if data is not None and not isinstance(data, bytes):  # an embedded message
             name = f"{name}.msg" if not str(name).lower().endswith(".msg") else name
+            if keep is not None and (exported := _exported(data)) is not None:
+                budget.take(len(exported))
+                listed.append(keep(common.one_line(str(name)), exported))
+                continue
             doc.add(common.heading(2, f"Attachment: {common.one_line(str(name))}"))
             budget.take(0)
             if depth + 1 <= budget.limits.max_depth:
@@ -171,6 +194,20 @@ def _msg(message: Any, budget: _Budget, read_attachment: ReadAttachment, depth: 
                                                               depth + 1).blocks), 2))
             continue
         budget.take(len(data or b""))
-        doc.add(*_attachment(str(name), data or b"", read_attachment, depth,
-                             budget.limits.max_depth))
+        if keep is not None:
+            listed.append(keep(common.one_line(str(name)), data or b""))
+        else:
+            doc.add(*_attachment(str(name), data or b"", read_attachment, depth,
+                                 budget.limits.max_depth))
+    _list(doc, listed)
     return doc
+
+
+def _exported(embedded: Any) -> bytes | None:
+    """An embedded message as a .msg file of its own, or None when extract_msg cannot write
+    it (then it is read as a section of its message instead)."""
+    try:
+        data = embedded.exportBytes()
+    except Exception:  # noqa: BLE001 - extract_msg's writer raises many kinds; fall back
+        return None
+    return bytes(data) if data else None
