@@ -4,7 +4,7 @@ Litestar reads `?tenant_id=A&tenant_id=B` as one of them and `?tenant_id=null` a
 requests /schema calls invalid (an array where one value goes, the word null where a uuid
 goes) were answered 200. Here, in one place for every route, a parameter /schema declares as
 one value is refused with 400 when it appears twice, and one declared with a type (a uuid, a
-date, a number, a boolean) when it is the word `null` (ADR 0200). The table comes from the
+date, a number, a boolean, one of an enum) when it is the word `null` (ADR 0200). The table comes from the
 document itself (``openapi.complete``), so it cannot drift from the declarations.
 """
 
@@ -28,7 +28,9 @@ class QueryRefused(errors.InvalidRequest):
 def kind(schema: dict[str, Any]) -> str:
     if schema.get("type") == "array":
         return "array"
-    if schema.get("format") or schema.get("type") in ("integer", "number", "boolean"):
+    # An enum is typed too: the word null is none of its values (Litestar read it as none).
+    if schema.get("format") or schema.get("enum") or \
+            schema.get("type") in ("integer", "number", "boolean"):
         return "typed"
     return "text"
 

@@ -30,6 +30,11 @@ GUARDS = [auth.admin_only]
 # Ids up to 2**53: what every JSON reader holds exactly (Postgres' bigint holds more).
 LedgerId = Annotated[int, Meta(ge=1, le=2**53)]
 FilterText = Annotated[str, Meta(max_length=replay.MAX_FILTER_CHARS, pattern=openapi.NO_NUL)]
+# Why an operator acts: required, one visible character at least (ADR 0194), declared so
+# /schema says what the handler enforces (ADR 0200).
+Reason = Annotated[str, Meta(max_length=replay.MAX_REASON_CHARS, pattern=openapi.NON_BLANK,
+                             description="Why, for the record: at most "
+                                         f"{replay.MAX_REASON_CHARS} characters.")]
 if TYPE_CHECKING:
     State = str
 else:
@@ -57,13 +62,13 @@ Replay = Annotated[ReplayRequest, Meta(extra_json_schema={"oneOf": [
 
 @dataclass
 class DiscardRequest:
-    reason: str
+    reason: Reason
 
 
 @dataclass
 class EditRequest:
     payload: dict[str, Any]
-    reason: str
+    reason: Reason
 
 
 @get("/v1/events", guards=GUARDS, tags=TAGS, responses=openapi.errors(400, 503))

@@ -117,11 +117,14 @@ def test_search_results_page_by_cursor_in_rank_order(gateway, library):
             if not cursor:
                 break
         assert seen == [ids["many"], ids["two"], ids["one"]]
-        # A cursor of the search never pages another filter
+        # A cursor is a position (ADR 0200): under another search it pages that search's
+        # results from there, and a string of another shape is refused
         first = client.get("/v1/documents", params={"search": "dragonfly", "limit": 1}).json()
         other = client.get("/v1/documents", params={"search": "bees", "limit": 1,
                                                     "cursor": first["next_cursor"]})
-        assert other.status_code == 400 and other.json()["code"] == "invalid_cursor"
+        assert other.status_code == 200, other.text
+        bad = client.get("/v1/documents", params={"search": "bees", "cursor": "not-a-cursor"})
+        assert bad.status_code == 400 and bad.json()["code"] == "invalid_cursor"
 
 
 def test_filter_by_state_keeps_inactive_and_failed_documents_reachable(gateway, conn, library):
