@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 # /schema: the form this route streams by hand, and its two answers (docs/decisions/0051).
 UPLOAD_FORM = openapi.form_body(
     ("file",), file_types=filetypes.media_types(GatewaySettings.model_fields["allowed_types"].default),
-    file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, min_length=1, description="The document; its filename's "
+    file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="The document; its filename's "
                 "extension decides the type and its first bytes must agree. Accepted by default (ALLOWED_TYPES): "
                 + ", ".join(f".{t}" for t in GatewaySettings.model_fields["allowed_types"].default)
                 + " (also .htm, .markdown, .jpg, .tif). Legacy .doc and .ppt are refused (415) with how to "

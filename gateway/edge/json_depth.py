@@ -27,9 +27,11 @@ _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _OPENERS = b"[{"
 _CLOSERS = b"]}"
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in _OPENERS + _CLOSERS)
-# Content types whose bodies are not JSON (files, forms): never scanned.
-_NOT_JSON = (b"multipart/", b"application/x-www-form-urlencoded", b"application/octet-stream",
-             b"text/csv")
+# Forms, whose bodies are not JSON: never scanned. Only a real multipart body (one with a
+# boundary): a JSON route reads any other body as JSON whatever its Content-Type says, and a
+# 1,000-level body sent as `multipart/form-data` without a boundary was a RecursionError, 500
+# (found by the suite's schemathesis run). Raw uploads do not exist: files come as multipart.
+_FORMS = (b"multipart/", b"application/x-www-form-urlencoded")
 
 
 class TooDeep(errors.InvalidRequest):
@@ -57,7 +59,9 @@ def depth_exceeds(body: bytes, limit: int = MAX_DEPTH) -> bool:
 def _is_json(scope: Scope) -> bool:
     for name, value in scope.get("headers") or ():
         if name == b"content-type":
-            return not value.lower().lstrip().startswith(_NOT_JSON)
+            value = value.lower().lstrip()
+            form = value.startswith(_FORMS)
+            return not form or (value.startswith(b"multipart/") and b"boundary=" not in value)
     return True  # no content type: a handler may still read it as JSON
 
 

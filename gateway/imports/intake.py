@@ -280,7 +280,7 @@ IMPORT_FORM = openapi.form_body(
            "then": {"required": ["platform"], "properties": {"source": {"enum": list(AD_SOURCES)}}},
            "else": {"properties": {"source": {"enum": list(SOURCES)}, "platform": False,
                                    "client_id": False}}},
-    file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, min_length=1,
+    file=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY,
                 description="The records file: CSV (.csv) or JSON lines (.jsonl, .ndjson)."),
     contract=Schema(type=OpenAPIType.STRING, enum=list(CONTRACTS), examples=["judgments"],
                     description="The data contract the file follows."),

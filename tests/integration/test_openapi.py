@@ -209,6 +209,11 @@ def test_every_json_body_is_refused_past_the_nesting_limit(gateway, document, te
             "Content-Type": "application/json"})
     # Then each answers 400 json_too_deep, an error body the document describes, never a 500
     assert ("post", "/v1/auth/login") in answered and ("post", "/v1/events") in answered
+    # also when it says it is a form it is not (multipart without a boundary): a JSON route
+    # reads it as JSON all the same (it was a RecursionError, 500)
+    answered[("post", "/v1/auth/password as multipart")] = httpx.post(
+        gateway.url + "/v1/auth/password", content=deep, timeout=30, headers={
+            "Authorization": f"Bearer {admin.token}", "Content-Type": "multipart/form-data"})
     wrong = {k: (r.status_code, r.text[:120]) for k, r in answered.items()
              if r.status_code != 400 or r.json().get("code") != "json_too_deep"}
     assert not wrong, wrong
