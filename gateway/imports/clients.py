@@ -20,8 +20,13 @@ from shared import db, errors
 
 Q = db.load_queries(Path(__file__).with_name("clients.sql"))
 MAX_NAME = 200  # ad_clients checks the same bound
-# Text with something visible and no control character (Unicode's Cc: C0, DEL and C1).
-NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+# Text with something visible, and none of: control characters (Unicode's Cc: C0, DEL, C1),
+# the bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069) that make a name
+# read as another in a list ("Acme\u202eseohS" shows as "AcmeShoes"). A list a pattern can
+# state, unlike Unicode's other invisible characters.
+_NOT_IN_NAMES = r"\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+NAME_PATTERN = rf"^[^{_NOT_IN_NAMES}]*[^\s{_NOT_IN_NAMES}][^{_NOT_IN_NAMES}]*$"
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 class ClientExists(errors.Conflict):
@@ -37,12 +42,13 @@ class InvalidClientName(errors.InvalidRequest):
 
 
 def clean_name(name: str) -> str:
-    """Trimmed, inner whitespace collapsed; control characters refused (they are never part
-    of a name and would hide one client behind another in a list). Unicode's other "C"
-    characters (format, private use, unassigned) a pattern in /schema cannot list: kept."""
+    """Trimmed, inner whitespace collapsed; control characters and bidirectional overrides
+    refused (they are never part of a name and would hide one client behind another in a
+    list). Unicode's other "C" characters (format, private use, unassigned) a pattern in
+    /schema cannot list: kept."""
     cleaned = " ".join(name.split())
     if not 1 <= len(cleaned) <= MAX_NAME or any(
-            unicodedata.category(ch) == "Cc" for ch in cleaned):
+            unicodedata.category(ch) == "Cc" or ch in _BIDI for ch in cleaned):
         raise InvalidClientName()
     return cleaned
 

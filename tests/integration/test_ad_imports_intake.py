@@ -178,7 +178,7 @@ def test_admins_create_clients_and_members_list_their_tenants_only(gateway, tena
     ({"name": "Acme\x00Shoes"}, "invalid_client_name"),
     ({"name": "Acme\u202eseohS"}, "invalid_client_name"),
     ({}, "invalid_request"),
-    ({"name": 7}, "invalid_request"),
+    ({"name": 7}, "invalid_client_name"),  # the field's code, whatever is wrong with it (ADR 0200)
 ])
 def test_bad_client_names_are_refused(gateway, tenants, conn, payload, code):
     admin = tenants.user()
