@@ -38,8 +38,10 @@ FINAL = ("completed", "partial", "failed")
 UNIQUE_KEYS = {
     ("judgments", ("tenant_id", "case_number_normalized")),
     ("plaintiffs", ("tenant_id", "dedupe_key")),
-    # An ad-metrics export is one batch per platform and client (migration 0022, ADR 0146).
-    ("import_batches", ("tenant_id", "contract", "file_hash", "platform", "client_id")),
+    # An ad-metrics export is one batch per platform and client (migration 0022, ADR 0146),
+    # and per import options (options_key, migration 0030).
+    ("import_batches", ("tenant_id", "contract", "file_hash", "platform", "client_id",
+                        "options_key")),
     ("ingestion_runs", ("batch_id",)),
 }
 

@@ -8,7 +8,7 @@ from datetime import date
 import pytest
 
 from shared.webhooks import signing
-from worker.records.completion import emit_ingestion_complete
+from worker.records.completion import commit_time, emit_ingestion_complete
 
 
 def _batch(conn, tenant_id, n: int = 0):
@@ -29,7 +29,8 @@ def _emit(conn, tenant_id, batch_id, status="completed", promoted=5):
                             status=status, client_id=None, platform="meta",
                             affected_dates=[date(2024, 5, 2), date(2024, 5, 1), date(2024, 5, 2)],
                             metrics={"total_rows": 6, "promoted_rows": promoted, "failed_rows": 1,
-                                     "daily_metrics_upserted": promoted})
+                                     "daily_metrics_upserted": promoted},
+                            at=commit_time(conn))
 
 
 def _count(conn, table, tenant_id):
@@ -77,4 +78,5 @@ def test_unknown_metrics_are_refused(tenants, conn):
                                 contract="judgments", status="completed", client_id=None,
                                 platform=None, affected_dates=[],
                                 metrics={"total_rows": 1, "promoted_rows": 1, "failed_rows": 0,
-                                         "bogus": 1})
+                                         "bogus": 1},
+                                at=commit_time(conn))

@@ -150,8 +150,14 @@ def test_runs_filter_by_file_name_and_source_within_the_tenant(gateway, conn, te
             "filename": "notes", "limit": 1, "cursor": first["next_cursor"]}).json()
         assert {first["items"][0]["run_id"], rest["items"][0]["run_id"]} == {
             ids["Notes_2024.txt"], ids["notes-old.txt"]}
-        assert client.get("/v1/ingestion-runs", params={
-            "filename": "report", "cursor": first["next_cursor"]}).status_code == 400
+        # A cursor is a position (ADR 0200): under another filter it pages that filter's
+        # runs from there, and a string of another shape is refused
+        other_filter = client.get("/v1/ingestion-runs", params={
+            "filename": "report", "cursor": first["next_cursor"]})
+        assert other_filter.status_code == 200, other_filter.text
+        bad = client.get("/v1/ingestion-runs", params={
+            "filename": "report", "cursor": "not-a-cursor"})
+        assert bad.status_code == 400 and bad.json()["code"] == "invalid_cursor", bad.text
         # Bounded and checked: JSON errors
         for params in ({"filename": "x" * 256}, {"source_id": "not-a-uuid"}):
             response = client.get("/v1/ingestion-runs", params=params)

@@ -144,7 +144,7 @@ def test_upload_creates_document_run_and_exact_job(gateway, tenants, conn, queue
         "upload_uri": config["upload_uri"], "title": "IT Security Policy", "source_type": "md",
         "source_uri": f"upload://{digest}", "original_filename": "policy.md",
         "content_hash": digest, "embedding_model": "sentence-transformers/all-MiniLM-L6-v2",
-        "embedding_dim": 384, "submitted_at": job["submitted_at"],
+        "embedding_dim": 384, "submitted_at": job["submitted_at"], "attachment_depth": 0,
     }
     # and the outbox row is marked published (the relay commits that just after the send)
     wait_until(lambda: conn.execute("SELECT published_at FROM job_outbox WHERE run_id = %s",

@@ -21,6 +21,8 @@ def payload(**changes) -> dict:
         "source_type": "pdf", "source_uri": f"upload://{HASH}", "original_filename": "foo.pdf",
         "content_hash": HASH, "embedding_model": "sentence-transformers/all-MiniLM-L6-v2",
         "embedding_dim": 384, "submitted_at": "2026-02-15T00:00:00Z",
+        # docs/decisions/0250: an attachment's nesting depth; 0 for an upload's own document.
+        "attachment_depth": 0,
     }
     base.update(changes)
     return {k: v for k, v in base.items() if v is not ...}
