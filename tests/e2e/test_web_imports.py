@@ -49,7 +49,7 @@ def test_an_import_uploads_with_progress_goes_live_and_a_second_copy_is_a_duplic
     # The contract list is the registry's
     expect(page.locator("#contract option")).to_have_text(
         ["judgments (version 1.0.0)", "plaintiffs (version 1.0.0)",
-         "ad_metrics (version 1.0.0)"])
+         "ad_metrics (version 2.0.0)"])
     csv_path = tmp_path / "judgments-jan.csv"
     csv_path.write_bytes(records.judgments_csv(3, seed="W"))
 

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from gateway.web import reads
-from tests.conftest import TEST_PASSWORD
+from tests.conftest import TEST_PASSWORD, tenant_of
 from tests.support import browser, documents, stack
 
 pytestmark = pytest.mark.slow
@@ -71,6 +71,8 @@ def test_a_user_uploads_follows_runs_reads_documents_and_signs_out(
         page.goto(f"{gateway.url}/runs")
         expect(page).to_have_url(re.compile(r"/login\?next=%2Fruns$"))
         browser.shot(page, out_dir, "01-login")
+        # Sign-in names the tenant (docs/decisions/0202)
+        page.get_by_label("Tenant").fill(tenant_of(user.email))
         page.get_by_label("E-mail").fill(user.email)
         page.get_by_label("Password").fill("wrong password!")
         page.get_by_role("button", name="Sign in").click()
