@@ -109,7 +109,8 @@ def _declared_code(request: Request, key: str, message: str) -> str | None:
     "query_empty"}}``, or per keyword ``{"q": {"pattern": "query_empty", "maxLength":
     "query_too_long"}}`` (codes clients already rely on survive the move into /schema)."""
     declared = (getattr(request.route_handler, "opt", None) or {}).get("error_codes", {})
-    codes = declared.get(key)
+    # An item of a list field is reported as "event_types[0]": the field's code covers it.
+    codes = declared.get(key, declared.get(key.split("[", 1)[0]))
     if isinstance(codes, str) or codes is None:
         return codes
     keyword = next((k for words, k in _KEYWORDS if words in message), None)

@@ -24,6 +24,17 @@ _GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
 # other 2001::/23 blocks Python already treats as private.
 _NOT_ROUTED = (ipaddress.IPv6Network("2001:db8::/32"), ipaddress.IPv6Network("3fff::/20"))
 
+# A URL's IPv6 literal host, ``[::ffff:a9fe:a9fe]`` (RFC 3986's IPv6address, no zone id), for
+# the URL patterns /schema declares: a well-formed URL whose address the rules then judge.
+_H16, _OCTET = "[0-9A-Fa-f]{1,4}", "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_LS32 = rf"({_H16}:{_H16}|{_OCTET}(\.{_OCTET}){{3}})"
+IPV6_LITERAL = (r"\[(" + "|".join((
+    rf"({_H16}:){{6}}{_LS32}", rf"::({_H16}:){{5}}{_LS32}", rf"({_H16})?::({_H16}:){{4}}{_LS32}",
+    rf"(({_H16}:){{0,1}}{_H16})?::({_H16}:){{3}}{_LS32}",
+    rf"(({_H16}:){{0,2}}{_H16})?::({_H16}:){{2}}{_LS32}",
+    rf"(({_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}", rf"(({_H16}:){{0,4}}{_H16})?::{_LS32}",
+    rf"(({_H16}:){{0,5}}{_H16})?::{_H16}", rf"(({_H16}:){{0,6}}{_H16})?::")) + r")\]")
+
 
 def normalize(url: str) -> str:
     return url.rstrip("/")

@@ -24,6 +24,7 @@ from msgspec import Meta
 from gateway.sources import access as source_access
 from gateway.sources import deactivation
 from shared import db, errors
+from shared.addresses import IPV6_LITERAL
 
 Q = db.load_queries(Path(__file__).with_name("sources.sql"))
 
@@ -114,8 +115,9 @@ PREFIX_PATTERN = (r"^/*(?:(?!\.\.?/)[^/\x00-\x1f\x7f\\]+/)*(?!\.\.?$)"
                   r"[^/\x00-\x1f\x7f\\]*$")
 # A port urllib reads (1 to 5 digits, at most 65535), as the patterns below declare it.
 PORT_PATTERN = r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
-# http(s), a host, a port, a path: no credentials, query or fragment.
-ENDPOINT_PATTERN = (r"^https?://[A-Za-z0-9._~-]+" + PORT_PATTERN
+# http(s), a host (a name, IPv4 or a bracketed IPv6 literal, judged by the address rules: a
+# policy refusal is 403, ADR 0200), a port, a path: no credentials, query or fragment.
+ENDPOINT_PATTERN = (r"^https?://([A-Za-z0-9._~-]+|" + IPV6_LITERAL + ")" + PORT_PATTERN
                     + r"(/[^\s?#\x00-\x1f\x7f]*)?$")
 _BUCKET_RULE = ("bucket must be an S3 bucket name: 3 to 63 lowercase letters, digits, dots or "
                 "hyphens, starting and ending with a letter or digit, not shaped like an IP "
@@ -130,7 +132,7 @@ Prefix = Annotated[str, Meta(max_length=MAX_PREFIX_CHARS, pattern=PREFIX_PATTERN
     "e.g. 'docs/2024/'."))]
 Endpoint = Annotated[str, Meta(max_length=2048, pattern=ENDPOINT_PATTERN, description=(
     "endpoint_url must be an http(s) URL such as 'https://s3.eu-west-1.amazonaws.com', "
-    "without credentials, a query or a fragment."))]
+    "with a port up to 65535 if any, without credentials, a query or a fragment."))]
 Region = Annotated[str, Meta(pattern=r"^[a-z0-9-]{1,40}$",
                              description="region must look like 'eu-west-1'.")]
 Patterns = Annotated[list[Annotated[str, Meta(min_length=1, max_length=MAX_PATTERN_CHARS,

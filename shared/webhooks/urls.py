@@ -44,9 +44,11 @@ class WebhookUrlForbidden(errors.Forbidden):
     code = WebhookUrlNotAllowed.code
 
 
-# What check() reads as a URL, as /schema declares it: http(s), a host (name or IPv4), a port
-# up to 65535, the rest without spaces. Anything else is malformed (400).
-URL_PATTERN = (r"^https?://([A-Za-z0-9._~%!$&'()*+,;=:-]*@)?[A-Za-z0-9._~-]+"
+# What check() reads as a URL, as /schema declares it: http(s), a host (name, IPv4 or a
+# bracketed IPv6 literal, whose address check() then judges: 403), a port up to 65535, the rest
+# without spaces. Anything else is malformed (400).
+URL_PATTERN = (r"^https?://([A-Za-z0-9._~%!$&'()*+,;=:-]*@)?([A-Za-z0-9._~-]+|"
+               + addresses.IPV6_LITERAL + ")"
                r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]"
                r"|6553[0-5]))?([/?#][^\s\x00-\x1f]*)?$")
 

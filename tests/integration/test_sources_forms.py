@@ -90,7 +90,8 @@ def test_test_connection_refuses_what_a_sync_refuses(gw, admin, tenants, conn, s
         grant(conn, admin, bucket)
         far = client.post("/v1/sources/test-connection",
                           json={"bucket": bucket, "endpoint_url": "http://169.254.169.254"})
-        assert far.status_code == 400, far.text
+        # 403: a well-formed URL the rules keep us from calling (docs/decisions/0200)
+        assert far.status_code == 403 and far.json()["code"] == "endpoint_not_allowed", far.text
         # A malformed bucket name
         bad = client.post("/v1/sources/test-connection", json={"bucket": "A_B"})
         assert bad.status_code == 400 and bad.json()["code"] == "invalid_request"

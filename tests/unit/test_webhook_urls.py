@@ -17,7 +17,7 @@ def resolving(*addresses: str):
     "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::1", "fd00::1", "fe80::1",
     "224.0.0.1", "127.0.0.1", "::1"])
 def test_a_public_name_that_resolves_to_a_refused_address_is_refused(address):
-    with pytest.raises(urls.WebhookUrlNotAllowed, match="resolves to"):
+    with pytest.raises(urls.WebhookUrlForbidden, match="resolves to"):
         urls.check("https://hooks.example.com/in", allowlist=(), dev_mode=False,
                    resolve=resolving("93.184.216.34", address))
 
@@ -27,10 +27,10 @@ def test_public_addresses_pass_and_loopback_only_in_dev_mode():
                resolve=resolving("93.184.216.34", "2606:2800:220:1::1"))
     urls.check("http://localhost:8000/in", allowlist=(), dev_mode=True,
                resolve=resolving("127.0.0.1", "::1"))
-    with pytest.raises(urls.WebhookUrlNotAllowed):
+    with pytest.raises(urls.WebhookUrlForbidden):
         urls.check("https://localhost/in", allowlist=(), dev_mode=False,
                    resolve=resolving("127.0.0.1"))
-    with pytest.raises(urls.WebhookUrlNotAllowed):
+    with pytest.raises(urls.WebhookUrlForbidden):
         urls.check("http://10.0.0.7/in", allowlist=(), dev_mode=True,
                    resolve=resolving("10.0.0.7"))
 
@@ -51,7 +51,7 @@ def test_logs_get_the_url_without_query_or_credentials():
 def test_reserved_ipv6_forms_are_refused_outside_dev_mode(address):
     # Python 3.11 calls several of these "global" (IPv4-compatible ::/96, site-local fec0::/10,
     # 5f00::/8, local-use NAT64, the 3fff::/20 documentation block): the rule must not.
-    with pytest.raises(urls.WebhookUrlNotAllowed, match="resolves to"):
+    with pytest.raises(urls.WebhookUrlForbidden, match="resolves to"):
         urls.check("https://hooks.example.com/in", allowlist=(), dev_mode=False,
                    resolve=resolving(address))
 
@@ -59,7 +59,7 @@ def test_reserved_ipv6_forms_are_refused_outside_dev_mode(address):
 def test_an_ipv4_compatible_loopback_literal_is_refused():
     # Resolved for real: getaddrinfo takes the literal as it is and the rule judges what it got.
     for url in ("https://[::127.0.0.1]/in", "https://[::7f00:1]:8443/in"):
-        with pytest.raises(urls.WebhookUrlNotAllowed):
+        with pytest.raises(urls.WebhookUrlForbidden):
             urls.check(url, allowlist=(), dev_mode=False)
 
 
