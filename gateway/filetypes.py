@@ -9,7 +9,7 @@ from __future__ import annotations
 import codecs
 import re
 
-from shared import errors
+from shared import errors, textcodecs
 
 CONTENT_TYPES = {
     "pdf": "application/pdf",
@@ -69,8 +69,6 @@ SNIFF_BYTES = 8192
 # "Excel CSV" as UTF-16 with a byte-order mark, some tools as UTF-32 or UTF-16 without one.
 # Their NUL bytes are text, not a binary's (docs/decisions/0170).
 RECORDS_TYPES = ("csv", "jsonl")
-_UNICODE_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
-                 (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 _HTML_START = re.compile(rb"^\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body|meta|title|div|p|h[1-6])\b",
                          re.IGNORECASE | re.DOTALL)
@@ -144,20 +142,12 @@ def _is_text(head: bytes, *, complete: bool) -> bool:
 
 def _wide_unicode(head: bytes) -> str | None:
     """The codec of a UTF-16/32 text: by its byte-order mark, else UTF-16 recognisable by the
-    NUL high bytes of mostly-Latin text; None for anything else."""
-    for bom, codec in _UNICODE_BOMS:
-        if head.startswith(bom):
-            return codec
-    pairs = len(head) // 2
-    if pairs < 2:
-        return None
-    even = sum(1 for i in range(0, pairs * 2, 2) if head[i] == 0)
-    odd = sum(1 for i in range(1, pairs * 2, 2) if head[i] == 0)
-    if odd >= 0.6 * pairs and even <= 0.1 * pairs:
-        return "utf-16-le"
-    if even >= 0.6 * pairs and odd <= 0.1 * pairs:
-        return "utf-16-be"
-    return None
+    NUL high bytes of mostly-Latin text; None for anything else (UTF-8 with a BOM included:
+    the plain text check reads it)."""
+    mark = textcodecs.bom(head)
+    if mark is not None:
+        return None if mark.codec == "utf-8-sig" else mark.codec
+    return textcodecs.utf16_without_bom(head)
 
 
 def _is_wide_text(head: bytes, codec: str, *, complete: bool) -> bool:

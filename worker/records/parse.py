@@ -31,7 +31,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from shared import contracts, errors
+from shared import contracts, errors, textcodecs
 from shared.contracts import codes
 from shared.contracts import normalise as n
 
@@ -49,13 +49,6 @@ RAW_CHARS = 10_000
 # An export's total rows start so (Google `Total: Account`, `Total - filtered`; TikTok
 # `Total of 5 results`); a campaign called `Total Fitness` is not one.
 TOTAL_PREFIXES = ("total:", "total -", "total –", "total of ")
-BOMS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32LE with BOM"),
-        (codecs.BOM_UTF32_BE, "utf-32", "UTF-32BE with BOM"),
-        (codecs.BOM_UTF8, "utf-8-sig", "UTF-8 with BOM"),
-        (codecs.BOM_UTF16_LE, "utf-16", "UTF-16LE with BOM"),
-        (codecs.BOM_UTF16_BE, "utf-16", "UTF-16BE with BOM"))
-
-
 class BatchRejected(errors.BadDocument):
     """The file as a whole cannot be imported: the batch fails with this one sentence, and
     ``issues`` (file-level, row 0) are stored beside it."""
@@ -98,40 +91,16 @@ def detect_encoding(path: Path) -> Encoding:
     text" without a BOM); else UTF-8 if the whole file decodes, else cp1252, else latin-1."""
     with open(path, "rb") as fh:
         head = fh.read(4096)
-    for bom, codec, label in BOMS:
-        if head.startswith(bom) and _decodes(path, codec):
-            return Encoding(codec, label)
-    utf16 = _utf16_without_bom(head)
+    mark = textcodecs.bom(head)
+    if mark is not None and _decodes(path, mark.codec):
+        return Encoding(mark.codec, mark.label)
+    utf16 = textcodecs.utf16_without_bom(head)
     if utf16 is not None and _decodes(path, utf16):
         return Encoding(utf16, utf16.upper().replace("UTF-16-", "UTF-16") + " without BOM")
     for codec, label in (("utf-8", "UTF-8"), ("cp1252", "cp1252")):
         if _decodes(path, codec):
             return Encoding(codec, label)
     return Encoding("latin-1", "latin-1")
-
-
-def _utf16_without_bom(head: bytes) -> str | None:
-    """utf-16-le / utf-16-be when most code units of the head are ASCII with a NUL high byte
-    (text in UTF-16 whose characters are mostly Latin), else None."""
-    pairs = len(head) // 2
-    if pairs < 2:
-        return None
-    even_nul = sum(1 for i in range(0, pairs * 2, 2) if head[i] == 0)
-    odd_nul = sum(1 for i in range(1, pairs * 2, 2) if head[i] == 0)
-    if odd_nul >= 0.6 * pairs and even_nul <= 0.1 * pairs:
-        return "utf-16-le"
-    if even_nul >= 0.6 * pairs and odd_nul <= 0.1 * pairs:
-        return "utf-16-be"
-    return None
-
-
-def is_unicode_text(head: bytes) -> bool:
-    """Whether bytes start a Unicode text the importer reads although they hold NULs: a
-    UTF-16/32 byte-order mark, or UTF-16 recognisable without one (gateway/filetypes.py
-    asks this of an upload before it refuses NUL bytes)."""
-    if any(head.startswith(bom) for bom, _, _ in BOMS):
-        return True
-    return _utf16_without_bom(head[:4096]) is not None
 
 
 def _decodes(path: Path, encoding: str) -> bool:

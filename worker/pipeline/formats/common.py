@@ -6,14 +6,13 @@ the user what to do; nothing here retries, because retrying cannot fix a bad fil
 
 from __future__ import annotations
 
-import codecs
 import re
 import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared import errors
+from shared import errors, textcodecs
 
 STAGE = "extract"
 
@@ -111,15 +110,9 @@ def join_blocks(blocks: Iterable[str]) -> str:
     return _BLANK_RUNS.sub("\n\n", "".join(parts))
 
 
-_BOMS = (
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
-
-
 def bom_encoding(data: bytes) -> str | None:
-    return next((name for bom, name in _BOMS if data.startswith(bom)), None)
+    mark = textcodecs.bom(data)
+    return None if mark is None else mark.codec
 
 
 def decode_text(data: bytes) -> str:
