@@ -232,7 +232,7 @@ class Postmaster:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self.returncode is None and not _alive(self.pid):
+        if self.returncode is None and not alive(self.pid):
             self.returncode = -1  # not our child: its exit status is not ours to read
         return self.returncode
 
@@ -252,7 +252,8 @@ class Postmaster:
         self.send_signal(signal.SIGQUIT)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie does not), also when another user owns it."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

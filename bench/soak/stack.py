@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 
+from cli import embedded
 from cli.embedded import MotoServer, free_port
 from tests.support import devstack
 from tests.support.tcpproxy import TcpProxy
@@ -168,25 +169,24 @@ class Stack:
 
     def children(self) -> dict[str, int | None]:
         """Each supervised child's pid, None while it waits to be restarted."""
-        try:
-            state = json.loads((self.state / "children.json").read_text())
-        except (OSError, ValueError):
-            return {}
-        return {name: c["pid"] for name, c in state["children"].items()}
+        return {name: c["pid"] for name, c in self._supervised().items()}
 
     def restarts(self) -> dict[str, int]:
+        return {name: c["restarts"] for name, c in self._supervised().items()}
+
+    def _supervised(self) -> dict[str, dict]:
+        """The supervisor's .ingest/children.json (empty while it is being written)."""
         try:
-            state = json.loads((self.state / "children.json").read_text())
-        except (OSError, ValueError):
+            return dict(json.loads((self.state / "children.json").read_text())["children"])
+        except (OSError, ValueError, KeyError):
             return {}
-        return {name: c["restarts"] for name, c in state["children"].items()}
 
     def wait_child(self, name: str, timeout_s: float = 60) -> int | None:
         """The child's pid once it is up (it may be restarting after an earlier fault)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             pid = self.children().get(name)
-            if pid and _alive(pid):
+            if pid and embedded.alive(pid):
                 return pid
             time.sleep(0.5)
         return None
@@ -204,17 +204,5 @@ class Stack:
                             self.state / "moto.log") if p.exists()]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return True
-
-
 def alive(pid: int | None) -> bool:
-    return bool(pid) and _alive(pid)  # type: ignore[arg-type]
+    return bool(pid) and embedded.alive(pid)  # type: ignore[arg-type]
