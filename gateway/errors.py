@@ -109,12 +109,23 @@ def _declared_code(request: Request, key: str, message: str) -> str | None:
     "query_empty"}}``, or per keyword ``{"q": {"pattern": "query_empty", "maxLength":
     "query_too_long"}}`` (codes clients already rely on survive the move into /schema)."""
     declared = (getattr(request.route_handler, "opt", None) or {}).get("error_codes", {})
-    # An item of a list field is reported as "event_types[0]": the field's code covers it.
-    codes = declared.get(key, declared.get(key.split("[", 1)[0]))
+    # Codes are declared by the names clients send. Litestar reports a query parameter by its
+    # argument's name (?type= is file_type), and an item of a list field as "event_types[0]".
+    field = key.split("[", 1)[0]
+    codes = next((declared[name] for name in (key, field, _sent_name(request, field))
+                  if name in declared), None)
     if isinstance(codes, str) or codes is None:
         return codes
     keyword = next((k for words, k in _KEYWORDS if words in message), None)
     return codes.get(keyword) or codes.get("*")
+
+
+def _sent_name(request: Request, argument: str) -> str:
+    """The name a handler's argument goes by in the request (QueryParameter(name=...))."""
+    signature = getattr(request.route_handler, "parsed_fn_signature", None)
+    field = signature.parameters.get(argument) if signature is not None else None
+    kwarg = getattr(field, "kwarg_definition", None)
+    return getattr(kwarg, "query", None) or getattr(kwarg, "name", None) or argument
 
 
 def bad_value(_: Request, exc: Exception) -> Response:

@@ -38,10 +38,9 @@ Status = Annotated[service.Status | None, Parameter(required=False, description=
 State = Annotated[str | None, QueryParameter(name="state", required=False, max_length=2,
                                              pattern=r"^[A-Z]{2}$",
                                              description="2-letter state code, e.g. NY.")]
-# The codes these refusals had before /schema declared them (ADR 0200), keyed by argument
-# name, as Litestar reports a refused parameter (?state= is us_state).
+# The codes these refusals had before /schema declared them (ADR 0200).
 ERROR_CODES = {"amount_min": "invalid_filter", "amount_max": "invalid_filter",
-               "status": "invalid_filter", "us_state": {"pattern": "invalid_filter"}}
+               "status": "invalid_filter", "state": {"pattern": "invalid_filter"}}
 
 
 @get("/v1/records/judgments", tags=["records"], dependencies=paging.CURSORS,

@@ -43,9 +43,7 @@ ERROR_CODES = {"q": {"required": "query_empty", "pattern": "query_empty",
                      "maxLength": "query_too_long"},
                "question": {"pattern": "query_empty", "maxLength": "query_too_long"},
                "k": "invalid_k", "mode": "invalid_mode", "group": "invalid_group",
-               # Keyed by argument name, as Litestar reports a refused parameter: ?type= is
-               # file_type.
-               "file_type": "invalid_filter", "doc_id": {"maxLength": "invalid_filter"}}
+               "type": "invalid_filter", "doc_id": {"maxLength": "invalid_filter"}}
 K = Annotated[int, Parameter(ge=1, le=service.MAX_K, description="How many hits, 1 to 50.")]
 # A document type as /schema names it: ALLOWED_TYPES' default (a narrower setting refuses more).
 if TYPE_CHECKING:
