@@ -249,19 +249,13 @@ def compare(root: Path, url: str, conn, gateway: stack.Process, token: str,  # t
 
 
 def statistics(conn, gateway: stack.Process, token: str, days: int) -> None:  # type: ignore[no-untyped-def]
-    from records import IMPORT_TABLES, stale_stage
+    from records import IMPORT_TABLES, clear_statistics, stale_stage
 
     tables = (*IMPORT_TABLES, "campaigns", "ad_sets", "ads", "daily_metrics")
     times: dict[str, float] = {}
     for number, mode in enumerate(("none", "fresh", "stale")):
         if mode == "none":
-            for table in tables:
-                conn.execute("SELECT pg_clear_relation_stats('public', %s)", (table,))
-                for column in conn.execute(
-                        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass "
-                        "AND attnum > 0 AND NOT attisdropped", (table,)).fetchall():
-                    conn.execute("SELECT pg_clear_attribute_stats('public', %s, %s, false)",
-                                 (table, column["attname"]))
+            clear_statistics(conn, tables)
         elif mode == "fresh":
             conn.execute("ANALYZE")
         else:
