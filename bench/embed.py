@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import numpy as np  # noqa: E402
+
 from shared.embedding import choice  # noqa: E402
 from shared.embedding import model as embedding  # noqa: E402
 from worker.pipeline import embed  # noqa: E402
@@ -54,11 +56,30 @@ def chunk_ids(count: int, tokenizer, max_len: int, seed: int = 27) -> list[list[
     return [s if len(s) <= max_len else [*s[: max_len - 1], s[-1]] for s in ids]
 
 
+def _passes_by_hand(ids: list[list[int]], batch_tokens: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The ceiling's own batching, none of the product's: sort by length, fill each pass up to
+    ``batch_tokens`` padded tokens, right-pad with 0 and a mask of ones."""
+    passes, current = [], []
+    for seq in sorted(ids, key=len):
+        if current and (len(current) + 1) * len(seq) > batch_tokens:
+            passes.append(current)
+            current = []
+        current.append(seq)
+    passes.append(current)
+    out = []
+    for group in passes:
+        width = max(map(len, group))
+        padded = np.array([seq + [0] * (width - len(seq)) for seq in group], dtype=np.int64)
+        mask = np.array([[1] * len(seq) + [0] * (width - len(seq)) for seq in group],
+                        dtype=np.int64)
+        out.append((padded, mask))
+    return out
+
+
 def raw_forward(model: embedding.Embedder, ids: list[list[int]], batch_tokens: int) -> float:
     """Seconds for the variant's bare forward over pre-padded passes; on cuda, on-device fp16
     transformer + pooling with nothing copied back (synchronised once at the end)."""
-    passes = [embedding.pad([ids[i] for i in rows])
-              for rows in embedding.plan_batches([len(s) for s in ids], batch_tokens)]
+    passes = _passes_by_hand(ids, batch_tokens)
     backend = model.backend  # the forward pass itself, below the Embedder's normalisation
     if model.device != "cuda":
         backend.forward(*passes[0])  # warm-up
