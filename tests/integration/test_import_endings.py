@@ -33,11 +33,13 @@ def test_completed_at_finished_at_and_the_event_are_the_commit_time_not_the_star
         importer.run(tenant, judgments(3, 0), "judgments")))
     worker.start()
     deadline = time.monotonic() + 60
+    # promoting from the promotion's first transaction on; the hold is inside its last
+    # (staging_complete lasts only between the two, too briefly to be polled for)
     while conn.execute("SELECT count(*) AS n FROM import_batches WHERE tenant_id = %s AND "
-                       "status = 'staging_complete'", (tenant,)).fetchone()["n"] == 0:
+                       "status = 'promoting'", (tenant,)).fetchone()["n"] == 0:
         assert time.monotonic() < deadline, "the import never reached its promotion"
         time.sleep(0.05)
-    time.sleep(1.5)  # inside the promotion's transaction now (it holds there)
+    time.sleep(1.5)  # inside the flip's transaction now (it holds there)
 
     # When it is let go
     released = datetime.now(UTC)
