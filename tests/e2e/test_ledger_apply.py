@@ -10,7 +10,6 @@ import hashlib
 import json
 import signal
 import subprocess
-import sys
 import urllib.request
 from decimal import Decimal
 
@@ -56,8 +55,7 @@ def drain(stack_env, out_dir, env: dict | None = None, name: str = "worker") -> 
 
 
 def cli(stack_env, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True,
-                          text=True, timeout=60, env=stack.clean_env(stack_env))
+    return stack.ingest(list(args), stack_env, timeout=60)
 
 
 def test_event_is_applied_once_and_again_is_a_no_op(tenants, conn, stack_env, out_dir):

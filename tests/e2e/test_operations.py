@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import uuid
 
 import httpx
@@ -30,9 +29,7 @@ def _empty(queues) -> bool:
 
 
 def _cli(stack_env, *args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=stack.ROOT,
-                            env=stack.clean_env(stack_env), capture_output=True, text=True,
-                            timeout=120)
+    result = stack.ingest(list(args), stack_env)
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 

@@ -5,7 +5,6 @@ a stack whose worker is down fails with exit status 1."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 from tests.support import stack
 
@@ -21,10 +20,8 @@ def verify(gateway, user, stack_env, *args: str, database: bool = True,
            timeout: float = 300) -> subprocess.CompletedProcess:
     """`ingest verify --url … --token …` with exactly the settings it is meant to have."""
     env = {"DATABASE_URL": stack_env["DATABASE_URL"]} if database else {}
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", "verify", "--url", gateway.url, "--token", user.token,
-         *args], cwd=stack.ROOT, env=stack.clean_env({**env, "LOG_LEVEL": "WARNING"}),
-        capture_output=True, text=True, timeout=timeout)
+    return stack.ingest(["verify", "--url", gateway.url, "--token", user.token, *args],
+                        {**env, "LOG_LEVEL": "WARNING"}, timeout=timeout)
 
 
 def lines(result: subprocess.CompletedProcess) -> dict[str, str]:

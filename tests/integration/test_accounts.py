@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 
 import httpx
 import pytest
@@ -96,9 +95,7 @@ def test_the_cli_needs_the_tenant_only_for_an_address_two_tenants_have(gateway, 
     tenants.user(tenant="globex", role="user", email=shared)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=stack.ROOT,
-                              env=stack.clean_env(stack_env), capture_output=True, text=True,
-                              timeout=120)
+        return stack.ingest(list(args), stack_env)
 
     ambiguous = cli("token", "--email", shared)
     named = cli("token", "--email", shared, "--tenant", "globex")

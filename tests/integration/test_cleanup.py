@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import uuid
 from datetime import timedelta
@@ -198,12 +197,9 @@ def test_cli_cleanup(conn, tenants, stack_env, out_dir):
     records.add_errors(conn, batch_id, [imports_ops.error("JUDGMENT_AMOUNT_INVALID", 4)])
     conn.execute("UPDATE import_row_errors SET created_at = now() - interval '91 days' "
                  "WHERE batch_id = %s", (batch_id,))
-    env = stack.clean_env(stack_env)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "cli.main", "cleanup", *args],
-                              cwd=stack.ROOT, env=env, capture_output=True, text=True,
-                              timeout=120)
+        return stack.ingest(["cleanup", *args], stack_env)
 
     # When the operator looks first, then cleans
     preview = cli("--dry-run", "--json")

@@ -5,7 +5,6 @@ the operators' API (/v1/admin/dlq), a tenant admin's API (/v1/dead-letters) and 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -531,9 +530,7 @@ def test_a_redrive_whose_send_fails_after_the_reopen_is_published_later(
 
 # ── CLI: every tenant ───────────────────────────────────────────────────────────────────────
 def _cli(stack_env, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", "dlq", *args], cwd=stack.ROOT,
-                          env=stack.clean_env(stack_env), capture_output=True, text=True,
-                          timeout=120, input=stdin)
+    return stack.ingest(["dlq", *args], stack_env, stdin=stdin)
 
 
 def test_cli_syncs_lists_every_tenant_and_purges_only_when_confirmed(

@@ -6,11 +6,9 @@ logout, a password change, a role change and deactivation move on (docs/decision
 
 from __future__ import annotations
 
-import os
 import re
 import statistics
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -275,10 +273,7 @@ def test_an_admin_password_reset_ends_sessions_and_lifts_a_lockout(throttled, te
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    keep = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=stack.ROOT,
-                          env={**keep, **env, "INGEST_PASSWORD": "cli-set password"},
-                          capture_output=True, text=True, timeout=120)
+    return stack.ingest(list(args), {**env, "INGEST_PASSWORD": "cli-set password"})
 
 
 def test_cli_tokens_and_user_commands_follow_the_same_rule(gateway, stack_env, tenants):

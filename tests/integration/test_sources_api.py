@@ -4,9 +4,7 @@ deletion (real gateway, moto S3, an S3 upload store whose bucket no source may r
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 
 import pytest
@@ -454,9 +452,7 @@ def test_dev_mode_allows_loopback_but_not_link_local_or_private(env, out_dir, ad
 # ── the operator's CLI ──────────────────────────────────────────────────────────────────────
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """`ingest ...` with exactly this test's settings on top of the machine's basics."""
-    base = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=stack.ROOT,
-                          env={**base, **env}, capture_output=True, text=True, timeout=120)
+    return stack.ingest(list(args), env)
 
 
 def test_cli_grants_revokes_and_lists(env, tenants, conn, platform):

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from cli.embedded import free_port, wait_for_port
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_JWT_SECRET = "test-secret-" + "x" * 40
@@ -84,6 +86,42 @@ def spawn(name: str, args: list[str], env: dict[str, str], log_dir: Path,
     return Process(name, proc, log_path, port, env)
 
 
+def _fork(name: str, args: list[str], env: dict[str, str], log_dir: Path,
+          port: int | None) -> Process:
+    """As spawn, from the test zygote's already imported interpreter (tests/support/zygote.py)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = _fresh_log(log_dir, name)
+    log_path.touch(exist_ok=False)
+    server = zygote.get(clean_env(OFFLINE_ENV), ROOT)
+    proc = server.fork(args, clean_env(env), ROOT, log_path)
+    return Process(name, proc, log_path, port, env)  # type: ignore[arg-type]
+
+
+def ingest(args: list[str], env: dict[str, str], *, stdin: str | None = None,
+           timeout: float = 120) -> subprocess.CompletedProcess:
+    """`ingest <args>` run to its end with a clean environment plus ``env``, as
+    ``subprocess.run(..., capture_output=True, text=True)`` answers it; forked from the test
+    zygote (docs/decisions/0260) unless TEST_GATEWAY_FORK=0."""
+    command = [sys.executable, "-m", "cli.main", *args]
+    if not zygote.enabled():
+        return subprocess.run(command, cwd=ROOT, env=clean_env(env), capture_output=True,
+                              text=True, timeout=timeout, input=stdin)
+    with tempfile.TemporaryDirectory(prefix="ingest-cli-") as folder:
+        out, err, given = (Path(folder) / name for name in ("out", "err", "in"))
+        given.write_text(stdin or "")
+        out.touch()
+        err.touch()
+        server = zygote.get(clean_env(OFFLINE_ENV), ROOT)
+        proc = server.fork(args, clean_env(env), ROOT, out, stderr_path=err, stdin_path=given)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise subprocess.TimeoutExpired(command, timeout) from None
+        return subprocess.CompletedProcess(command, code, out.read_text(errors="replace"),
+                                           err.read_text(errors="replace"))
+
+
 def _fresh_log(log_dir: Path, name: str) -> Path:
     path, n = log_dir / f"{name}.log", 1
     while path.exists():
@@ -95,7 +133,9 @@ def _fresh_log(log_dir: Path, name: str) -> Path:
 def start_gateway(env: dict[str, str], log_dir: Path, name: str = "gateway",
                   scheme: str = "http") -> Process:
     port = free_port()
-    process = spawn(name, ["gateway", "--port", str(port)], env, log_dir, port)
+    args = ["gateway", "--port", str(port)]
+    process = (_fork(name, args, env, log_dir, port) if zygote.enabled()
+               else spawn(name, args, env, log_dir, port))
     process.scheme = scheme
     try:
         wait_for_port(port, timeout=60, proc=process.proc)

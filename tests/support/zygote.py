@@ -1,0 +1,212 @@
+"""Gateways and `ingest` commands for tests, forked from one interpreter that has already imported the gateway, as
+`gunicorn --preload` forks its workers (docs/decisions/0260).
+
+Starting `python -m cli.main gateway` costs ~2.5 s of CPU in imports alone (Litestar, boto3,
+psycopg, pydantic, the bcrypt timing hash), and the suite starts ~600 gateways. Each gateway
+forked here is still its own process: its own environment (exactly what the test gave,
+`os.environ` replaced before anything reads it), working folder, log file, port, signals and
+exit code, running the same `cli.main.main(["gateway", ...])` as the command. What it shares
+with its siblings is only the imported code. `TEST_GATEWAY_FORK=0` starts every gateway as a
+new interpreter instead, to rule this out of a failure.
+
+The server is one thread (a fork of a threaded process can inherit a held lock): it accepts a
+request on a Unix socket, forks, answers the child's pid, and reaps exited children, writing
+each exit code to the file the request named (Popen's convention: -N for signal N).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import orjson
+
+# What `cli.main gateway` imports, loaded once here instead of in every gateway.
+PRELOAD = ("cli.main", "gateway.app", "gateway.edge.transport", "shared.settings", "uvicorn",
+           "uvloop")
+
+
+# ── the test side ─────────────────────────────────────────────────────────────────────────
+class ForkedProcess:
+    """The part of subprocess.Popen the tests use, for a gateway the zygote forked (not this
+    process's child: its exit code comes from the zygote, through ``rc_path``)."""
+
+    def __init__(self, pid: int, args: list[str], rc_path: Path) -> None:
+        self.pid, self.args, self.rc_path = pid, args, rc_path
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.rc_path.exists():
+            self.returncode = int(self.rc_path.read_text())
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            time.sleep(0.02)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Zygote:
+    """One per test process, started on first use and stopped at its exit."""
+
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="ingest-zygote-"))
+        self.socket_path = self.folder / "zygote.sock"
+        with open(self.folder / "zygote.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.zygote", str(self.socket_path)],
+                cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while not self.socket_path.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the test zygote did not start:\n"
+                                   + (self.folder / "zygote.log").read_text(errors="replace"))
+            time.sleep(0.02)
+        self.count = 0
+
+    def fork(self, args: list[str], env: dict[str, str], cwd: Path, log_path: Path, *,
+             stderr_path: Path | None = None, stdin_path: Path | None = None) -> ForkedProcess:
+        """``cli.main.main(args)`` in a new child: its output to ``log_path`` (its standard
+        error to ``stderr_path`` where given), its input from ``stdin_path`` (or nothing)."""
+        self.count += 1
+        rc_path = self.folder / f"{self.count}.rc"
+        request = {"args": args, "env": env, "cwd": str(cwd), "log": str(log_path),
+                   "stderr": str(stderr_path or log_path),
+                   "stdin": str(stdin_path) if stdin_path else os.devnull, "rc": str(rc_path)}
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(self.socket_path))
+            s.sendall(orjson.dumps(request) + b"\n")
+            answer = orjson.loads(_read_line(s))
+        return ForkedProcess(answer["pid"], args, rc_path)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+_zygote: Zygote | None = None
+
+
+def enabled() -> bool:
+    return os.environ.get("TEST_GATEWAY_FORK", "1") != "0"
+
+
+def get(env: dict[str, str], cwd: Path) -> Zygote:
+    global _zygote
+    if _zygote is None or _zygote.proc.poll() is not None:
+        _zygote = Zygote(env, cwd)
+        atexit.register(_zygote.stop)
+    return _zygote
+
+
+def _read_line(s: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            raise ConnectionError("the test zygote closed the connection")
+        data += chunk
+    return data
+
+
+# ── the zygote ────────────────────────────────────────────────────────────────────────────
+def serve(socket_path: str) -> None:
+    for module in PRELOAD:
+        __import__(module)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(socket_path + ".tmp")
+    os.rename(socket_path + ".tmp", socket_path)  # exists only once it listens
+    listener.listen(16)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "request")
+    selector.register(sys.stdin, selectors.EVENT_READ, "parent")  # EOF: the tests ended
+    children: dict[int, str] = {}
+    while True:
+        for key, _ in selector.select(timeout=0.05):
+            if key.data == "parent":
+                return
+            connection, _ = listener.accept()
+            with connection:
+                request = orjson.loads(_read_line(connection))
+                pid = os.fork()
+                if pid == 0:
+                    _child(listener, connection, request)
+                children[pid] = request["rc"]
+                connection.sendall(orjson.dumps({"pid": pid}) + b"\n")
+        _reap(children)
+
+
+def _reap(children: dict[int, str]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        rc_path = children.pop(pid, None)
+        if rc_path is not None:
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            Path(rc_path + ".tmp").write_text(str(code))
+            os.rename(rc_path + ".tmp", rc_path)
+
+
+def _child(listener: socket.socket, connection: socket.socket, request: dict) -> None:
+    """Become the gateway the request describes; never returns."""
+    code = 1
+    try:
+        listener.close()
+        connection.close()
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        for fd, path, flags in ((0, request["stdin"], os.O_RDONLY),
+                                (1, request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND),
+                                (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)):
+            opened = os.open(path, flags, 0o644)
+            os.dup2(opened, fd)
+            os.close(opened)
+        from cli import main
+        sys.argv = ["cli.main", *request["args"]]
+        code = main.main(request["args"])
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported in the gateway's own log, as Python would
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
