@@ -352,20 +352,34 @@ def test_a_large_file_is_validated_in_the_workers_processes(gateway, tenants, co
     worker = stack.start_worker({**stack_env, "RECORDS_VALIDATE_PROCESSES": "2"}, out_dir,
                                 once=True)
     children = 0
+    seen: dict[int, psutil.Process] = {}
     while worker.proc.poll() is None:
         with contextlib.suppress(psutil.Error):
-            children = max(children, len(psutil.Process(worker.proc.pid).children(
-                recursive=True)))
+            now = psutil.Process(worker.proc.pid).children(recursive=True)
+            children = max(children, len(now))
+            seen.update((p.pid, p) for p in now)
         time.sleep(0.2)
     assert worker.proc.returncode == 0, worker.logs()[-4000:]
 
-    # Then it had the processes, and every row was staged, counted and promoted once
+    # Then it had the processes, and none of them outlives the worker (its pool's processes
+    # and their forkserver once did, waiting forever on a queue nobody writes)
     assert children >= 2
+    wait_until(lambda: not any(_alive(p) for p in seen.values()), timeout=15,
+               message="the worker's child processes end with it: " + ", ".join(
+                   f"{p.pid}" for p in seen.values() if _alive(p)))
+    # and every row was staged, counted and promoted once
     row = batch(conn, batch_id)
     assert (row["status"], row["rows_total"], row["rows_invalid"], row["rows_inserted"]) == (
         "completed", 60_000, 1_000, 59_000)
     assert len(errors(conn, batch_id)) == 1_000
     assert visible_judgments(gateway, user) == 59_000
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def test_sigkill_mid_parse_resumes_after_the_last_staged_row(gateway, tenants, conn, stack_env,

@@ -134,6 +134,18 @@ def pool(processes: int, size: int) -> Pool | None:
 
 
 @atexit.register
-def _shutdown() -> None:
-    for each in _pools.values():
-        each.executor.shutdown(wait=False, cancel_futures=True)
+def shutdown() -> None:
+    """Stop the pools' processes now. The worker leaves with os._exit (cli/main.py), which
+    runs no atexit hook, and a pool process whose parent is gone waits on its queue forever:
+    after `make run`'s Ctrl-C, a forkserver and two pool processes outlived the worker."""
+    with _lock:
+        for each in _pools.values():
+            # Read before shutdown, which forgets them; terminated, as a block being validated
+            # belongs to a job that was already abandoned or finished.
+            processes = list((getattr(each.executor, "_processes", None) or {}).values())
+            each.executor.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                process.join(5)
+        _pools.clear()
