@@ -78,9 +78,8 @@ def spawn(name: str, args: list[str], env: dict[str, str], log_dir: Path,
     """Start ``ingest <args>`` with a clean environment plus ``env``; its output goes to a
     file of its own (a second process of the same name in one test gets ``name-2.log``), so
     its logs hold only what this process wrote."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = _fresh_log(log_dir, name)
-    with open(log_path, "xb") as log:
+    log_path = _new_log(log_dir, name)
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=ROOT,
                                 env=clean_env(env), stdout=log, stderr=log)
     return Process(name, proc, log_path, port, env)
@@ -89,11 +88,8 @@ def spawn(name: str, args: list[str], env: dict[str, str], log_dir: Path,
 def _fork(name: str, args: list[str], env: dict[str, str], log_dir: Path,
           port: int | None) -> Process:
     """As spawn, from the test zygote's already imported interpreter (tests/support/zygote.py)."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = _fresh_log(log_dir, name)
-    log_path.touch(exist_ok=False)
-    server = zygote.get(clean_env(OFFLINE_ENV), ROOT)
-    proc = server.fork(args, clean_env(env), ROOT, log_path)
+    log_path = _new_log(log_dir, name)
+    proc = _forked(args, env, log_path)
     return Process(name, proc, log_path, port, env)  # type: ignore[arg-type]
 
 
@@ -111,8 +107,7 @@ def ingest(args: list[str], env: dict[str, str], *, stdin: str | None = None,
         given.write_text(stdin or "")
         out.touch()
         err.touch()
-        server = zygote.get(clean_env(OFFLINE_ENV), ROOT)
-        proc = server.fork(args, clean_env(env), ROOT, out, stderr_path=err, stdin_path=given)
+        proc = _forked(args, env, out, stderr_path=err, stdin_path=given)
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -122,11 +117,22 @@ def ingest(args: list[str], env: dict[str, str], *, stdin: str | None = None,
                                            err.read_text(errors="replace"))
 
 
-def _fresh_log(log_dir: Path, name: str) -> Path:
+def _forked(args: list[str], env: dict[str, str], out: Path, **paths: Path) -> zygote.ForkedProcess:
+    """``ingest <args>`` forked by this test process's zygote, with a clean environment plus
+    ``env`` (the zygote's own is the machine's basics and the offline switches)."""
+    server = zygote.get(clean_env(OFFLINE_ENV), ROOT)
+    return server.fork(args, clean_env(env), ROOT, out, **paths)
+
+
+def _new_log(log_dir: Path, name: str) -> Path:
+    """A log file of its own for process ``name``, created empty (``name-2.log`` for the
+    second process of that name in one folder)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
     path, n = log_dir / f"{name}.log", 1
     while path.exists():
         n += 1
         path = log_dir / f"{name}-{n}.log"
+    path.touch(exist_ok=False)
     return path
 
 
