@@ -211,7 +211,9 @@ class GatewaySettings(CommonSettings):
 
     # Event intake (gateway/events/, docs/decisions/0135-0136). Each gateway's writer drains a
     # queue of EVENTS_QUEUE_SIZE events (full = 429), upserting at most EVENTS_GROUP_MAX per
-    # statement. A batch holds at most EVENTS_MAX_BATCH events and EVENTS_MAX_BODY_KB of JSON;
+    # statement; so a gateway holds at most EVENTS_QUEUE_SIZE + EVENTS_WRITER_CONNECTIONS x
+    # EVENTS_GROUP_MAX events before it answers 429 (queued plus taken by blocked commits).
+    # A batch holds at most EVENTS_MAX_BATCH events and EVENTS_MAX_BODY_KB of JSON;
     # a request waits at most EVENTS_COMMIT_TIMEOUT_S for its commit (then 503: resend, it is
     # idempotent). Transient database errors are retried without end; after
     # EVENTS_WRITER_RETRY_BUDGET failed attempts in a row /health/ready reports it critical.

@@ -135,7 +135,11 @@ def test_a_body_over_the_limit_or_too_many_events_is_413(stack_env, out_dir, ten
 
 
 def test_a_full_queue_answers_429_and_nothing_is_lost_after_retries(stack_env, out_dir, tenants, conn, database_url):
-    gw = stack.start_gateway({**stack_env, "EVENTS_QUEUE_SIZE": "20", "EVENTS_MAX_BATCH": "10"},
+    # A writer task takes queued requests up to EVENTS_GROUP_MAX events before it commits, so
+    # what a blocked writer holds is tasks x group max beyond the queue: here 10 + 20 events,
+    # three batches. Left at 4 tasks x 1,000 it could take all eight batches and refuse none.
+    gw = stack.start_gateway({**stack_env, "EVENTS_QUEUE_SIZE": "20", "EVENTS_MAX_BATCH": "10",
+                              "EVENTS_GROUP_MAX": "10", "EVENTS_WRITER_CONNECTIONS": "1"},
                              out_dir)
     try:
         admin = tenants.user()
