@@ -24,6 +24,7 @@ from worker.pipeline import index
 from worker.pipeline.runner import Pipeline
 from worker.records.parse import BatchRejected
 from worker.records.pipeline import RecordsPipeline
+from worker.share import SlotShare
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class DeadLetter:
 
 Outcome = Ack | Leave | DeadLetter
 log = logging.getLogger(__name__)
+# Why an import waits in the outbox, as its log line says.
+AT_LIMIT = "tenant at its concurrent import limit; the job waits in the outbox"
+LAST_SLOT = ("tenant runs an import on this worker and this is its last free slot; the job "
+             "waits in the outbox, the slot stays for another tenant")
 
 
 class IngestHandler:
@@ -64,6 +69,8 @@ class IngestHandler:
         # Lock sessions of finished jobs, kept for the next ones: one per slot (ADR 0232).
         self.connections = runs.LeaseConnections(settings.database_url,
                                                  keep=settings.worker_max_concurrent_jobs)
+        # Which tenant runs imports on this worker's slots (docs/decisions/0261).
+        self.share = SlotShare(settings.worker_max_concurrent_jobs)
 
     def abandon(self) -> None:
         """Release every run this process holds (shutdown, before its messages are released)."""
@@ -82,7 +89,8 @@ class IngestHandler:
             return DeadLetter(exc.detail)
         subject = ({"batch_id": job.batch_id} if isinstance(job, jobs.RecordsJob)
                    else {"doc_id": job.doc_id})
-        with applog.context(run_id=job.run_id, tenant_id=job.tenant_id, **subject):
+        with applog.context(run_id=job.run_id, tenant_id=job.tenant_id, **subject), \
+                self.share.job():
             return self._handle(job, abort)
 
     def _handle(self, job: jobs.IngestJob | jobs.RecordsJob, abort: Any) -> Outcome:
@@ -108,6 +116,13 @@ class IngestHandler:
                     abort: Any) -> Outcome:
         if not isinstance(job, jobs.RecordsJob) or self.records is None:
             return self._claim(lease, job, abort)
+        with self.share.import_of(job.tenant_id) as admitted:
+            if not admitted:
+                return self._wait_for_slot(lease, job, LAST_SLOT)
+            return self._import(lease, job, abort)
+
+    def _import(self, lease: runs.RunLease, job: jobs.RecordsJob, abort: Any) -> Outcome:
+        assert self.records is not None
         try:
             slot = self.records.take_slot(lease, job.tenant_id)
         except psycopg.Error as exc:
@@ -115,16 +130,17 @@ class IngestHandler:
                       extra={"error": str(exc)})
             return Leave("database error while taking a slot")
         if slot is None:
-            return self._wait_for_slot(lease, job)
+            return self._wait_for_slot(lease, job, AT_LIMIT)
         try:
             return self._claim(lease, job, abort)
         finally:
             self.records.release_slot(lease, job.tenant_id, slot)
 
-    def _wait_for_slot(self, lease: runs.RunLease, job: jobs.RecordsJob) -> Outcome:
-        """The tenant has its imports running: wait, never fail (docs/decisions/0097). The job
-        goes back to the outbox and this message is deleted, so a wait is never a receive that
-        counts toward the DLQ; the relay publishes a fresh message when the wait is over."""
+    def _wait_for_slot(self, lease: runs.RunLease, job: jobs.RecordsJob, why: str) -> Outcome:
+        """The tenant has its imports running: wait, never fail (docs/decisions/0097, 0261). The
+        job goes back to the outbox and this message is deleted, so a wait is never a receive
+        that counts toward the DLQ; the relay publishes a fresh message when the wait is over,
+        or as soon as one of the tenant's imports ends."""
         assert self.records is not None
         try:
             status = self.records.hand_back(lease, job)
@@ -138,9 +154,8 @@ class IngestHandler:
             log.info("duplicate delivery of a finished run; deleting it",
                      extra={"status": status, "reason": "duplicate_completed"})
             return Ack(f"run already {status}")
-        log.info("tenant at its concurrent import limit; the job waits in the outbox",
-                 extra={"batch_id": str(job.batch_id),
-                        "wait_s": self.settings.records_slot_wait_s})
+        log.info(why, extra={"batch_id": str(job.batch_id),
+                             "wait_s": self.settings.records_slot_wait_s})
         return Ack("handed back to the outbox to wait for a slot")
 
     def _claim(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,

@@ -1,7 +1,9 @@
 """At most three imports of one tenant parse or promote at once, across worker processes, and
-a fourth waits without ever dead-lettering (docs/decisions/0097): real gateway (intake, outbox
-relay), moto SQS with a receive limit of 2, two real `ingest worker` processes, real Postgres.
-Three imports are held after their first chunk at the worker's test-only pause point."""
+a fourth waits without ever dead-lettering (docs/decisions/0097); a tenant's imports never take
+a worker's last free slot, so a lone worker always has room for another tenant
+(docs/decisions/0261): real gateway (intake, outbox relay), moto SQS with a receive limit of 2,
+real `ingest worker` processes, real Postgres. Imports are held after their first chunk at the
+worker's test-only pause point."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import pytest
 from shared import aws, queue
 from tests.support import ad_exports, records, stack
 from tests.support.stack import wait_until
+from worker.handler import LAST_SLOT
+from worker.records.pipeline import WAITING
 
 ACTIVE = ("processing", "staging_complete", "promoting")
 # Past one staging chunk (10,000 rows), so a job reaches the parse pause point.
@@ -47,6 +51,16 @@ def statuses(conn, tenant_id) -> dict[str, str]:
 def outbox(conn, batch_id: str) -> dict:
     return conn.execute("SELECT o.* FROM job_outbox o JOIN ingestion_runs r USING (run_id) "
                         "WHERE r.batch_id = %s", (batch_id,)).fetchone()
+
+
+def held(stack_env: dict[str, str], strict: queue.Queue, flag) -> dict[str, str]:
+    """Workers of three slots on ``strict``, holding records jobs at the pause point while
+    ``flag`` exists (it is made here); a waiting job comes back after a second."""
+    flag.touch()
+    return {**stack_env, "SQS_QUEUE_URL": strict.url, "SQS_DLQ_URL": strict.dlq_url,
+            "SQS_MAX_RECEIVE_COUNT": str(RECEIVE_LIMIT), "WORKER_MAX_CONCURRENT_JOBS": "3",
+            "RECORDS_TENANT_SLOTS": "3", "RECORDS_SLOT_WAIT_S": "1",
+            "WORKER_PAUSE_AT_STAGE": "parse", "WORKER_PAUSE_FILE": str(flag)}
 
 
 @pytest.fixture
@@ -92,11 +106,7 @@ def test_a_fourth_import_waits_in_the_outbox_never_in_the_dlq(
     # Given two workers of three job slots each on a queue that dead-letters on the 3rd receive,
     # holding every records job after its first staged chunk
     flag = tmp_path / "hold"
-    flag.touch()
-    env = {**stack_env, "SQS_QUEUE_URL": strict_queues.url, "SQS_DLQ_URL": strict_queues.dlq_url,
-           "SQS_MAX_RECEIVE_COUNT": str(RECEIVE_LIMIT), "WORKER_MAX_CONCURRENT_JOBS": "3",
-           "RECORDS_TENANT_SLOTS": "3", "RECORDS_SLOT_WAIT_S": "1",
-           "WORKER_PAUSE_AT_STAGE": "parse", "WORKER_PAUSE_FILE": str(flag)}
+    env = held(stack_env, strict_queues, flag)
     gateway = stack.start_gateway(env, out_dir)
     workers = [stack.start_worker(env, out_dir, name=f"worker-{i}") for i in (1, 2)]
     user, other = tenants.user("acme"), tenants.user("globex")
@@ -148,6 +158,46 @@ def test_a_fourth_import_waits_in_the_outbox_never_in_the_dlq(
     finally:
         for worker in workers:
             worker.stop()
+        gateway.stop()
+
+
+def test_one_tenants_imports_leave_a_lone_worker_a_slot_for_another_tenant(
+        tenants, conn, stack_env, strict_queues, out_dir, tmp_path):
+    # Given one worker of three job slots, holding every records job after its first chunk
+    flag = tmp_path / "hold"
+    env = held(stack_env, strict_queues, flag)
+    gateway = stack.start_gateway(env, out_dir)
+    worker = stack.start_worker(env, out_dir)
+    user, other = tenants.user("acme"), tenants.user("globex")
+    try:
+        stack.wait_for_log(worker, '"event":"worker started"', timeout=120)
+        # When one tenant sends three large imports, within its own limit of three
+        batches = [submit(gateway, user, judgments(f"T{i}", ROWS)) for i in range(3)]
+
+        # Then two run and are held, and the third waits pending in the outbox
+        wait_until(lambda: sum(1 for b in batches if conn.execute(
+            "SELECT last_staged_row FROM import_batches WHERE batch_id = %s",
+            (b,)).fetchone()["last_staged_row"] == 10_000) == 2, timeout=240,
+                   message="two imports held after their first chunk")
+        waiting = wait_until(lambda: next((b for b in batches if statuses(
+            conn, user.tenant_id)[b] == "pending" and outbox(conn, b)["last_error"] == WAITING),
+            None), timeout=60, message="the third import waiting in the outbox")
+
+        # and another tenant's import takes the free slot and completes while they are held
+        small = submit(gateway, other, judgments("G", 5))
+        wait_until(lambda: statuses(conn, other.tenant_id)[small] == "completed", timeout=60,
+                   message="the other tenant's import completed beside the first tenant's")
+        assert sum(s in ACTIVE for s in statuses(conn, user.tenant_id).values()) == 2
+        assert statuses(conn, user.tenant_id)[waiting] == "pending"
+
+        # When the two are let go, all three complete, and nothing was dead-lettered
+        flag.unlink()
+        wait_until(lambda: all(s == "completed" for s in statuses(conn, user.tenant_id)
+                               .values()), timeout=300, message="all three imports completed")
+        assert depth(strict_queues, strict_queues.dlq_url) == 0
+        assert LAST_SLOT in worker.logs()
+    finally:
+        worker.stop()
         gateway.stop()
 
 
