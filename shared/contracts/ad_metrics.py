@@ -25,6 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from shared import errors
+from shared.contracts import codes
 from shared.contracts import normalise as n
 from shared.contracts.model import (
     Column,
@@ -36,6 +37,7 @@ from shared.contracts.model import (
     Rule,
     Severity,
     Target,
+    header_key,
     with_headers,
 )
 
@@ -414,12 +416,30 @@ DAY_STEPS = {
 }
 
 
-def header_check(contract: Contract, match: HeaderMatch) -> Issue | None:
-    """A file without a spend column, or whose rows can name no day and no period: the batch
-    fails, for the latter with the platform's steps to export it with one (never a guessed
-    day)."""
-    from shared.contracts import codes
+# Columns of a report whose rows lie below the ad (Google's keyword and search-terms reports):
+# several rows per ad group and day that are not slices of it (a search-terms report leaves
+# out what Google hides as "Other search terms"), so their sum is not the ad group's figures
+# and would overwrite them. Refused once, with the report to download instead.
+BELOW_ADS = frozenset({"keyword", "searchkeyword", "searchterm", "searchquery"})
+BELOW_ADS_STEPS = {
+    "google": "In Google Ads: open Campaigns → Ad groups (or Ads), click Segment → Time → Day, "
+              "then Download → CSV, and upload that report instead.",
+}
 
+
+def header_check(contract: Contract, match: HeaderMatch) -> Issue | None:
+    """A keyword or search-terms report, a file without a spend column, or one whose rows can
+    name no day and no period: the batch fails once, with the platform's steps to export a
+    report that imports (never a guessed day, never one error per row)."""
+    below = [h for h in match.extra if header_key(h) in BELOW_ADS]
+    if below:
+        rule = codes.REPORT_UNSUPPORTED
+        steps = BELOW_ADS_STEPS.get(contract.variant or "", BELOW_ADS_STEPS["google"])
+        return Issue(None, None, rule.code, rule.severity,
+                     f"This is a keyword or search-terms report (its {below[0][:40]!r} column): "
+                     "its rows are keywords or search terms under each ad group, which this "
+                     "import does not store, and their sums are not the ad groups' figures. "
+                     + steps)
     index = match.index
     if "spend" not in index:
         rule = codes.MISSING_COLUMN

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from shared.contracts.model import Rule, Severity
+from shared.contracts.rules import Rule, Severity
 
 MISSING_COLUMN = Rule("BATCH_MISSING_COLUMN", Severity.CRITICAL,
                       "A required column was not found in the header; the batch fails.")
@@ -29,12 +29,17 @@ ROWS_SKIPPED = Rule("BATCH_ROWS_SKIPPED", Severity.WARNING,
 NO_REPORT_DATE = Rule("BATCH_NO_REPORT_DATE", Severity.CRITICAL,
                       "The report has no Day column and names no date range; the batch fails "
                       "with the steps to export it by day.")
+REPORT_UNSUPPORTED = Rule("BATCH_REPORT_UNSUPPORTED", Severity.CRITICAL,
+                          "The export lists rows below the levels the contract stores (a "
+                          "keyword or search-terms report); the batch fails once, with the "
+                          "steps to download a report it can import.")
 NO_VALID_ROWS = Rule("BATCH_NO_VALID_ROWS", Severity.CRITICAL,
                      "No row of the file is valid, so nothing can be promoted; the batch "
                      "fails even with force_partial or a 100 % error budget.")
 
 BATCH_RULES = (MISSING_COLUMN, EMPTY_FILE, MALFORMED_CSV, DUPLICATE_COLUMN, ENCODING_WARNING,
-               EXTRA_COLUMN, DELIMITER_UNKNOWN, ROWS_SKIPPED, NO_REPORT_DATE, NO_VALID_ROWS)
+               EXTRA_COLUMN, DELIMITER_UNKNOWN, ROWS_SKIPPED, NO_REPORT_DATE, REPORT_UNSUPPORTED,
+               NO_VALID_ROWS)
 
 # The codes as plain strings, for the worker's SQL and the API's filters.
 BATCH_MISSING_COLUMN = MISSING_COLUMN.code
@@ -47,6 +52,7 @@ BATCH_DELIMITER_UNKNOWN = DELIMITER_UNKNOWN.code
 BATCH_ROWS_SKIPPED = ROWS_SKIPPED.code
 BATCH_NO_REPORT_DATE = NO_REPORT_DATE.code
 BATCH_NO_VALID_ROWS = NO_VALID_ROWS.code
+BATCH_REPORT_UNSUPPORTED = REPORT_UNSUPPORTED.code
 # More rows invalid than the batch's error budget allows: the batch fails before promotion.
 BATCH_ERROR_BUDGET_EXCEEDED = "BATCH_ERROR_BUDGET_EXCEEDED"
 # A natural key repeated within one file: a warning, and the row counts as duplicate.

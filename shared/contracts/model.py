@@ -13,7 +13,6 @@ lists, and every pattern is compiled once, at import.
 from __future__ import annotations
 
 import csv
-import enum
 import functools
 import io
 import re
@@ -23,33 +22,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-
-class Severity(enum.StrEnum):
-    CRITICAL = "critical"  # the row is invalid and counts against the error budget
-    WARNING = "warning"    # the row is kept; the warning is recorded beside it
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """One check: ``code`` is ``<ENTITY>_<FIELD>_<REASON>``; ``message`` is one sentence."""
-
-    code: str
-    severity: Severity
-    message: str
-    # For a check rule: True when the normalised value breaks the rule.
-    broken: Callable[[Any], bool] | None = None
-    # For a warning that still keeps the value: what to keep (e.g. the text truncated).
-    repair: Callable[[Any], Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RowRule:
-    """A rule over several fields of one row (e.g. plaintiff = defendant)."""
-
-    rule: Rule
-    fields: tuple[str, ...]
-    broken: Callable[[Mapping[str, Any]], bool]
-
+from shared.contracts import codes
+from shared.contracts.rules import Issue, RowRule, Rule, Severity
 
 # What a normaliser returns when the text cannot become a value of its type.
 INVALID: Any = type("Invalid", (), {"__repr__": lambda self: "INVALID"})()
@@ -277,22 +251,7 @@ def hygiene_rules(entity: str) -> tuple[Rule, ...]:
     )
 
 
-# ── what the worker calls ─────────────────────────────────────────────────────────────────
-@dataclass(frozen=True, slots=True)
-class Issue:
-    """One problem: a structured record, stored as a row error or a warning."""
-
-    row: int | None     # the data row's number (1 = first row after the header); None: batch
-    field: str | None   # the canonical field, None for the row or the batch
-    code: str
-    severity: Severity
-    message: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"row": self.row, "field": self.field, "code": self.code,
-                "severity": self.severity.value, "message": self.message}
-
-
+# ── what the worker calls ────────────────────────────────────────────────────────────────────
 @dataclass(frozen=True, slots=True)
 class HeaderMatch:
     """Where each field sits in a file's header row, and how the file's cells read."""
@@ -388,8 +347,6 @@ NAMED_EXTRA = 5
 def header_issues(contract: Contract, match: HeaderMatch) -> list[Issue]:
     """The batch-level issues of a header: missing columns fail the batch; unknown and
     outranked columns are one warning each kind, however many there are."""
-    from shared.contracts import codes  # codes imports this module
-
     issues = [Issue(None, f, codes.MISSING_COLUMN.code, codes.MISSING_COLUMN.severity,
                     f"Required column {_headers_of(contract, f)} was not found in the header.")
               for f in match.missing]
@@ -562,8 +519,6 @@ def duplicate_issue(contract: Contract, row_number: int) -> Issue:
 # ── what the API publishes ────────────────────────────────────────────────────────────────
 def describe(contract: Contract) -> dict[str, Any]:
     """The contract as the API publishes it: plain JSON values only."""
-    from shared.contracts import codes
-
     header = [c.headers[0] if c.headers else c.name for c in contract.columns]
     example = contract.examples[0] if contract.examples else {}
     variant = {} if contract.variant is None else {

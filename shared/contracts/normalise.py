@@ -367,20 +367,29 @@ def currency(text: str) -> str:
 
 
 _RANGE = re.compile(r"(.+?)\s+[-–—]\s+(.+)")
+# AdWords wrote the range in brackets after the report's name, the dash unspaced:
+# `Ad report (Oct 25, 2016-Oct 31, 2016)`; the first day ends with its year.
+_BRACKETED = re.compile(r"[^()]*\((.+)\)")
+_RANGE_UNSPACED = re.compile(r"(.+?[0-9]{4})\s*[-–—]\s*([^-–—\s].+)")
 ALL_TIME = "all_time"
 
 
 def report_period(text: str) -> tuple[date, date] | str | None:
     """A report's title line naming its range, as Google Ads writes it above the header:
-    `January 1, 2024 - January 31, 2024`, `27 January 2026 - 23 February 2026` → (first day,
-    last day); `All time` → ALL_TIME; anything else None (it names no range)."""
+    `January 1, 2024 - January 31, 2024`, `27 January 2026 - 23 February 2026`, AdWords'
+    `Ad report (Oct 25, 2016-Oct 31, 2016)` → (first day, last day); `All time` → ALL_TIME;
+    anything else None (it names no range)."""
     text = " ".join(unicodedata.normalize("NFKC", text).split()).strip('"')
     if text.casefold() in ("all time", "lifetime"):
         return ALL_TIME
-    m = _RANGE.fullmatch(text)
-    if m is None:
-        return None
-    first, last = report_date(m[1]), report_date(m[2])
-    if first is INVALID or last is INVALID or first > last:
-        return None
-    return first, last
+    candidates = [text]
+    if m := _BRACKETED.fullmatch(text):
+        candidates.append(m[1].strip())
+    for candidate in candidates:
+        for pattern in (_RANGE, _RANGE_UNSPACED):
+            if (m := pattern.fullmatch(candidate)) is None:
+                continue
+            first, last = report_date(m[1]), report_date(m[2])
+            if first is not INVALID and last is not INVALID and first <= last:
+                return first, last
+    return None

@@ -81,3 +81,15 @@ def test_the_budget_sentence_is_exact(database_url, conn, tenants, tmp_path):
         "failed", "BATCH_ERROR_BUDGET_EXCEEDED")
     assert batch["rejection_reason"] == \
         "10.01 % (1,001 of 10,000 rows) exceeded the limit of 10 %"
+
+
+def test_a_file_with_cr_only_line_ends_imports(database_url, conn, tenants, tmp_path):
+    # Classic Mac Excel ends each line with a CR alone (issue 31: it failed with
+    # BATCH_DELIMITER_UNKNOWN).
+    importer = Importer(database_url, conn, tmp_path)
+    tenant = tenants.user("endings-cr").tenant_id
+    data = judgments(3, 0).replace(b"\r\n", b"\n").replace(b"\n", b"\r")
+    assert b"\n" not in data
+    batch = importer.run(tenant, data, "judgments")
+    assert (batch["status"], batch["rows_total"], batch["file_delimiter"]) == (
+        "completed", 3, "comma")

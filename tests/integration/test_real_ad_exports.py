@@ -320,3 +320,71 @@ def test_google_download_from_the_generator_reads_like_the_real_ones(importer, c
     assert (batch["status"], batch["file_encoding"], batch["report_grain"]) == (
         "completed", "UTF-16LE with BOM", "day")
     assert stored(conn, tenant).spend == sum(Decimal(f.spend) for f in facts)
+
+
+# ── issue 31: real files found wrong from outside ──────────────────────────────────────────
+REPRODUCED = DATA / "reproduced"
+
+
+@pytest.mark.parametrize("name", ["search-keyword-report-cad-utf16.csv",
+                                  "search-terms-report-cad-utf16.csv"])
+def test_a_google_keyword_or_search_terms_report_is_refused_once_with_googles_steps(
+        importer, conn, tenants, name):
+    # Given a Google keyword or search-terms report as downloaded (rows below the ad groups)
+    tenant = tenants.user(f"g-below-{name[:12]}").tenant_id
+
+    # When it is imported
+    batch = importer.run(tenant, (DATA / "google" / name).read_bytes(), "ad_metrics",
+                         platform="google", name=name)
+
+    # Then the file is refused once, at batch level, with steps that fit Google (no row
+    # errors, no Meta advice), and nothing was stored
+    assert (batch["status"], batch["run_error_code"]) == ("failed", "BATCH_REPORT_UNSUPPORTED")
+    assert "Segment → Time → Day" in batch["rejection_reason"]
+    assert "Meta" not in batch["rejection_reason"]
+    assert codes(conn, batch["batch_id"]) == Counter({"BATCH_REPORT_UNSUPPORTED": 1})
+    assert stored(conn, tenant).rows == 0
+
+
+def test_a_device_segmented_google_report_skips_each_segments_totals(importer, conn, tenants):
+    # Given a campaign report segmented by Device: `Computers,Total: Display` rows follow
+    # each segment (the segment's value first, the total's name after it)
+    tenant = tenants.user("g-device").tenant_id
+    batch = importer.run(tenant, (REPRODUCED / "google-campaigns-by-device.csv").read_bytes(),
+                         "ad_metrics", platform="google")
+
+    # Then every total row was skipped (none is an invalid row), and the devices of each
+    # campaign are slices of its period, summed
+    assert (batch["status"], batch["rows_invalid"], batch["rows_total"]) == ("completed", 0, 6)
+    assert batch["skipped_reasons"] == {"total row": 7}
+    got = stored(conn, tenant)
+    assert (got.rows, got.spend, got.impressions, got.clicks, got.conversions) == (
+        2, Decimal("301.60"), 49_220, 343, Decimal("13.50"))
+
+
+def test_a_plain_total_row_is_skipped_as_the_exports_total(importer, conn, tenants):
+    # Given a TikTok export whose total row is `Total,,26.45,…` (three data rows: one total
+    # row invalid would be 25 % of them, past the default budget)
+    tenant = tenants.user("t-total").tenant_id
+    batch = importer.run(tenant, (REPRODUCED / "tiktok-campaigns-by-day.csv").read_bytes(),
+                         "ad_metrics", platform="tiktok")
+    assert (batch["status"], batch["rows_total"], batch["rows_invalid"]) == ("completed", 3, 0)
+    assert batch["skipped_reasons"] == {"total row": 1}
+    got = stored(conn, tenant)
+    assert (got.rows, got.spend, got.impressions) == (3, Decimal("26.45"), 4075)
+
+
+def test_an_adwords_title_names_the_reports_range(importer, conn, tenants):
+    # Given a 2016 AdWords ad report: `Ad report (Oct 25, 2016-Oct 31, 2016)` above the
+    # header, no Day column, `Total - …` rows and a plain `Total` row at the end
+    tenant = tenants.user("g-adwords").tenant_id
+    batch = importer.run(tenant, (REPRODUCED / "adwords-2016-ad-report.csv").read_bytes(),
+                         "ad_metrics", platform="google")
+
+    # Then the rows are that week's period, and the totals were skipped
+    assert (batch["status"], batch["rows_total"], batch["rows_invalid"]) == ("completed", 5, 0)
+    assert (batch["report_grain"], batch["report_period_start"].isoformat(),
+            batch["report_period_end"].isoformat()) == ("period", "2016-10-25", "2016-10-31")
+    assert batch["skipped_reasons"] == {"total row": 4}
+    got = stored(conn, tenant)
+    assert (got.rows, got.spend, got.clicks, got.impressions) == (5, Decimal("29.42"), 69, 9497)

@@ -318,6 +318,19 @@ def test_report_dates_refused(text):
     assert n.report_date(text) is contracts.INVALID
 
 
+@pytest.mark.parametrize(("title", "period"), [
+    ("January 1, 2024 - January 31, 2024", (date(2024, 1, 1), date(2024, 1, 31))),
+    ("27 January 2026 - 23 February 2026", (date(2026, 1, 27), date(2026, 2, 23))),
+    # AdWords (issue 31): the range in brackets after the report's name, the dash unspaced
+    ("Ad report (Oct 25, 2016-Oct 31, 2016)", (date(2016, 10, 25), date(2016, 10, 31))),
+    ('"Campaign report (Nov 1, 2013-Nov 30, 2013)"', (date(2013, 11, 1), date(2013, 11, 30))),
+    ("All time", n.ALL_TIME),
+    ("Campaign report", None), ("Ad report (Oct 31, 2016-Oct 25, 2016)", None),
+    ("Report (draft)", None)])
+def test_report_periods_from_title_lines(title, period):
+    assert n.report_period(title) == period
+
+
 def test_external_ids():
     assert n.external_id("'120210000000000001") == "120210000000000001"
     assert n.external_id("123.0") == "123"

@@ -49,6 +49,9 @@ RAW_CHARS = 10_000
 # An export's total rows start so (Google `Total: Account`, `Total - filtered`; TikTok
 # `Total of 5 results`); a campaign called `Total Fitness` is not one.
 TOTAL_PREFIXES = ("total:", "total -", "total –", "total of ")
+# A row whose first cell is just one of these, with no other name or breakdown beside it, is a
+# total too: TikTok's `Total,,12.50,…`, AdWords' `Total, --, --, …`.
+TOTAL_WORDS = ("total", "totals", "grand total")
 class BatchRejected(errors.BadDocument):
     """The file as a whole cannot be imported: the batch fails with this one sentence, and
     ``issues`` (file-level, row 0) are stored beside it."""
@@ -234,10 +237,18 @@ class Reader:
             text = text.strip()
             return not text or text in empty
 
+        def named(cells: Sequence[str]) -> list[str]:
+            return [cells[p].strip().casefold() for p in dimensions
+                    if p < len(cells) and not blank(cells[p])]
+
         def reason(cells: Sequence[str]) -> str | None:
             filled = [c.strip() for c in cells if not blank(c)]
             first = filled[0].casefold() if filled else ""
-            if contract.summary_prefixes and first.startswith(TOTAL_PREFIXES):
+            if contract.summary_prefixes and (
+                    first.startswith(TOTAL_PREFIXES)
+                    # a segmented report's totals follow the segment (`Computers,Total: Display`)
+                    or any(name.startswith(TOTAL_PREFIXES) for name in named(cells))
+                    or (first in TOTAL_WORDS and named(cells) in ([], [first]))):
                 return "total row"
             if not contract.furniture:
                 return None
@@ -346,7 +357,8 @@ def choose_delimiter(sample: str, contract: contracts.Contract) -> str:
 
 def _sample_rows(sample: str, delimiter: str, limit: int) -> list[list[str]]:
     rows: list[list[str]] = []
-    reader = csv.reader(io.StringIO(sample), delimiter=delimiter)
+    # newline="": a line may end in CR alone (classic Mac Excel), as the file's reader takes it.
+    reader = csv.reader(io.StringIO(sample, newline=""), delimiter=delimiter)
     try:
         for row in reader:
             if any(c.strip() for c in row):
