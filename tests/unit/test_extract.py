@@ -182,13 +182,15 @@ def test_zip_without_word_document_is_not_a_docx(tmp_path):
         extract.extract(path, "docx")
 
 
-def test_ole_file_named_docx_says_password_or_legacy(write):
+def test_ole_file_named_docx_without_encryption_says_legacy_doc(write):
+    # An OLE file without MS-OFFCRYPTO's EncryptedPackage: a legacy .doc, not a locked DOCX
+    # (tests/unit/test_formats.py has the password-protected ones).
     ole = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504)
 
     with pytest.raises(errors.ExtractionError) as caught:
         extract.extract(write("locked.docx", ole), "docx")
     assert_user_message(caught.value)
-    assert "password" in caught.value.detail
+    assert "legacy Word .doc" in caught.value.detail
 
 
 def test_docx_with_broken_xml_is_an_extraction_error(write, tmp_path):

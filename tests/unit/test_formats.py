@@ -384,3 +384,115 @@ def test_image_pixel_limit(tmp_path):
     path.write_bytes(buffer.getvalue())
     with pytest.raises(common.DocumentTooLarge, match="pixels"):
         extract.extract(path, "png", limits=extract.Limits(max_image_pixels=1_000_000))
+
+
+# ── what a real corpus broke (issue 33), each on the public file that showed it ──────────
+def _utf8_clean(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def test_rtf_characters_above_the_bmp_are_paired_not_lone_surrogates():
+    # testRTFVarious.rtf writes Gothic letters as \u-10240\u-8398 surrogate pairs
+    doc = read("testRTFVarious.rtf", "rtf")
+    assert "𐌲𐌿𐍄𐌹𐍃𐌺" in doc.text
+    assert _utf8_clean(doc.text)
+    assert "ゾルゲと尾崎" in doc.text  # and the Japanese beside it, by its own code page
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0xD780, max_codepoint=0xE000), max_size=12))
+def test_no_extractor_hands_on_a_lone_surrogate(tmp_path_factory, text):
+    # JSON's \uD800 escapes decode to lone surrogates; the extract boundary pairs or replaces them
+    folder = tmp_path_factory.mktemp("surrogates")
+    escaped = "".join(f"\\u{ord(c):04x}" for c in text)
+    path = folder / "value.json"
+    path.write_text(f'{{"k": "a{escaped}b"}}')
+    result = extract.extract(path, "json")
+    assert _utf8_clean(result.text)
+    assert result.text.startswith("k: a") and result.text.endswith("b")
+
+
+def test_msg_strings_in_the_code_page_the_message_declares():
+    # testMSG_chinese.msg: 8-bit strings in Big5, declared only by PR_INTERNET_CPID (950)
+    doc = read("testMSG_chinese.msg", "msg")
+    assert doc.title == "Alfresco MSG format testing ( MSG 格式測試 )"
+    assert "恭喜 HQ 保全課 陳奎良 高票當選雲林縣總工會" in doc.text
+    assert "From: Tests Chang@FT (張毓倫)" in doc.text
+
+
+def test_msg_with_only_an_rtf_body_reads_it_in_its_ansicpg():
+    from worker.pipeline.formats import mail
+
+    class RtfOnly:  # what extract_msg gives for a message Outlook kept as RTF alone
+        body = None
+        htmlBody = property(lambda self: (_ for _ in ()).throw(UnicodeDecodeError(
+            "cp950", b"\xb7", 0, 1, "incomplete multibyte sequence")))  # RTFDE's failure
+        rtfBody = (b"{\\rtf1\\ansi\\ansicpg950{\\fonttbl{\\f0\\fcharset136 x;}}"
+                   b"\\f0 \\'ae\\'e6\\'a6\\'a1\\'b4\\'fa\\'b8\\'d5}")
+
+    assert mail._msg_body(RtfOnly()) == ["格式測試"]
+
+
+@pytest.mark.parametrize("damage", ["first byte", "cut short"])
+def test_damaged_jpeg_and_truncated_tiff_are_extraction_errors_with_advice(tmp_path, damage):
+    if damage == "first byte":  # Pillow raised KeyError('MPO') for this one
+        data = bytearray((FIXTURES / "testJPEG.jpg").read_bytes())
+        data[0] = 0
+        path, kind = tmp_path / "photo.jpeg", "jpeg"
+    else:  # a two-page TIFF cut in the middle of its second page (TypeError / RuntimeError)
+        full = (FIXTURES / "testTIFF_multipage.tif").read_bytes()
+        data, path, kind = full[: len(full) * 9 // 10], tmp_path / "scan.tiff", "tiff"
+    path.write_bytes(bytes(data))
+    with pytest.raises(errors.ExtractionError) as caught:
+        extract.extract(path, kind)
+    assert caught.value.code == "extraction_error"
+    assert "damaged" in caught.value.detail and "upload it again" in caught.value.detail
+
+
+def test_one_line_pages_keep_their_line_though_it_looks_like_a_running_header():
+    # testPDF_bookmarks.pdf: "This is a page about France", then "...about Denmark"
+    doc = read("testPDF_bookmarks.pdf", "pdf")
+    assert "This is a page about France" in doc.text
+    assert "This is a page about Denmark" in doc.text
+    assert doc.text.index("# Countries") < doc.text.index("## France")  # bookmark order
+
+
+def test_docx_text_boxes_content_controls_notes_headers_and_footers():
+    text = read("testWORD_text_box.docx", "docx").text
+    assert "This text is directly in the body of the document." in text
+    for where in ("body", "header", "footer"):
+        sentence = f"This text is inside of a text box in the {where} of the document."
+        assert text.count(sentence) == 1  # Word's VML fallback copy is not read twice
+    rich = read("testWORD_2006ml.docx", "docx").text
+    for words in ("Rich text content control", "Simple text content control", "Drop down1",
+                  "This is a text box", "This is text within a shape",
+                  "## Footnotes\n\nAnd this is the footnote", "## Endnotes\n\nThis is an endnote",
+                  "| R1c1 | R1c2 | R1c3 |", "Embedded table r1c1"):
+        assert words in rich
+    assert "Heading1\t3" not in rich  # the table of contents control only echoes headings
+    cells = read("testWORD_missing_text.docx", "docx").text
+    assert "| Cell0 | Rich_text_in_cell | Cell2 |" in cells  # a cell inside a content control
+
+
+def test_odt_notes_and_frames_are_blocks_of_their_own_and_the_bibliography_is_kept():
+    text = read("testODFwithOOo3.odt", "odt").text
+    assert "This is a rather difficult test document, with interesting features." in text
+    assert "\n\nThis is of course a simple footnote\n\n" in text
+    assert "\n\nA rectangle\n\n" in text
+    assert "rather1" not in text and "borderA" not in text
+    assert "Solr: Various, Solr website, 2009, http://lucene.apache.org/solr" in text
+    assert "complex" not in text  # a tracked deletion
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("testWORD_protected_passtika.docx", "docx"), ("testPPT_protected_passtika.pptx", "pptx"),
+    ("testEXCEL_protected_passtika.xlsx", "xlsx"), ("testODTEncrypted.odt", "odt")])
+def test_password_protected_office_files_say_so(name, kind):
+    with pytest.raises(errors.EncryptedDocument) as caught:
+        read(name, kind)
+    assert caught.value.code == "encrypted_document"
+    assert "protected by a password" in caught.value.detail

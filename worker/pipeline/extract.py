@@ -223,9 +223,13 @@ def _title(name: str) -> str:
 
 
 def _assemble(doc: common.Doc, *, paged: bool) -> Extracted:
+    # The boundary: whatever a reader handed on, no lone surrogate leaves this stage (normalise
+    # pairs them in the text), so nothing downstream meets text UTF-8 cannot encode.
+    title = common.paired(doc.title) if doc.title else doc.title
+    url = common.paired(doc.url) if doc.url else doc.url
     if not paged:
         text = common.normalise(common.join_blocks(doc.blocks))
-        return Extracted(text, None, [], doc.title, doc.url)
+        return Extracted(text, None, [], title, url)
     bounds = [*doc.page_block, len(doc.blocks)]
     page_texts = [common.normalise(common.join_blocks(doc.blocks[a:b]))
                   for a, b in zip(bounds, bounds[1:], strict=False)]
@@ -234,4 +238,4 @@ def _assemble(doc: common.Doc, *, paged: bool) -> Extracted:
     for page_text in page_texts:
         page_starts.append(offset)
         offset += len(page_text) + 2  # the "\n\n" join below
-    return Extracted("\n\n".join(page_texts), len(page_texts), page_starts, doc.title, doc.url)
+    return Extracted("\n\n".join(page_texts), len(page_texts), page_starts, title, url)

@@ -82,9 +82,22 @@ _SPACES = re.compile(r"[^\S\n]+")
 _SPACE_AROUND_NEWLINE = re.compile(r" ?\n ?")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def normalise(text: str) -> str:
-    """One newline convention (blank lines mark blocks) and no NULs (Postgres text refuses them)."""
-    return _NEWLINES.sub("\n", text).replace("\x00", "")
+    """One newline convention (blank lines mark blocks), no NULs (Postgres text refuses them)
+    and no lone surrogates (UTF-8 cannot encode them: the chunker and Postgres would fail)."""
+    return paired(_NEWLINES.sub("\n", text).replace("\x00", ""))
+
+
+def paired(text: str) -> str:
+    """``text`` with UTF-16 surrogate pairs joined into their character and lone halves as
+    U+FFFD. RTF writes a character above U+FFFF as two \\uN escapes, JSON as two \\uXXXX,
+    and readers decode each half on its own; every extracted text passes here (normalise)."""
+    if _SURROGATE.search(text) is None:  # the common case costs one scan
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def collapse(text: str) -> str:

@@ -14,6 +14,7 @@ reason and never fails the message; inline images (logos, signatures) are skippe
 
 from __future__ import annotations
 
+import codecs
 import email
 import email.policy
 import logging
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import errors
-from worker.pipeline.formats import common, html
+from worker.pipeline.formats import common, html, rtf
 
 # (file name, bytes, depth) -> the attachment's Markdown, or raises BadDocument / returns None
 # when its type is not one we read.
@@ -149,6 +150,11 @@ def read_msg(path: Path, limits: common.Limits, read_attachment: ReadAttachment,
 
     try:
         message = extract_msg.openMsg(str(path), delayAttachments=False)
+        encoding = _declared_encoding(message)
+        if encoding is not None:  # strings are 8-bit in a code page extract_msg did not see
+            message.close()
+            message = extract_msg.openMsg(str(path), delayAttachments=False,
+                                          overrideEncoding=encoding)
     except Exception as exc:  # extract_msg raises its own errors and olefile's on bad files
         raise common.damaged("Outlook message (MSG)", _MSG_FIX) from exc
     try:
@@ -161,6 +167,48 @@ def read_msg(path: Path, limits: common.Limits, read_attachment: ReadAttachment,
         message.close()
 
 
+# PR_MESSAGE_CODEPAGE, which extract_msg reads; PR_INTERNET_CPID, which it does not.
+_MESSAGE_CODEPAGE, _INTERNET_CPID = "3FFD0003", "3FDE0003"
+
+
+def _declared_encoding(message: Any) -> str | None:
+    """The codec of a non-Unicode message's strings when only PR_INTERNET_CPID declares it.
+
+    Outlook stores 8-bit strings in the sender's code page; without PR_MESSAGE_CODEPAGE
+    extract_msg assumes ISO-8859-15, and a Big5 message (code page 950) became mojibake in its
+    subject and body (issue 33). Unicode messages, and those that declare PR_MESSAGE_CODEPAGE,
+    are decoded right already: None.
+    """
+    from extract_msg.encoding import lookupCodePage  # noqa: PLC0415 - with extract_msg
+
+    props = message.props
+    if message.areStringsUnicode or _MESSAGE_CODEPAGE in props or _INTERNET_CPID not in props:
+        return None
+    try:
+        encoding = lookupCodePage(int(props.get(_INTERNET_CPID).value))
+        codecs.lookup(encoding)
+    except (LookupError, KeyError, ValueError, TypeError):
+        return None  # a code page Python cannot decode: keep extract_msg's default
+    return encoding
+
+
+def _msg_body(message: Any) -> list[str]:
+    """The plain body; else the HTML body; else the RTF body (Outlook often keeps only that),
+    read by the RTF reader, which honours the body's own \\ansicpg and font charsets."""
+    body = message.body
+    if body:
+        return [common.normalise(body).strip()]
+    try:
+        markup = message.htmlBody  # de-encapsulated from RTF by RTFDE when the message has none
+    except Exception:  # noqa: BLE001 - RTFDE fails on some code pages; the RTF is still there
+        markup = None
+    if markup:
+        return html.read_text(html.decode(markup) if isinstance(markup, bytes) else markup,
+                              main_content=False).blocks
+    data = message.rtfBody
+    return rtf.read(data, common.Limits()).blocks if data else []
+
+
 def _msg(message: Any, budget: _Budget, read_attachment: ReadAttachment, depth: int,
          keep: KeepAttachment | None = None) -> common.Doc:
     subject = common.one_line(getattr(message, "subject", None) or "")
@@ -168,15 +216,9 @@ def _msg(message: Any, budget: _Budget, read_attachment: ReadAttachment, depth: 
     doc.add(common.heading(1, subject or "(no subject)"))
     headers = {"From": message.sender, "To": message.to, "Cc": message.cc, "Date": message.date}
     doc.add("\n".join(f"{k}: {common.one_line(str(v))}" for k, v in headers.items() if v))
-    body = message.body
-    if body:
-        budget.take(len(body))
-        doc.add(common.normalise(body).strip())
-    elif message.htmlBody:
-        markup = message.htmlBody
-        budget.take(len(markup))
-        doc.add(*html.read_text(html.decode(markup) if isinstance(markup, bytes) else markup,
-                                main_content=False).blocks)
+    body = _msg_body(message)
+    budget.take(sum(map(len, body)))
+    doc.add(*body)
     listed: list[str] = []
     for number, attachment in enumerate(message.attachments, start=1):
         name = attachment.longFilename or attachment.shortFilename or f"attachment {number}"

@@ -213,25 +213,36 @@ def _drop_running_lines(pages: list[_Page]) -> None:
 
     A band line is a running line when a band line of a nearby page sits at the same height
     and reads nearly the same (digits aside): a chapter's pages share their header even when
-    it also names the current section. A page number alone in a band goes in any case.
+    it also names the current section, and a two-page chapter's header repeats on one
+    neighbour only (so "most pages" would keep it). A page number alone in a band goes in any
+    case. A page never loses its only text this way: a one-line page of a short document
+    ("This is a page about France", then "…Denmark") is its body, not a header (issue 33).
     """
     tokens = {(id(page), j): _tokens(page.lines[j])
               for page in pages for j, _ in page.top + page.bottom}
-    doomed: dict[int, set[int]] = {}
     for i, page in enumerate(pages):
         near = pages[max(0, i - _NEIGHBOURS): i] + pages[i + 1: i + 1 + _NEIGHBOURS]
+        doomed: set[int] = set()
+        numbers: set[int] = set()
         for at_top in (True, False):
-            others = [(tokens[id(other), j], y) for other in near
-                      for j, y in (other.top if at_top else other.bottom)]
             for index, y in page.top if at_top else page.bottom:
                 line = page.lines[index]
-                mine = tokens[id(page), index]
-                if _PAGE_NUMBER.fullmatch(line) or any(
-                        abs(y - y2) <= 2 and _same_line(mine, theirs) for theirs, y2 in others):
-                    doomed.setdefault(i, set()).add(index)
-    for i, indices in doomed.items():
-        for index in sorted(indices, reverse=True):
-            del pages[i].lines[index]
+                if _PAGE_NUMBER.fullmatch(line):
+                    numbers.add(index)
+                elif _repeats(tokens[id(page), index], y, near, tokens, at_top):
+                    doomed.add(index)
+        if doomed and all(not line or j in doomed or j in numbers
+                          for j, line in enumerate(page.lines)):
+            doomed.clear()  # nothing else on the page: its lines are its body
+        for index in sorted(doomed | numbers, reverse=True):
+            del page.lines[index]
+
+
+def _repeats(mine: list[str], y: float, near: list[_Page],
+             tokens: dict[tuple[int, int], list[str]], at_top: bool) -> bool:
+    """Whether a band line recurs at the same height on a nearby page."""
+    return any(abs(y - y2) <= 2 and _same_line(mine, tokens[id(other), j])
+               for other in near for j, y2 in (other.top if at_top else other.bottom))
 
 
 def _same_line(ta: list[str], tb: list[str]) -> bool:
@@ -264,7 +275,9 @@ def _mark_heading(page: _Page, level: int, title: str) -> None:
                     start -= 1
                 lines[start: index + span + 1] = [common.heading(level, joined)]
                 return
-    lines.insert(0, common.heading(level, title))
+    # Atop the page, after the headings already put there: bookmarks keep their order.
+    at = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    lines.insert(at, common.heading(level, title))
 
 
 def _is_leader(line: str) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import python_calamine
 
-from worker.pipeline.formats import common
+from worker.pipeline.formats import common, office
 
 # A row range's table stops growing past this many characters: about one chunk of tokens.
 BLOCK_CHARS = 700
@@ -29,9 +29,10 @@ _TITLE_ROWS = 3
 def read_workbook(path: Path, source_type: str, limits: common.Limits) -> common.Doc:
     kind = source_type.upper()
     if source_type == "xlsx":
+        office.refuse_encrypted(path, kind)
         if common.is_ole(path):
-            raise common.not_a("XLSX", "it is password-protected or a legacy .xls; remove the "
-                               "password, or rename it to .xls, and upload it again.")
+            raise common.not_a("XLSX", "it is a legacy .xls; rename it to .xls and upload it "
+                               "again.")
         common.check_zip(path, kind, "xl/workbook.xml", limits, _FIX)
     elif not common.is_ole(path):
         raise common.not_a("XLS (Excel 97–2003 workbook)", _FIX)

@@ -10,7 +10,7 @@ from typing import Any
 import pptx
 from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER
 
-from worker.pipeline.formats import common
+from worker.pipeline.formats import common, office
 
 _FIX = "open it in PowerPoint or LibreOffice Impress, save it as .pptx and upload it again."
 _TITLES = (PP_PLACEHOLDER.TITLE, PP_PLACEHOLDER.CENTER_TITLE, PP_PLACEHOLDER.VERTICAL_TITLE)
@@ -18,6 +18,7 @@ _MAX_GROUP_DEPTH = 16
 
 
 def read(path: Path, limits: common.Limits) -> common.Doc:
+    office.refuse_encrypted(path, "PPTX")
     common.check_zip(path, "PPTX", "ppt/presentation.xml", limits, _FIX)
     try:
         presentation = pptx.Presentation(str(path))
