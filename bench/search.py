@@ -182,7 +182,8 @@ def text_plan(conn: db.Conn, tenant_id: uuid.UUID, q: str) -> str:
 
 
 async def measure(url: str, token: str, queries: list[str], mode: str,
-                  clients: int) -> list[float]:
+                  clients: int) -> tuple[list[float], float]:
+    """Each query's latency (ms) and the wall time (s) of the whole run at ``clients``."""
     pending = list(queries)
     latencies: list[float] = []
 
@@ -196,8 +197,9 @@ async def measure(url: str, token: str, queries: list[str], mode: str,
                 latencies.append((time.perf_counter() - started) * 1000)
                 response.raise_for_status()
 
+    started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
-    return latencies
+    return latencies, time.perf_counter() - started
 
 
 def _loadavg() -> str:
@@ -247,7 +249,8 @@ def p(values: list[float], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--chunks", type=int, default=100_000)
-    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8],
+                        help="client counts to measure, each on fresh queries (default 1 8)")
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--shared-buffers", default="512MB",
                         help="Postgres shared_buffers (its default, 128MB, holds less than the index)")
@@ -278,10 +281,13 @@ def main() -> None:
                     sql.Literal(args.shared_buffers)))
             pg.stop()  # shared_buffers takes a restart
             pg.start()
-            # Common words, as people search: Zipf ranks 50-1500, 2 or 3 of them.
-            queries = [" ".join(rng.choice(words[50:1500], size=rng.integers(2, 4)))
-                       for _ in range(args.queries)]
-            compare_keyword(url, user.tenant_id, queries, args.clients)
+            # Common words, as people search: Zipf ranks 50-1500, 2 or 3 of them. Every run
+            # (mode x clients) gets queries of its own: a query seen before may be answered
+            # from the gateway's cache, which would flatter the later runs.
+            runs = [(mode, clients) for clients in args.clients for mode in MODES]
+            query_sets = [[" ".join(rng.choice(words[50:1500], size=rng.integers(2, 4)))
+                           for _ in range(args.queries)] for _ in range(len(runs) + 1)]
+            compare_keyword(url, user.tenant_id, query_sets[-1], max(args.clients))
             sqs = aws.client("sqs", endpoint_url=moto_url, region="us-east-1")
             queue_url, dlq_url = queue.ensure_queues(sqs, "bench-search")
             env = {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto_url, "SQS_QUEUE_URL": queue_url,
@@ -295,18 +301,27 @@ def main() -> None:
             gateway = _start_gateway(env, root)
             token = auth.issue_token(auth.Principal(user.user_id, user.tenant_id, "admin"),
                                      stack.TEST_JWT_SECRET, 2)
-            asyncio.run(measure(gateway.url, token, queries[:20], "hybrid", 2))  # model loads
-            print(f"k = 10, {args.clients} concurrent clients, {args.queries} queries per mode "
-                  f"(ms, client-side, through the gateway):")
-            for mode in MODES:
+            warm = [" ".join(rng.choice(words[50:1500], size=3)) for _ in range(20)]
+            asyncio.run(measure(gateway.url, token, warm, "hybrid", 2))  # the model loads
+            print(f"k = 10, {args.queries} queries per mode and client count, each run its own "
+                  f"queries (ms, client-side, through the gateway):")
+            rates: dict[tuple[str, int], float] = {}
+            for (mode, clients), queries in zip(runs, query_sets, strict=False):
                 before, cpu = _loadavg(), _cpu_seconds(gateway.proc.pid, pg)
-                lat = asyncio.run(measure(gateway.url, token, queries, mode, args.clients))
+                lat, wall = asyncio.run(measure(gateway.url, token, queries, mode, clients))
                 used = [(b - a) * 1000 / len(lat) for a, b in
                         zip(cpu, _cpu_seconds(gateway.proc.pid, pg), strict=True)]
-                print(f"  {mode:<7} p50 {p(lat, 50):6.1f}  p95 {p(lat, 95):6.1f}  "
+                rates[mode, clients] = len(lat) / wall
+                print(f"  {mode:<7} clients {clients:<2} {rates[mode, clients]:6.1f} queries/s  "
+                      f"p50 {p(lat, 50):6.1f}  p95 {p(lat, 95):6.1f}  "
                       f"mean {statistics.mean(lat):6.1f}  n={len(lat)}  "
                       f"load average {before} -> {_loadavg()}  CPU ms a query: gateway "
                       f"{used[0]:.1f}, postgres {used[1]:.1f}, this client {used[2]:.1f}")
+            low, high = min(args.clients), max(args.clients)
+            if low != high:
+                for mode in MODES:
+                    print(f"  {mode}: {high} clients / {low} = "
+                          f"{rates[mode, high] / rates[mode, low]:.2f}x the queries/s")
         finally:
             if gateway:
                 gateway.stop()
