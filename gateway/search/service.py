@@ -40,9 +40,12 @@ TEXT_WEIGHT = 0.5
 VECTOR_WEIGHT = 1.0
 # A document hit nests at most this many of its other matching chunks.
 MAX_NESTED = 3
-# Each list contributes this many candidates to the fusion: a chunk ranked below them would
-# add less than 1/(20+200) to any score, below what separates the top k.
-MIN_POOL, MAX_POOL = 40, 200
+# Each list contributes this many candidates to the fusion, whatever k is: a fixed depth makes
+# the fused order independent of k, so the first n hits of a k = 50 page are those of k = n
+# (issue 35; ADR 0310). 100 is what the default request (k = 10 documents) read before; a chunk
+# ranked below it would add less than 1/(20+100) to any score. A request for more documents
+# than the two lists' chunks hold gets fewer (k = 50 documents over documents of many chunks).
+CANDIDATE_DEPTH = 100
 # pgvector's HNSW candidate list: the pool size, at least 100, at most pgvector's maximum of
 # 1000. At 40 (pgvector's default) the halfvec quality test's top 10 fell to 0.987 of the exact
 # fp32 neighbours; real embeddings walk 100 in about a millisecond (ADR 0158). Iterative scans (queries.sql: hnsw_scan) make up for the rows the filters
@@ -133,9 +136,8 @@ class SearchRequest:
 
     @property
     def pool_size(self) -> int:
-        # Grouping keeps one hit per document, so it needs more candidates to fill k.
-        want = self.k * (10 if self.group == "document" else 4)
-        return min(MAX_POOL, max(MIN_POOL, want))
+        """Candidates per list: the same for every k and group, so pages never disagree."""
+        return CANDIDATE_DEPTH
 
     @property
     def syntax(self) -> bool:
@@ -218,7 +220,7 @@ def fuse(text: Sequence[tuple[UUID, UUID]], vector: Sequence[tuple[UUID, UUID]],
     chunks.sort(key=_order)
     if group != "document":
         return chunks[:k]
-    doc_text, doc_vector = _doc_ranks(text), _doc_ranks(vector)
+    doc_text, doc_vector = document_ranks(text), document_ranks(vector)
     by_doc: dict[UUID, list[Fused]] = {}
     for f in chunks:  # best first: a document's first chunk is its best
         by_doc.setdefault(f.doc_id, []).append(f)
@@ -238,7 +240,8 @@ def _ranks(ranked: Sequence[tuple[UUID, UUID]]) -> dict[UUID, int]:
     return ranks
 
 
-def _doc_ranks(ranked: Sequence[tuple[UUID, UUID]]) -> dict[UUID, int]:
+def document_ranks(ranked: Sequence[tuple[UUID, UUID]]) -> dict[UUID, int]:
+    """Each document's rank among the documents of a list: that of its best chunk there."""
     ranks: dict[UUID, int] = {}
     for _, doc_id in ranked:
         ranks.setdefault(doc_id, len(ranks) + 1)

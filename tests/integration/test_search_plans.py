@@ -54,7 +54,7 @@ def test_candidate_queries_are_never_planned_generic(conn, tenants, database_url
                     found = await service.candidates(
                         aconn, tenant_id=tenant, vector=vector, model="m",
                         request=service.SearchRequest("glacier melt", 10, "hybrid", "chunk"))
-                assert len(found.text) == len(found.vector) == 40
+                assert len(found.text) == len(found.vector) == service.CANDIDATE_DEPTH
             return await (await aconn.execute(
                 "SELECT statement, generic_plans FROM pg_prepared_statements")).fetchall()
 
