@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import pathlib
+import random
 import re
 import statistics
 
@@ -301,3 +303,55 @@ def test_any_layout_gives_standalone_chunks_within_the_cap(shipped_tokenizer, la
         if len(chunks) > 1:
             assert piece.token_count >= chunker.min_tokens, piece.text
             assert not re.fullmatch(r"(?:#{1,6}[ \t][^\n]*\n*)+", piece.text)
+
+
+# ── chunks never end inside a word (issue 35: "reach the earth'" | "s surface") ─────────────
+def _cuts_inside_words(text: str, chunks: list[chunk.Chunk]) -> list[str]:
+    """Each place where one chunk ends and the next begins inside a word (UAX #29)."""
+    return [f"{text[max(0, a.char_end - 15):a.char_end]!r} | {text[b.char_start:][:15]!r}"
+            for a, b in itertools.pairwise(chunks)
+            if a.char_end == b.char_start and chunk.word_around(text, a.char_end)]
+
+
+def test_a_possessive_is_never_cut_in_two(shipped_tokenizer):
+    # A text like SciFact's that made the splitter cut "earth's" after "earth" (found by
+    # searching random word orders; the splitter alone cuts this one mid-word).
+    words = ["the", "earth's", "surface", "reach", "radiation", "solar", "ultraviolet", "of",
+             "and", "in", "a", "to", "light"]
+    rng = random.Random(1)
+    text = " ".join(rng.choice(words) for _ in range(rng.randint(150, 700)))
+    chunks = make_chunker(shipped_tokenizer).split(text_doc(text), title="T")
+    assert len(chunks) > 1 and _cuts_inside_words(text, chunks) == []
+    assert [text[c.char_start:c.char_end] for c in chunks] == [c.text for c in chunks]
+
+
+def test_word_boundaries_are_unicode_words():
+    text = "the earth's surface, d’été 3.5 km state-of-the-art 日本語"
+    assert chunk.word_around(text, text.index("'s")) == (4, 11)  # earth|'s
+    assert chunk.word_around(text, text.index("té")) == (21, 26)
+    assert chunk.word_around(text, text.index(".5")) == (27, 30)
+    for boundary in (3, 4, text.index("-of"), text.index("本")):
+        assert chunk.word_around(text, boundary) is None
+    assert chunk.word_around("x" * 200, 100) is None  # too long to be kept whole
+
+
+_word = st.one_of(
+    st.sampled_from(["earth's", "don't", "l'eau", "d’été", "3.5", "naïve", "state-of-the-art",
+                     "e.g.", "U.S.", "日本語", "(refs.", "5,6,7).", "co-operation", "Ünïcödé",
+                     "https://example.org/a_b", "x²", "écoles"]),
+    st.text(alphabet=st.characters(whitelist_categories=("L", "N", "Mn"), max_codepoint=0x2FFF),
+            min_size=1, max_size=14))
+_separator = st.sampled_from([" ", " ", " ", ", ", ". ", "\n", "\n\n", " — ", " . "])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(_word, _separator), min_size=50, max_size=900),
+       st.sampled_from([(200, 256), (20, 32)]))
+def test_no_chunk_ends_inside_a_word(shipped_tokenizer, parts, sizes):
+    text = "".join(w + s for w, s in parts).strip()
+    chunker = make_chunker(shipped_tokenizer, *sizes)
+    chunks = chunker.split(text_doc(text), title="A title")
+    assert _cuts_inside_words(text, chunks) == []
+    for c in chunks:
+        assert text[c.char_start:c.char_end] == c.text
+        assert len(c.token_ids) <= chunker.cap + chunk.SPECIAL_TOKENS

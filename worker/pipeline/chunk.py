@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import regex
 from semantic_text_splitter import MarkdownSplitter
 from tokenizers import Tokenizer
 
@@ -33,6 +34,12 @@ MAX_HEADING_CHARS = 200
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 _FENCE = re.compile(r"^(```|~~~)", re.MULTILINE)
 _HEADINGS_ONLY = re.compile(r"(?:#{1,6}[ \t][^\n]*\n*)+")
+# Unicode word boundaries (UAX #29): "earth's", "l'eau" and "3.5" are one word each, every CJK
+# ideograph is a word of its own, and a space or punctuation mark always bounds a word.
+_WORD_BOUNDARY = regex.compile(r"\b", flags=regex.WORD)
+# A "word" longer than this (a hash, a URL, a run of letters with no break) may be cut: there is
+# no better place, and it may not fit a chunk at all.
+MAX_WORD_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -105,7 +112,7 @@ class Chunker:
         splitter = self._splitter(budget)
         # chunk_indices yields character offsets (not UTF-8 byte offsets) into doc.text.
         pieces = [(s, text) for s, text in splitter.chunk_indices(doc.text) if text.strip()]
-        pieces = self._stand_alone(doc.text, pieces, cap)
+        pieces = self._whole_words(doc.text, self._stand_alone(doc.text, pieces, cap), cap)
         paths = [path_at(headings, _content_start(start, text)) for start, text in pieces]
         chunks = [Chunk(ordinal=0, text=text, token_count=0, char_start=start,
                         char_end=start + len(text), page=doc.page_at(start),
@@ -178,6 +185,28 @@ class Chunker:
                 out.extend(self._halves(text, prev_start, end, cap))
         return out
 
+    def _whole_words(self, text: str, pieces: list[tuple[int, str]],
+                     cap: int) -> list[tuple[int, str]]:
+        """No chunk ends inside a word: the splitter can cut "earth's" after "earth" (it measures
+        in tokens, and its word level is not UAX #29's). Where two pieces meet mid-word, the
+        word moves whole into the next piece, or else into the previous one, whichever still
+        fits under the cap; a word longer than MAX_WORD_CHARS stays cut."""
+        out = list(pieces)
+        for i in range(len(out) - 1):
+            (a_start, a), (b_start, b) = out[i], out[i + 1]
+            cut, b_end = a_start + len(a), b_start + len(b)
+            word = word_around(text, cut) if cut == b_start else None
+            if word is None:
+                continue
+            left = text[a_start : word[0]].rstrip()
+            rest = text[word[1] : b_end]
+            if left.strip() and self._fits(text[word[0] : b_end], cap):
+                out[i], out[i + 1] = (a_start, left), (word[0], text[word[0] : b_end])
+            elif rest.strip() and self._fits(text[a_start : word[1]], cap):
+                right = word[1] + len(rest) - len(rest.lstrip())
+                out[i], out[i + 1] = (a_start, text[a_start : word[1]]), (right, text[right:b_end])
+        return out
+
     def _fits(self, span: str, cap: int) -> bool:
         return self._count(span) <= cap
 
@@ -230,6 +259,20 @@ def headings_of(text: str) -> list[Heading]:
         if title:
             found.append(Heading(match.start(), len(match.group(1)), title))
     return found
+
+
+def word_around(text: str, at: int) -> tuple[int, int] | None:
+    """The (start, end) of the word that ``at`` falls inside, or None when ``at`` is a word
+    boundary (UAX #29) or the word is longer than MAX_WORD_CHARS."""
+    if at <= 0 or at >= len(text) or _WORD_BOUNDARY.match(text, at):
+        return None
+    start = next((p for p in range(at - 1, max(0, at - MAX_WORD_CHARS) - 1, -1)
+                  if _WORD_BOUNDARY.match(text, p)), None)
+    end = next((p for p in range(at + 1, min(len(text), at + MAX_WORD_CHARS) + 1)
+                if _WORD_BOUNDARY.match(text, p)), None)
+    if start is None or end is None or end - start > MAX_WORD_CHARS:
+        return None
+    return start, end
 
 
 def path_at(headings: list[Heading], offset: int) -> tuple[str, ...]:
