@@ -11,13 +11,16 @@ keeps serving), and once: concurrent first queries wait for the same load (docs/
 Queries are embedded on one thread of their own, in micro-batches: the queries that arrive while
 a forward pass runs go together into the next one (docs/decisions/0158). Nothing waits for a batch
 to fill, so a lone query costs one pass; under load, one pass serves many queries, and the model
-never takes more than its one thread from Postgres and the event loop.
+never takes more than its one thread from Postgres and the event loop. A text embedded recently
+is answered from an LRU cache, and a text already waiting for a pass is not embedded twice
+(docs/decisions/0313).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -31,6 +34,10 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 32
 # The model's limit (all-MiniLM-L6-v2): longer queries are truncated, as the model would.
 MAX_QUERY_TOKENS = 256
+# Vectors of recent texts kept (384 float32 each: 1.5 KB, so ~6 MB): people repeat queries
+# (a search page refreshed, paged or shared, the same question asked again), and a text's
+# vector never changes for one loaded model.
+CACHE_SIZE = 4096
 
 
 class Encoder(Protocol):
@@ -69,6 +76,11 @@ class QueryEmbedder:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embed")
         self._pending: list[tuple[str, asyncio.Future[list[float]]]] = []
         self._batcher: asyncio.Task[None] | None = None
+        # Recent vectors, least recently used first, and the texts now in a pass (a second
+        # request for one waits for the same vector instead of adding it to the batch again).
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._in_flight: dict[str, asyncio.Future[list[float]]] = {}
+        self.hits = self.misses = 0
 
     @property
     def loaded(self) -> bool:
@@ -88,13 +100,25 @@ class QueryEmbedder:
         return self._encoder
 
     async def embed(self, text: str) -> list[float]:
-        """The unit-length vector of ``text``, computed off the event loop, maybe in a batch."""
+        """The unit-length vector of ``text``: from the cache, or computed off the event loop
+        in the next forward pass with whatever else is waiting."""
         encoder = await self.encoder()
+        cached = self._cache.get(text)
+        if cached is not None:
+            self._cache.move_to_end(text)
+            self.hits += 1
+            return cached.tolist()
+        same = self._in_flight.get(text)
+        if same is not None:  # the same text is already waiting for a pass: share its vector
+            self.hits += 1
+            return list(await asyncio.shield(same))
+        self.misses += 1
         future: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
+        self._in_flight[text] = future
         self._pending.append((text, future))
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.create_task(self._run_batches(encoder))
-        return await future
+        return list(await asyncio.shield(future))
 
     async def _run_batches(self, encoder: Encoder) -> None:
         """Embed what is pending, one pass at a time, until nothing is."""
@@ -105,10 +129,18 @@ class QueryEmbedder:
             try:
                 vectors = await loop.run_in_executor(self._executor, encoder.encode, texts)
             except Exception as exc:  # every query of the pass gets the error its caller maps
-                for _, future in batch:
+                for text, future in batch:
+                    self._in_flight.pop(text, None)
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            for (_, future), vector in zip(batch, vectors, strict=True):
-                if not future.done():  # a request cancelled meanwhile (client gone)
+            for (text, future), vector in zip(batch, vectors, strict=True):
+                self._in_flight.pop(text, None)
+                self._remember(text, vector)
+                if not future.done():
                     future.set_result(vector.tolist())
+
+    def _remember(self, text: str, vector: np.ndarray) -> None:
+        self._cache[text] = np.array(vector, dtype=np.float32)
+        if len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)

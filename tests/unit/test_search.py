@@ -232,3 +232,36 @@ def test_the_gateway_embeds_queries_with_the_workers_variant(monkeypatch, tmp_pa
     assert asyncio.run(runtime.query_vector("q")) == ([1.0, 1.0], "m")
     assert asked == [{"model": settings.embedding_model, "batch_tokens": 32 * 256,
                       "variant": "onnx-int8", "cache_dir": str(tmp_path), "threads": 1}]
+
+
+def test_a_repeated_query_comes_from_the_cache_and_a_waiting_one_is_not_embedded_twice(
+        monkeypatch):
+    from gateway.search import embedding
+
+    passes: list[list[str]] = []
+
+    class Encoder:
+        model_name, dim = "m", 2
+
+        def encode(self, texts):
+            passes.append(list(texts))
+            return np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
+
+    monkeypatch.setattr(embedding, "CACHE_SIZE", 3)
+
+    async def scenario():
+        embedder = QueryEmbedder("m", loader=lambda model: Encoder())
+        # Eight clients asking two questions at once: one pass, each text once.
+        first = await asyncio.gather(*(embedder.embed("ab" if i % 2 else "abc")
+                                       for i in range(8)))
+        again = await embedder.embed("abc")  # from the cache: no pass
+        for text in ("w", "x", "y"):  # three newer texts push "abc" and "ab" out (size 3)
+            await embedder.embed(text)
+        await embedder.embed("abc")
+        return first, again, embedder
+
+    first, again, embedder = asyncio.run(scenario())
+    assert first == [[3.0, 1.0], [2.0, 1.0]] * 4 and again == [3.0, 1.0]
+    assert passes[0] == ["abc", "ab"]  # one pass, each text once
+    assert ["abc"] in passes[1:] and sum(p.count("abc") for p in passes) == 2
+    assert len(embedder._cache) == 3 and embedder.hits == 7
