@@ -19,9 +19,7 @@ through GET /v1/search, one query at a time. Printed per collection:
   document embedded as title + text, exhaustive search) and the reciprocal-rank fusion
   (k = 60) of those two over their top 100;
 - the targets of issue 26: hybrid ≥ that RRF, text within 0.02 of BM25;
-- POST /v1/ask on 20 on-topic questions (queries with relevant documents) and the
-  collection's off_topic.jsonl (questions of another collection, checked to have no answer in
-  this one): how many abstain, and how often the first citation is a relevant document;
+- (POST /v1/ask is bench/ask_quality.py's: answerable, near-miss and other-domain questions);
 - what ingesting a small document cost, from the runs' own records: queue wait, the worker's
   stages, and the rest of its time (the detailed per-stage bench is bench/pipeline.py).
 
@@ -59,7 +57,6 @@ DATA = common.ROOT / "tests" / "data" / "beir"
 DEFAULT_COLLECTIONS = ("dbpedia", "msmarco")
 MODES = ("text", "vector", "hybrid")
 K = 10
-ASK_ON_TOPIC = 20
 VARIANT = "onnx-int8"  # the default EMBEDDING_VARIANT: the workers' and the gateway's
 
 
@@ -173,9 +170,9 @@ def bm25_baseline(c: Collection, depth: int = 100) -> dict[str, list[str]]:
 
 
 def exact_cosine_baseline(c: Collection, depth: int = 100) -> dict[str, list[str]]:
-    from worker.pipeline import embed
+    from shared.embedding import model as embedding
 
-    model = embed.load_embedder(variant="torch", batch_size=32)
+    model = embedding.load_embedder(variant="torch")
     ids = list(c.corpus)
     docs = model.encode([f"{c.corpus[d][0]}\n\n{c.corpus[d][1]}".strip() for d in ids])
     queries = model.encode(list(c.queries.values()))
@@ -331,26 +328,6 @@ def chunk_lists(s: Stack, token: str, c: Collection) -> dict[str, dict[str, list
     return out
 
 
-def ask_features(s: Stack, token: str, c: Collection, owner: dict[str, str], path: Path) -> None:
-    """The evidence each ask question finds (similarities and BM25 scores of the top 50 chunks
-    of each list, and which documents are relevant), written to ``path`` for calibrating."""
-    out = []
-    with httpx.Client(base_url=s.gateway.url, timeout=60,
-                      headers={"Authorization": f"Bearer {token}"}) as http:
-        questions = [(q, t, True) for q, t in list(c.queries.items())[:ASK_ON_TOPIC]]
-        questions += [(None, t, False) for t in c.off_topic]
-        for q, text, on_topic in questions:
-            entry: dict[str, Any] = {"question": text, "on_topic": on_topic}
-            for mode in ("text", "vector"):
-                hits = http.get("/v1/search", params={"q": text, "mode": mode, "k": 50,
-                                                      "group": "chunk"}).json()["hits"]
-                entry[mode] = [{"score": h["text_score"] if mode == "text" else h["similarity"],
-                                "relevant": q is not None and owner.get(h["doc_id"])
-                                in c.relevant(q)} for h in hits]
-            out.append(entry)
-    path.write_text(json.dumps(out))
-
-
 def tune(c: Collection, lists: dict[str, dict[str, list]], owner: dict[str, str]) -> None:
     from gateway.search import service
 
@@ -371,34 +348,6 @@ def tune(c: Collection, lists: dict[str, dict[str, list]], owner: dict[str, str]
             print(f"    RRF_K {rrf_k:<3} " + "  ".join(cells))
     finally:
         service.RRF_K, service.TEXT_WEIGHT, service.VECTOR_WEIGHT = saved
-
-
-# ── ask ─────────────────────────────────────────────────────────────────────────────────────
-def ask_eval(s: Stack, token: str, c: Collection, owner: dict[str, str]) -> None:
-    on_topic = list(c.queries.items())[:ASK_ON_TOPIC]
-    with httpx.Client(base_url=s.gateway.url, timeout=120,
-                      headers={"Authorization": f"Bearer {token}"}) as http:
-        def ask(question: str) -> dict[str, Any]:
-            r = http.post("/v1/ask", json={"question": question})
-            r.raise_for_status()
-            return r.json()
-
-        wrong_abstain, answered, first_relevant, reasons = 0, 0, 0, []
-        for q, text in on_topic:
-            reply = ask(text)
-            if reply["abstained"]:
-                wrong_abstain += 1
-                reasons.append(reply.get("reason"))
-                continue
-            answered += 1
-            first = owner.get(reply["citations"][0]["doc_id"])
-            first_relevant += first in c.relevant(q)
-        off_abstained = sum(ask(text)["abstained"] for text in c.off_topic)
-    share = first_relevant / answered if answered else 0.0
-    print(f"  ask: off-topic abstained {off_abstained}/{len(c.off_topic)} (target ≥ 9/10); "
-          f"on-topic abstained {wrong_abstain}/{len(on_topic)} (target ≤ 1/20); first citation "
-          f"relevant {first_relevant}/{answered} = {share:.0%} (target ≥ 80 %)"
-          + (f"; on-topic abstain reasons {reasons}" if reasons else ""))
 
 
 # ── report ──────────────────────────────────────────────────────────────────────────────────
@@ -442,9 +391,6 @@ def bench_collection(s: Stack, c: Collection, args: argparse.Namespace) -> None:
           f"(within 0.02: {'met' if gap >= -0.02 else 'NOT met'})")
     if args.tune:
         tune(c, chunk_lists(s, token, c), owner)
-        ask_features(s, token, c, owner, Path(f"/tmp/ask-features-{c.name}.json"))
-    if not args.no_ask:
-        ask_eval(s, token, c, owner)
 
 
 def main() -> None:
@@ -457,7 +403,6 @@ def main() -> None:
     parser.add_argument("--queries", type=int, help="at most this many queries per collection")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tune", action="store_true", help="print the fusion grid")
-    parser.add_argument("--no-ask", action="store_true")
     args = parser.parse_args()
     folders = args.collection or [DATA / name for name in DEFAULT_COLLECTIONS]
     docs = args.docs or (300 if args.quick else None)

@@ -201,6 +201,11 @@ class GatewaySettings(CommonSettings):
     ask_min_lift: float = Field(default=0.23, ge=0, le=1)
     ask_min_similarity: float = Field(default=0.25, ge=-1, le=1)
     ask_small_tenant_similarity: float = Field(default=0.35, ge=-1, le=1)
+    # Ask's near-miss tests (docs/decisions/0312): the evidence must hold this IDF-weighted
+    # share of the question's words, and its best document must rank within the keyword
+    # list's top ASK_MAX_KEYWORD_RANK documents (0: that test off).
+    ask_min_coverage: float = Field(default=0.0, ge=0, le=1)
+    ask_max_keyword_rank: int = Field(default=0, ge=0, le=100)
     # With a key, answers are written by the Anthropic Messages API; failures fall back to the
     # extractive answer (ADR 0107). The base URL lets tests and proxies stand in for the API.
     anthropic_api_key: str = ""

@@ -31,24 +31,25 @@ log = logging.getLogger(__name__)
 
 NO_EVIDENCE = "No evidence for this in your documents."
 EXTRACTIVE_PASSAGES = 3
-# Enough neighbours for the background of the evidence test (evidence.BACKGROUND_TO).
-NEIGHBOURS = 50
+# The nearest chunks whose coverage and keyword ranks are read.
+EVIDENCE_CHUNKS = 5
 
 
 async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
               request: service.SearchRequest) -> dict[str, Any]:
     settings = runtime.settings
     query = await runtime.query_vector(request.q)
-    # Chunks, not documents: each passage is cited on its own. The vector pool is what the
-    # evidence is judged on: at least NEIGHBOURS of the question's nearest chunks.
-    wide = replace(request, group="chunk", k=max(request.k, NEIGHBOURS // 4))
+    # Chunks, not documents: each passage is cited on its own. The vector list (the fixed
+    # candidate depth, service.CANDIDATE_DEPTH) is the neighbourhood the evidence is judged on.
+    wide = replace(request, group="chunk")
+    rule = evidence.Rule(settings.ask_min_lift, settings.ask_min_similarity,
+                         settings.ask_small_tenant_similarity, settings.ask_min_coverage,
+                         settings.ask_max_keyword_rank)
     async with pool.connection() as conn, conn.transaction():
         await conn.execute(service.Q["snapshot"])
         found, _ = await runtime.retrieve(conn, tenant_id=tenant_id, request=wide,
                                           query=query)
-        verdict = evidence.judge(
-            [1.0 - d for d in found.distance.values()], min_lift=settings.ask_min_lift,
-            floor=settings.ask_min_similarity, small_tenant=settings.ask_small_tenant_similarity)
+        verdict = await _judge(conn, tenant_id, request.q, found, rule)
         # Every neighbour that passes, most similar first: the evidence was judged by meaning,
         # so it is cited that way (a provider reads up to request.k of them).
         every = service.fuse(found.text, found.vector, k=len(found.vector) + len(found.text),
@@ -89,16 +90,39 @@ async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
     quoted = await _quotes(runtime, query[0], still[:EXTRACTIVE_PASSAGES])
     if not quoted:
         return _abstain(request.q, "nothing_quotable", facts=verdict.facts())
-    return _extractive(request.q, quoted, fallback)
+    return _extractive(request.q, quoted, fallback, facts=verdict.facts())
+
+
+async def _judge(conn: db.AsyncConn, tenant_id: UUID, q: str, found: service.Candidates,
+                 rule: evidence.Rule) -> evidence.Verdict:
+    """The evidence tests (evidence.decide) over the question's candidates: the lift of its
+    nearest chunk over its neighbourhood, then, over its EVIDENCE_CHUNKS nearest chunks, how
+    much of the question the best of them covers and where the keyword list ranks their
+    documents."""
+    lifted = evidence.judge([1.0 - d for d in found.distance.values()], min_lift=rule.min_lift,
+                            floor=rule.floor, small_tenant=rule.small_tenant)
+    if lifted.reason == "no_candidates":
+        return lifted
+    # The nearest chunks whatever the lift test said: the figures then do not depend on the
+    # thresholds, so they can be fitted on recorded answers (bench/ask_quality.py).
+    near = found.vector[:EVIDENCE_CHUNKS]
+    rows = await (await conn.execute(service.Q["coverage"], {
+        "tenant_id": tenant_id, "q": q, "chunk_ids": [c for c, _ in near]})).fetchall()
+    coverage = max((float(r["coverage"]) for r in rows), default=0.0)
+    keyword = service.document_ranks(found.text)
+    ranks = [keyword[d] for _, d in near if d in keyword]
+    return evidence.decide(lifted, coverage=coverage, keyword_rank=min(ranks, default=None),
+                           rule=rule)
 
 
 async def _quotes(runtime: Runtime, question: list[float],
                   passages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each passage with its ``quote``: from the quotable sentence nearest the question in
-    meaning (embedded in one micro-batch); a passage with none is left out."""
-    candidates = [[s for s in evidence.sentences(p["text"]) if evidence.quotable(s)]
+    """Each passage with its ``quote``, a verbatim span of its text (evidence.quote): from the
+    quotable sentence nearest the question in meaning (embedded in one micro-batch); a passage
+    with none is left out."""
+    candidates = [[s for s in evidence.sentences(p["text"]) if evidence.quotable(s.text)]
                   for p in passages]
-    flat = [s for group in candidates for s in group]
+    flat = [s.text for group in candidates for s in group]
     try:
         vectors = await asyncio.gather(*(runtime.embedder.embed(s) for s in flat))
     except (OSError, ValueError, RuntimeError) as exc:  # quote the first sentences instead
@@ -110,20 +134,20 @@ async def _quotes(runtime: Runtime, question: list[float],
     for passage, group in zip(passages, candidates, strict=True):
         if group:
             sims = [float(np.dot(q, vectors[at + i])) for i in range(len(group))]
-            best = int(np.argmax(sims))  # the first one when all are equal
-            out.append({**passage, "quote": evidence.quote_from(group, best)})
+            out.append({**passage, "quote": evidence.nearest_quote(passage["text"], group, sims)})
         at += len(group)
     return out
 
 
-def _extractive(question: str, passages: list[dict[str, Any]],
-                fallback: str | None) -> dict[str, Any]:
+def _extractive(question: str, passages: list[dict[str, Any]], fallback: str | None, *,
+                facts: dict[str, Any]) -> dict[str, Any]:
     lines = [f"“{p['quote']}” [{n}]" for n, p in enumerate(passages, start=1)]
     text = "From your documents:\n" + "\n".join(lines)
     result = _answer(question, text, "extractive", passages,
                      numbers=list(range(1, len(passages) + 1)))
     if fallback:
         result["fallback"] = fallback
+    result["evidence"] = facts  # what it was judged on, as an abstention reports it
     return result
 
 
@@ -147,4 +171,4 @@ def _citation(n: int, hit: dict[str, Any]) -> dict[str, Any]:
             "heading_path": hit["heading_path"], "title": hit["title"],
             # an e-mail attachment's message (docs/decisions/0250); None otherwise
             "parent": hit.get("parent"),
-            "quote": hit.get("quote") or evidence.quote_from([" ".join(hit["text"].split())], 0)}
+            "quote": hit.get("quote") or evidence.first_quote(hit["text"])}

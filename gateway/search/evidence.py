@@ -28,7 +28,9 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import pysbd
 
 BACKGROUND_FROM, BACKGROUND_TO = 10, 40
 QUOTE_CHARS = 320
@@ -43,27 +45,49 @@ _BOILERPLATE = re.compile(
     r"https?://|www\.|\S+@\S+\.\w+|^\s*page\s+\d+|^\s*\d+\s*(of\s*\d+)?\s*$|"
     r"click here|cookie|subscribe|terms of (use|service)|privacy policy|^\s*keywords?\s*:",
     re.IGNORECASE)
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"”’)\]]*\s+(?=[\"“(\[]?[A-Z0-9])")
-_ABBREVIATION = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|Prof|St|Sr|Jr|vs|etc|al|Fig|No|e\.g|i\.e)\.$")
 _LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
+# A line that is a block of its own: a heading, a list item or a table row.
+_LINE_BLOCK = re.compile(r"^\s*(?:#{1,6}\s|[-*+•]\s|\d+[.)]\s|\|)")
+_PARAGRAPH = re.compile(r"(?:[^\n]|\n(?![ \t]*\n))+")
+_COMPLETE = re.compile(r"[.!?…][\"”’)\]]*$")
+# clean=False: the text as it is (no repairs), so every span is the passage's own characters.
+_SEGMENTER = pysbd.Segmenter(language="en", clean=False, char_span=True)
+# What joins the parts of a quote that are not one span, and ends a cut one.
+ELLIPSIS = " …"
 
 
 @dataclass(frozen=True)
 class Verdict:
     answerable: bool
-    reason: str | None  # why not: no_candidates | weak_evidence
+    # why not: no_candidates | weak_evidence | question_not_covered | keywords_disagree
+    reason: str | None
     best: float | None
     background: float | None
     keep_above: float  # a chunk is evidence when its similarity reaches this
+    coverage: float | None = None  # the best-covered evidence chunk's share of the question
+    keyword_rank: int | None = None  # the evidence's best document rank in the keyword list
 
-    def facts(self) -> dict[str, float | None]:
+    def facts(self) -> dict[str, float | int | None]:
         def rounded(value: float | None) -> float | None:
             return None if value is None else round(value, 4)
 
         lift = None if self.best is None or self.background is None else \
             (self.best - self.background) / (1.0 - self.background)
         return {"best_similarity": rounded(self.best), "background": rounded(self.background),
-                "lift": rounded(lift)}
+                "lift": rounded(lift), "coverage": rounded(self.coverage),
+                "keyword_rank": self.keyword_rank}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The thresholds of ask's evidence tests (settings ASK_*; fitted by bench/ask_quality.py
+    on one collection and checked on another, docs/decisions/0312)."""
+
+    min_lift: float
+    floor: float
+    small_tenant: float
+    min_coverage: float = 0.0
+    max_keyword_rank: int = 0  # 0: the keyword test is off
 
 
 def judge(similarities: Sequence[float], *, min_lift: float, floor: float,
@@ -82,6 +106,38 @@ def judge(similarities: Sequence[float], *, min_lift: float, floor: float,
     return Verdict(ok, None if ok else "weak_evidence", best, background, keep_above)
 
 
+def decide(lifted: Verdict, *, coverage: float | None, keyword_rank: int | None,
+           rule: Rule) -> Verdict:
+    """The lift verdict, then the two tests a near miss fails though its best chunk stands out
+    (it shares the corpus's words, not its subject): the evidence must cover enough of the
+    question's weight of words, and the keyword list must rank the evidence's document near
+    its top. The first test failed is the reason."""
+    reason = lifted.reason
+    if reason is None and (coverage or 0.0) < rule.min_coverage:
+        reason = "question_not_covered"
+    elif reason is None and rule.max_keyword_rank and (
+            keyword_rank is None or keyword_rank > rule.max_keyword_rank):
+        reason = "keywords_disagree"
+    return replace(lifted, answerable=reason is None, reason=reason, coverage=coverage,
+                   keyword_rank=keyword_rank)
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """A sentence of a passage: ``text[start:end]`` of the passage, verbatim, trimmed."""
+
+    start: int
+    end: int
+    paragraph: int  # which block of the passage (blocks are separated by a blank line)
+    text: str
+
+    @property
+    def complete(self) -> bool:
+        """Ends as a sentence does (., !, ?, maybe a closing quote or bracket after it): not a
+        title line or a heading, which are quoted only when a passage has nothing better."""
+        return bool(_COMPLETE.search(self.text))
+
+
 def quotable(sentence: str) -> bool:
     """A sentence that can answer: not a heading, caption, table row or boilerplate line."""
     return (len(sentence.split()) >= MIN_QUOTE_WORDS and not _HEADING.match(sentence)
@@ -90,33 +146,89 @@ def quotable(sentence: str) -> bool:
             and sum(ch.isalpha() for ch in sentence) >= 0.5 * len(sentence.strip()))
 
 
-def sentences(text: str) -> list[str]:
-    """The passage's sentences in order, each on one line; lines are never joined."""
-    out: list[str] = []
-    new_line = True
-    for line in text.split("\n"):
-        line = _LIST_MARK.sub("", line).strip()
-        if not line:
-            continue
-        for piece in _SENTENCE_END.split(line):
-            piece = " ".join(piece.split())
-            if out and piece and _ABBREVIATION.search(out[-1]) and not new_line:
-                out[-1] += " " + piece  # "Dr. Smith": not the end of a sentence
-            elif piece:
-                out.append(piece)
-            new_line = False
-        new_line = True
+def sentences(text: str) -> list[Sentence]:
+    """The passage's sentences in order, as spans of ``text``.
+
+    Blocks: a blank line ends a paragraph, and a heading, list item or table row is a block of
+    its own line; a quote never crosses blocks. Within a block, sentence boundaries are
+    pysbd's (a rule-based segmenter, Golden Rules tested: abbreviations such as "refs." "e.g."
+    "Dr.", decimals, initials, and sentences ending " ." then a lower-case word, as in
+    Cranfield's abstracts); its spans are offsets into the block, checked. A list item's
+    marker is not part of its sentence.
+    """
+    out: list[Sentence] = []
+    for paragraph, (block_start, block) in enumerate(_blocks(text)):
+        for span in _SEGMENTER.segment(block):
+            piece = block[span.start:span.end]
+            lead = len(piece) - len(piece.lstrip())
+            body = piece.strip()
+            if body:
+                start = block_start + span.start + lead
+                marker = _LIST_MARK.match(body)
+                if marker and marker.end() < len(body):
+                    start, body = start + marker.end(), body[marker.end():]
+                out.append(Sentence(start, start + len(body), paragraph, body))
     return out
 
 
-def quote_from(candidates: Sequence[str], start: int) -> str:
-    """The sentence at ``start``, then those after it while the quote stays within QUOTE_CHARS;
-    a single sentence longer than that is cut at a word."""
-    quote = candidates[start]
-    for nxt in candidates[start + 1:]:
-        if len(quote) + 1 + len(nxt) > QUOTE_CHARS:
+def _blocks(text: str) -> list[tuple[int, str]]:
+    """(offset, block): paragraphs split at blank lines, and every heading, list item or
+    table row line a block of its own."""
+    blocks: list[tuple[int, str]] = []
+    for para in _PARAGRAPH.finditer(text):
+        lines = list(re.finditer(r"[^\n]+", para.group()))
+        run: list[re.Match[str]] = []
+        for line in lines:
+            if _LINE_BLOCK.match(line.group()):
+                if run:
+                    blocks.append(_joined(para.start(), para.group(), run))
+                    run = []
+                blocks.append((para.start() + line.start(), line.group()))
+            else:
+                run.append(line)
+        if run:
+            blocks.append(_joined(para.start(), para.group(), run))
+    return blocks
+
+
+def _joined(offset: int, para: str, run: list[re.Match[str]]) -> tuple[int, str]:
+    return offset + run[0].start(), para[run[0].start():run[-1].end()]
+
+
+def quote(passage: str, chosen: Sequence[Sentence], at: int) -> str:
+    """The sentence ``chosen[at]``, then the sentences right after it in the same paragraph
+    while the quote stays within QUOTE_CHARS, as one verbatim span of ``passage``; a single
+    sentence longer than that is cut at a word and ends with " …"."""
+    first = last = chosen[at]
+    for nxt in chosen[at + 1:]:
+        if nxt.paragraph != first.paragraph or nxt.end - first.start > QUOTE_CHARS:
             break
-        quote += " " + nxt
-    if len(quote) > QUOTE_CHARS:
-        quote = quote[:QUOTE_CHARS].rsplit(" ", 1)[0] + " …"
-    return quote
+        last = nxt
+    span = passage[first.start:last.end]
+    if len(span) <= QUOTE_CHARS:
+        return span
+    cut = span[:QUOTE_CHARS].rsplit(None, 1)[0].rstrip(" ,;:")
+    return cut + ELLIPSIS
+
+
+def nearest_quote(passage: str, chosen: Sequence[Sentence], similarities: Sequence[float]) -> str:
+    """The quote that starts at the complete sentence most similar to the question (a title
+    line or other incomplete one only when the passage has no complete sentence)."""
+    order = sorted(range(len(chosen)), key=lambda i: (not chosen[i].complete, -similarities[i], i))
+    return quote(passage, chosen, order[0])
+
+
+def first_quote(passage: str) -> str:
+    """A quote for a passage cited without one chosen (a provider's answer): its first
+    complete quotable sentence and those after it, else the passage's first words."""
+    chosen = [s for s in sentences(passage) if quotable(s.text)] or sentences(passage)
+    if not chosen:
+        return ""
+    return nearest_quote(passage, chosen, [0.0] * len(chosen))
+
+
+def quote_parts(q: str) -> list[str]:
+    """A quote's verbatim parts: split at " … ", without a trailing " …" (what the checker of
+    every quote against its chunk reads, and what a client may highlight)."""
+    body = q[:-len(ELLIPSIS)] if q.endswith(ELLIPSIS) else q
+    return body.split(ELLIPSIS + " ")

@@ -189,3 +189,34 @@ WHERE c.tenant_id = %(tenant_id)s
 -- First statement of an answer's transaction: every read of it sees one snapshot, so the
 -- passages retrieved and the hits built from them agree on what is active (§2.2).
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+
+-- name: coverage
+-- How much of the question each chunk holds (ask's evidence, docs/decisions/0312): the share of
+-- the question's lexemes (english stemming, stop words out) found in the chunk's indexed text
+-- (its header and text), each lexeme weighted by its IDF over the tenant's active chunks, as
+-- text_candidates computes it. A lexeme no active chunk holds weighs most: a question about
+-- something the documents never mention is covered little, whatever else it shares with them.
+WITH terms AS (
+    SELECT t.lexeme FROM unnest(to_tsvector('english', %(q)s::text)) AS t
+), total AS (
+    SELECT greatest(coalesce(sum(chunk_count), 0), 1) AS n
+    FROM document_versions WHERE tenant_id = %(tenant_id)s AND is_active
+), idf AS (
+    SELECT t.lexeme, ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf
+    FROM terms t
+    CROSS JOIN total
+    CROSS JOIN LATERAL (
+        SELECT coalesce(sum(s.df), 0) AS n
+        FROM search_term_df s
+        JOIN document_versions v ON v.doc_version_id = s.doc_version_id
+                                AND v.tenant_id = s.tenant_id
+        WHERE s.tenant_id = %(tenant_id)s AND s.lexeme = t.lexeme AND v.is_active) df
+)
+SELECT f.chunk_id,
+       coalesce(sum(idf.idf) FILTER (WHERE idf.lexeme = ANY(tsvector_to_array(f.tsv)))
+                / nullif(sum(idf.idf), 0), 0) AS coverage
+FROM chunk_fts f
+CROSS JOIN idf
+WHERE f.tenant_id = %(tenant_id)s
+  AND f.chunk_id = ANY(%(chunk_ids)s::uuid[])
+GROUP BY f.chunk_id;

@@ -26,7 +26,29 @@ def test_a_best_chunk_no_better_than_the_neighbourhood_abstains_with_its_figures
     verdict = evidence.judge(neighbours(0.333, 0.147), **RULE)  # "sous vide" over dbpedia
     assert not verdict.answerable and verdict.reason == "weak_evidence"
     assert verdict.facts() == {"best_similarity": 0.333, "background": 0.147,
-                               "lift": pytest.approx(0.218, abs=1e-3)}
+                               "lift": pytest.approx(0.218, abs=1e-3), "coverage": None,
+                               "keyword_rank": None}
+
+
+def test_a_near_miss_fails_the_test_it_fails_and_says_which():
+    rule = evidence.Rule(0.23, 0.25, 0.35, min_coverage=0.5, max_keyword_rank=3)
+    lifted = evidence.judge(neighbours(0.6, 0.2), **RULE)
+    assert lifted.answerable
+    uncovered = evidence.decide(lifted, coverage=0.3, keyword_rank=1, rule=rule)
+    assert (uncovered.answerable, uncovered.reason) == (False, "question_not_covered")
+    assert uncovered.facts()["coverage"] == 0.3
+    apart = evidence.decide(lifted, coverage=0.8, keyword_rank=7, rule=rule)
+    assert (apart.answerable, apart.reason) == (False, "keywords_disagree")
+    assert evidence.decide(lifted, coverage=0.8, keyword_rank=None, rule=rule).reason == \
+        "keywords_disagree"
+    assert evidence.decide(lifted, coverage=0.8, keyword_rank=3, rule=rule).answerable
+    # The lift test comes first: its reason stands whatever the others say.
+    weak = evidence.judge(neighbours(0.333, 0.147), **RULE)
+    assert evidence.decide(weak, coverage=0.0, keyword_rank=None, rule=rule).reason == \
+        "weak_evidence"
+    # The keyword test off (0): any rank passes.
+    off = evidence.Rule(0.23, 0.25, 0.35, min_coverage=0.5)
+    assert evidence.decide(lifted, coverage=0.8, keyword_rank=None, rule=off).answerable
 
 
 def test_the_floor_holds_even_when_everything_else_is_far():
@@ -67,15 +89,78 @@ def test_plain_sentences_are_quotable(line):
     assert evidence.quotable(line)
 
 
-def test_sentences_split_lines_and_sentences_but_never_join_lines():
+def texts(sentences):
+    return [s.text for s in sentences]
+
+
+def test_sentences_split_blocks_and_sentences_but_never_join_blocks():
     text = ("# Heading line\n\n- First item of a list. Its second sentence!\n"
             "Dr. Smith wrote it in 2019. Then 2020 came.")
-    assert evidence.sentences(text) == [
-        "# Heading line", "First item of a list.", "Its second sentence!",
-        "Dr. Smith wrote it in 2019.", "Then 2020 came."]
+    found = evidence.sentences(text)
+    assert texts(found) == ["# Heading line", "First item of a list.", "Its second sentence!",
+                            "Dr. Smith wrote it in 2019.", "Then 2020 came."]
+    assert all(text[s.start:s.end] == s.text for s in found)
+    assert [s.paragraph for s in found] == [0, 1, 1, 2, 2]
 
 
-def test_a_quote_grows_by_whole_sentences_within_the_limit():
-    group = ["A" * 150 + ".", "B" * 150 + ".", "C" * 150 + "."]
-    assert evidence.quote_from(group, 0) == group[0] + " " + group[1]
-    assert evidence.quote_from(["word " * 100], 0).endswith(" …")
+def test_abbreviations_and_references_do_not_end_a_sentence():
+    # The SciFact abstract whose quote dropped "5,6,7)." without saying so (issue 35).
+    text = ("HTLV-1 causes HAM/TSP in some carriers, as in MS (refs. 5,6,7). HAM/TSP patients "
+            "show a high proviral load, e.g. 3.5-fold (Fig. 2). U.S. rates vs. E.U. rates rose.")
+    assert texts(evidence.sentences(text)) == [
+        "HTLV-1 causes HAM/TSP in some carriers, as in MS (refs. 5,6,7).",
+        "HAM/TSP patients show a high proviral load, e.g. 3.5-fold (Fig. 2).",
+        "U.S. rates vs. E.U. rates rose."]
+
+
+def test_sentences_ending_with_a_spaced_full_stop_are_sentences():
+    # Cranfield's abstracts: lower case throughout, sentences end " ." (issue 35: they were
+    # quoted whole, cut at 320 characters).
+    text = ("experimental investigation of the aerodynamics of a wing in a slipstream . an "
+            "experimental study of a wing in a propeller slipstream was made in order to "
+            "determine the spanwise distribution of the lift increase . the results were "
+            "compared with theory .")
+    found = texts(evidence.sentences(text))
+    assert len(found) == 3 and found[2] == "the results were compared with theory ."
+
+
+def test_a_quote_is_one_verbatim_span_within_its_paragraph():
+    text = ("A Title Line Without A Full Stop\n\nThe first sentence of the abstract is here,"
+            "  with two spaces.\nIt goes on over a second line. The third one ends it.\n\n"
+            "Another paragraph that follows.")
+    chosen = [s for s in evidence.sentences(text) if evidence.quotable(s.text)]
+    # The title line is most similar to the question, but a whole sentence is preferred.
+    sims = [0.9, 0.5, 0.4, 0.3]
+    q = evidence.nearest_quote(text, chosen, sims)
+    assert q.startswith("The first sentence") and q in text and "\n\n" not in q
+    assert q.endswith("The third one ends it.")
+    # A title line is quoted only when nothing else is there.
+    assert evidence.first_quote("Only A Title Line Here For You") == "Only A Title Line Here For You"
+
+
+def test_a_long_sentence_is_cut_at_a_word_and_says_so():
+    text = "word " * 100 + "end."
+    chosen = evidence.sentences(text)
+    q = evidence.quote(text, chosen, 0)
+    assert q.endswith(" …") and len(q) <= evidence.QUOTE_CHARS + 2
+    (part,) = evidence.quote_parts(q)
+    assert text.startswith(part)
+
+
+@settings(deadline=None, max_examples=200)
+@given(st.lists(st.tuples(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=0, max_size=40),
+    st.sampled_from([". ", " . ", "\n", "\n\n", "! ", " ", "\n- ", "\n# ", ". The ",
+                     " (refs. 5,6,7). ", " e.g. ", "\n\n| a | b |\n"])), max_size=30))
+def test_every_sentence_and_quote_is_a_verbatim_span(parts):
+    text = "".join(a + b for a, b in parts)
+    found = evidence.sentences(text)
+    ends = 0
+    for s in found:
+        assert text[s.start:s.end] == s.text and s.text == s.text.strip() and s.text
+        assert s.start >= ends and "\n\n" not in s.text.replace("\r", "")
+        ends = s.end
+    for at in range(len(found)):
+        q = evidence.quote(text, found, at)
+        for part in evidence.quote_parts(q):
+            assert part in text and "\n\n" not in part
