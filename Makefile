@@ -41,11 +41,12 @@ browser: ## install Debian's chromium for the web UI tests (where apt-get exists
 		{ echo "CI=true: no chromium and no apt-get to install it"; exit 1; }
 
 # Tesseract's English data for OCR (docs/decisions/0211); tesserocr (pyproject) brings the engine.
-ocr: ## install Debian's tesseract-ocr-eng for OCR of scans and images (where apt-get exists; required under CI=true)
-	@ls /usr/share/tesseract-ocr/*/tessdata/eng.traineddata >/dev/null 2>&1 || ! command -v apt-get >/dev/null || \
-		(apt-get update && apt-get install -y tesseract-ocr-eng) || \
-		{ if [ "$$CI" = true ]; then echo "tesseract-ocr-eng could not be installed (CI=true needs it)"; exit 1; fi; \
-		  echo "tesseract-ocr-eng could not be installed: OCR tests will skip, scans fail with a reason"; }
+ocr: ## install Debian's tesseract-ocr-eng and -osd (page orientation) for OCR of scans and images (where apt-get exists; required under CI=true)
+	@(ls /usr/share/tesseract-ocr/*/tessdata/eng.traineddata && ls /usr/share/tesseract-ocr/*/tessdata/osd.traineddata) >/dev/null 2>&1 || \
+		! command -v apt-get >/dev/null || \
+		(apt-get update && apt-get install -y tesseract-ocr-eng tesseract-ocr-osd) || \
+		{ if [ "$$CI" = true ]; then echo "tesseract-ocr-eng/-osd could not be installed (CI=true needs them)"; exit 1; fi; \
+		  echo "tesseract-ocr-eng/-osd could not be installed: OCR tests will skip, scans fail with a reason"; }
 	@[ "$$CI" != true ] || ls /usr/share/tesseract-ocr/*/tessdata/eng.traineddata >/dev/null 2>&1 || \
 		{ echo "CI=true: no Tesseract English data and no apt-get to install it"; exit 1; }
 

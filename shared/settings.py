@@ -309,6 +309,7 @@ class WorkerSettings(CommonSettings):
     transient_retry_attempts: int = 4
     # Parsers run in a child process per document (worker/pipeline/parsers.py, ADR 0077): a
     # file that crashes, hangs or bloats its parser fails its own run, never the worker.
+    # The timeout is the child's processor time, not wall time (ADR 0293: a busy machine).
     extract_timeout_s: float = Field(default=120.0, gt=0)
     extract_memory_mb: int = Field(default=1024, ge=64)
     # What one document may hold (worker/pipeline/formats/common.Limits): pages (PDF pages,

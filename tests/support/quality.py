@@ -10,6 +10,7 @@ so the score errs low.
 
 from __future__ import annotations
 
+import collections
 import difflib
 import re
 import unicodedata
@@ -18,7 +19,8 @@ _WORD = re.compile(r"\w+")
 
 
 def words(text: str) -> list[str]:
-    folded = unicodedata.normalize("NFKC", text).casefold()
+    # A soft hyphen marks where a word may break; the word is still one word.
+    folded = unicodedata.normalize("NFKC", text.replace("\xad", "")).casefold()
     return [w for w in _WORD.findall(folded) if w.replace("_", "")]
 
 
@@ -30,6 +32,15 @@ def similarity(extracted: str, truth: str) -> float:
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     matched = sum(sum(len(w) for w in a[m.a: m.a + m.size]) for m in matcher.get_matching_blocks())
     return 2 * matched / total
+
+
+def recall(extracted: str, truth: str) -> float:
+    """The share of ``truth``'s words (counted with repeats) that ``extracted`` holds too, in
+    any order: what an independent extraction finds that ours lost. Order-free, so a table
+    read by rows or a footnote moved to the end is not a loss; 1.0 for an empty truth."""
+    have, want = collections.Counter(words(extracted)), collections.Counter(words(truth))
+    total = sum(want.values())
+    return sum((have & want).values()) / total if total else 1.0
 
 
 def between(text: str, start: str, end: str | None = None) -> str:

@@ -4,6 +4,7 @@ file's furniture (navigation, running headers, page numbers, contents leaders, M
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import pathlib
@@ -12,6 +13,7 @@ import zipfile
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from selectolax.lexbor import LexborHTMLParser
 
 from shared import errors
 from tests.support import quality
@@ -496,3 +498,37 @@ def test_password_protected_office_files_say_so(name, kind):
         read(name, kind)
     assert caught.value.code == "encrypted_document"
     assert "protected by a password" in caught.value.detail
+
+
+def test_html_main_content_inside_a_wrapper_named_like_navigation(tmp_path):
+    # readability's engadget page: <main> inside div.i-nav_drawer_slide@tp-__panel; only the
+    # title came out (12 of 1,966 words) when furniture went before the main part was chosen
+    source = gzip.decompress((FIXTURES / "readability-engadget.html.gz").read_bytes())
+    expected = gzip.decompress((FIXTURES / "readability-engadget.expected.html.gz").read_bytes())
+    path = tmp_path / "engadget.html"
+    path.write_bytes(source)
+    text = extract.extract(path, "html").text
+    truth = LexborHTMLParser(expected.decode()).body.text(separator=" ")
+    assert quality.recall(text, truth) >= 0.95
+    assert "The Xbox One X is the ultimate video game system." in text
+
+
+def test_html_sections_whose_ids_name_furniture_words_are_kept(tmp_path):
+    # readability's mercurial page: section ids are heading slugs ("sharing-with-a-single-
+    # developer") and heading links carry class "toc-backref"; both read as furniture words
+    source = (pathlib.Path(__file__).parents[2] / "bench" / "corpus" / "files"
+              / "readability-mercurial.html")
+    text = extract.extract(source, "html").text
+    assert "Sharing with a single developer" in text
+    assert "Example 3: Alice commits and amends a draft fix" in text
+    page = tmp_path / "page.html"
+    page.write_text('<body><div id="share">Share on X</div><div id="cookie-consent">OK</div>'
+                    '<p>Body text.</p></body>')
+    assert extract.extract(page, "html").text == "Body text."
+
+
+def test_json_lines_and_concatenated_values_are_records(tmp_path):
+    path = tmp_path / "records.json"
+    path.write_text('{"id": "a", "n": 1}\n{"id": "b", "n": 2}\n\n{"id": "c"}')
+    text = extract.extract(path, "json").text
+    assert text == "[0].id: a\n[0].n: 1\n\n[1].id: b\n[1].n: 2\n\n[2].id: c"

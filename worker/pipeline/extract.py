@@ -89,12 +89,14 @@ def extract(
     max_uncompressed_bytes: int = 200 * 1024 * 1024,
     limits: common.Limits | None = None,
     on_ocr: Callable[[int], None] = lambda pages: None,
+    on_ocr_page: Callable[[], None] = lambda: None,
     attachments_dir: pathlib.Path | None = None,
     depth: int = 0,
 ) -> Extracted:
     """Read ``path`` as ``source_type`` and return its text; raise a BadDocument on a bad file.
 
-    ``on_ocr(n)`` is called before ``n`` pages are OCR'd, so a caller can allow the time.
+    ``on_ocr(n)`` is called before ``n`` pages are OCR'd, so a caller can allow the time, and
+    ``on_ocr_page()`` after each, so that a timeout can say how far OCR got.
     ``attachments_dir``: an e-mail's attachments are written there and returned to become
     child documents, while ``depth`` (how deep this message is nested in messages already
     ingested) is below Limits.max_depth; otherwise they are read as sections of the message.
@@ -111,7 +113,7 @@ def extract(
         limits = common.Limits(max_uncompressed_bytes=max_uncompressed_bytes)
     keeper = (_Keeper(attachments_dir) if attachments_dir is not None and depth < limits.max_depth
               else None)
-    doc = _Reader(limits, on_ocr, keeper).read(path, source_type, depth)
+    doc = _Reader(limits, on_ocr, keeper, on_ocr_page).read(path, source_type, depth)
     result = _assemble(doc, paged=source_type in ("pdf", "pptx", *IMAGE_TYPES))
     if not result.text.strip():
         raise errors.NoTextFound(_NO_TEXT, stage=_STAGE)
@@ -154,18 +156,20 @@ class _Reader:
     """Dispatches a file to its format's reader; attachments come back here, one level deeper."""
 
     def __init__(self, limits: common.Limits, on_ocr: Callable[[int], None],
-                 keeper: _Keeper | None = None) -> None:
+                 keeper: _Keeper | None = None,
+                 on_ocr_page: Callable[[], None] = lambda: None) -> None:
         self.limits = limits
         self.on_ocr = on_ocr
+        self.on_ocr_page = on_ocr_page
         # Only the message being extracted keeps its attachments; nested ones are read.
         self.keeper = keeper
 
     def read(self, path: pathlib.Path, source_type: str, depth: int) -> common.Doc:
         limits = self.limits
         if source_type == "pdf":
-            return pdf.read(path, limits, self.on_ocr)
+            return pdf.read(path, limits, self.on_ocr, self.on_ocr_page)
         if source_type in IMAGE_TYPES:
-            return images.read(path, source_type, limits, self.on_ocr)
+            return images.read(path, source_type, limits, self.on_ocr, self.on_ocr_page)
         if source_type == "docx":
             return docx.read(path, limits)
         if source_type == "pptx":

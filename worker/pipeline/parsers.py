@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import resource
 import signal
 import sys
@@ -71,6 +72,12 @@ warnings.filterwarnings("ignore", category=RuntimeWarning,
 _PRELOAD_LOCK = threading.Lock()
 _PRELOADED: list[bool] = []
 _POLL_S = 0.2
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# A child whose processor time does not move for this long is stuck, not slow: even at load
+# 25 on two cores a running child gets a tick every second.
+_STALL_S = 60.0
+# Nothing runs longer than this many times its processor budget in wall time.
+_WALL_FACTOR = 20
 _READERS = {"pdf": "PDF", "docx": "DOCX", "html": "HTML", "txt": "text", "md": "Markdown",
             "pptx": "PPTX", "xlsx": "XLSX", "xls": "XLS", "csv": "CSV", "eml": "e-mail",
             "msg": "Outlook message", "epub": "EPUB", "odt": "ODT", "rtf": "RTF",
@@ -104,7 +111,8 @@ def extract_isolated(path: Path, source_type: str, *, max_uncompressed_bytes: in
     """extract.extract(path, source_type) in a child process; raises its BadDocument as is.
 
     ``check`` is called while waiting (lease lost, shutdown): whatever it raises ends the child.
-    A child about to OCR n pages says so first, and gets ``n * ocr_page_s`` more seconds:
+    ``timeout_s`` is processor time (see _Budget), so a busy machine slows a child without
+    killing it. A child about to OCR n pages says so first, and gets ``n * ocr_page_s`` more:
     a scanned book needs minutes where a born-digital file that takes that long is stuck.
     ``attachments_dir`` and ``depth``: as extract.extract (an e-mail's attachments are written
     there by the child, so their bytes never travel through the pipe).
@@ -119,36 +127,94 @@ def extract_isolated(path: Path, source_type: str, *, max_uncompressed_bytes: in
         name="extract", daemon=True)
     child.start()
     sender.close()  # ours; the child holds its own end, so EOF means the child is gone
+    budget = _Budget(child.pid, timeout_s, ocr_page_s)
     try:
-        outcome = _wait(receiver, child, timeout_s, check, ocr_page_s)
+        outcome = _wait(receiver, child, budget, check)
     finally:
         receiver.close()
         if child.is_alive():
             child.kill()
         child.join(5)
-    return _result(outcome, source_type, child.exitcode, timeout_s, memory_bytes)
+    return _result(outcome, source_type, child.exitcode, budget, memory_bytes)
 
 
-def _wait(receiver: Connection, child: Any, timeout_s: float,
-          check: Callable[[], None], ocr_page_s: float) -> tuple[str, Any] | None:
-    """The child's answer; None if it died without one; "timeout" if it overran."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+class _Budget:
+    """How much longer the child may run, in its own processor time.
+
+    Wall time is the wrong clock on a shared machine: at load 25 on two cores a child gets a
+    tenth of a core, and a 4-page scan that needs 35 s of processor time took over 200 s of
+    wall time and was killed as "damaged" (issue 33). So the budget is the child's CPU seconds
+    (Linux /proc; wall seconds where the OS does not say): ``timeout_s`` for reading, plus
+    ``ocr_page_s`` per page it announces it will OCR. A child that is stuck without burning
+    processor time (a deadlock) is caught by the stall limit, and nothing runs past a wall
+    ceiling of _WALL_FACTOR times its budget.
+    """
+
+    def __init__(self, pid: int | None, timeout_s: float, ocr_page_s: float) -> None:
+        self.pid = pid
+        self.seconds = timeout_s
+        self.ocr_page_s = ocr_page_s
+        self.ocr_pages = 0  # announced
+        self.ocr_done = 0  # finished
+        self.started = time.monotonic()
+        self.last_cpu = -1.0
+        self.last_change = self.started
+
+    def hear(self, message: tuple[str, Any]) -> None:
+        if message[0] == "ocr":  # pages about to be OCR'd: their time on top
+            self.ocr_pages += int(message[1])
+            self.seconds += int(message[1]) * self.ocr_page_s
+        elif message[0] == "ocr_page":
+            self.ocr_done += 1
+
+    def spent(self) -> str | None:
+        """None while the child may go on; else how it overran ("cpu", "stalled", "wall")."""
+        now = time.monotonic()
+        cpu = _cpu_seconds(self.pid)
+        if cpu is None:  # no /proc: the wall clock is all there is
+            return "cpu" if now - self.started > self.seconds else None
+        if cpu > self.seconds:
+            return "cpu"
+        if cpu != self.last_cpu:
+            self.last_cpu, self.last_change = cpu, now
+        elif now - self.last_change > _STALL_S:
+            return "stalled"
+        return "wall" if now - self.started > self.seconds * _WALL_FACTOR else None
+
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    """The processor time (user + system) process ``pid`` has used, or None if unknown."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    fields = stat[stat.rindex(b")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _wait(receiver: Connection, child: Any, budget: _Budget,
+          check: Callable[[], None]) -> tuple[str, Any] | None:
+    """The child's answer; None if it died without one; ("timeout", how) if it overran."""
+    while (overrun := budget.spent()) is None:
         check()
         if receiver.poll(_POLL_S):
             try:
                 answer: tuple[str, Any] = receiver.recv()
             except (EOFError, OSError):
                 return None  # died mid-answer or before one: a crash
-            if answer[0] == "ocr":  # pages about to be OCR'd: their time on top
-                deadline += int(answer[1]) * ocr_page_s
+            if answer[0] in ("ocr", "ocr_page"):
+                budget.hear(answer)
                 continue
             return answer
-    return ("timeout", None)
+    return ("timeout", overrun)
 
 
 def _result(outcome: tuple[str, Any] | None, source_type: str, exitcode: int | None,
-            timeout_s: float, memory_bytes: int) -> extract.Extracted:
+            budget: _Budget, memory_bytes: int) -> extract.Extracted:
     reader = _READERS.get(source_type, "file")
     if outcome is None:
         how = f"signal {-exitcode}" if exitcode and exitcode < 0 else f"exit code {exitcode}"
@@ -167,10 +233,24 @@ def _result(outcome: tuple[str, Any] | None, source_type: str, exitcode: int | N
             f"extract: reading the {reader} needed more than {memory_bytes >> 20} MB of memory; "
             "the file may be damaged or a decompression bomb. Re-save it and upload it again.")
     if kind == "timeout":
-        raise ParserTimedOut(
-            f"extract: reading the {reader} took longer than {timeout_s:g} s; the file may be "
-            "damaged or unusually complex. Re-save it or split it, and upload it again.")
+        raise ParserTimedOut(_overran(reader, budget, value))
     raise RuntimeError(f"the parser failed unexpectedly ({value})")
+
+
+def _overran(reader: str, budget: _Budget, how: str) -> str:
+    """One sentence on what ran out of time, and what the user can do."""
+    clock = "processor time" if how == "cpu" else "time"
+    if how == "stalled":
+        return (f"extract: reading the {reader} stopped making progress for {_STALL_S:g} s; "
+                "retry the run, and if it stalls again re-save the file and upload it again.")
+    if budget.ocr_pages:
+        return (f"extract: OCR of the {reader}'s {budget.ocr_pages} scanned page(s) did not "
+                f"finish within its {budget.seconds:g} s of {clock} (it had read "
+                f"{budget.ocr_done}); split the scan into smaller files, or raise "
+                "EXTRACT_OCR_PAGE_S, and upload them again.")
+    return (f"extract: reading the {reader} did not finish within {budget.seconds:g} s of "
+            f"{clock}; the file is unusually complex or malformed. Re-save it or split it, "
+            "and upload it again.")
 
 
 def _child(sender: Connection, path: str, source_type: str, limits: extract.Limits,
@@ -182,6 +262,7 @@ def _child(sender: Connection, path: str, source_type: str, limits: extract.Limi
         answer: tuple[str, Any] = (
             "ok", extract.extract(Path(path), source_type, limits=limits,
                                   on_ocr=lambda pages: sender.send(("ocr", pages)),
+                                  on_ocr_page=lambda: sender.send(("ocr_page", None)),
                                   attachments_dir=Path(attachments_dir) if attachments_dir
                                   else None, depth=depth))
     except errors.BadDocument as exc:

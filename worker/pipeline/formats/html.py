@@ -19,11 +19,12 @@ from worker.pipeline.formats import common
 _DROP_TAGS = ["script", "style", "noscript", "template", "svg", "nav", "iframe", "object", "head",
               "form", "button", "select", "input", "textarea", "dialog", "canvas", "audio",
               "video", "footer", "aside"]
-_DROP_SELECTORS = ", ".join([
+_ROLES = ", ".join([
     "[role=navigation]", "[role=banner]", "[role=contentinfo]", "[role=search]",
     "[role=complementary]", "[role=dialog]", "[role=alertdialog]", "[aria-hidden=true]",
     "[hidden]", "[aria-modal=true]",
 ])
+_DROP_CSS = ", ".join([*_DROP_TAGS, _ROLES])
 # class/id words that name page furniture; matched against whole words of the attribute, so
 # "page-header" or "headline" never match, and "cookie-banner" or "navfooter" do.
 _FURNITURE_WORDS = """
@@ -33,6 +34,12 @@ advertisement adsbygoogle promo skip skiplink skipnav toc masthead
 """
 _FURNITURE = frozenset(_FURNITURE_WORDS.split())
 _WORDS = re.compile(r"[a-z]+")
+# Never removed for their class or id: the page's own skeleton, and inline text.
+_NEVER_FURNITURE = frozenset("""
+body html main article a span em strong b i u code small abbr cite label time sup sub mark img
+h1 h2 h3 h4 h5 h6 p
+""".split())
+_ID_WORDS = 3
 _LINK_FARMS = "ul, ol, dl, menu, table, div, p"
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
 _BLOCK_TAG_NAMES = """
@@ -97,19 +104,38 @@ def _canonical(tree: LexborHTMLParser) -> str | None:
 
 
 def _strip_furniture(tree: LexborHTMLParser, body: LexborNode) -> LexborNode:
-    """Remove what is never content, then narrow to the main part if the page marks one."""
-    tree.strip_tags(_DROP_TAGS)
-    _decompose_outermost(body.css(_DROP_SELECTORS))
-    _decompose_outermost([node for node in body.css("[class], [id]") if _is_furniture(node)])
+    """Choose the main part first, then remove what is never content, never an ancestor of it.
+
+    The order matters (issue 33): a news page wrapped its `<main>` in a `div` whose class holds
+    "nav" (`i-nav_drawer_slide…`), and removing furniture first removed the article with it.
+    """
     main = body.css_first("main, [role=main]")
     articles = body.css("article") if main is None else []
     root = main if main is not None else articles[0] if len(articles) == 1 else body
+    keep = _lineage(root)
+    total = len(body.text(deep=True)) if root is body else 0
+    doomed = [node for node in body.css(_DROP_CSS) if node.mem_id not in keep]
+    doomed += [node for node in body.css("[class], [id]")
+               if node.mem_id not in keep and _is_furniture(node)
+               # without a marked main part, a "menu" holding most of the page is its content
+               and not (total and len(node.text(deep=True)) * 2 > total)]
+    _decompose_outermost(doomed)
     # A link farm: a list, table or block that is mostly links (menus, tag clouds, prev/next).
     # Innermost first (reverse document order), so no node is visited after an ancestor went.
     for node in reversed(root.css(_LINK_FARMS)):
-        if _is_link_farm(node):
+        if node.mem_id not in keep and _is_link_farm(node):
             node.decompose()
     return root
+
+
+def _lineage(node: LexborNode) -> set[int]:
+    """``node`` and its ancestors: what no furniture rule may remove."""
+    kept: set[int] = set()
+    current: LexborNode | None = node
+    while current is not None:
+        kept.add(current.mem_id)
+        current = current.parent
+    return kept
 
 
 def _decompose_outermost(nodes: list[LexborNode]) -> None:
@@ -124,11 +150,20 @@ def _decompose_outermost(nodes: list[LexborNode]) -> None:
 
 
 def _is_furniture(node: LexborNode) -> bool:
-    if node.tag in ("body", "html", "main", "article"):
+    """A block whose class, or whose short id, names page furniture.
+
+    Inline elements are never furniture by name (a heading's `a.toc-backref` is its text), and
+    a long id is a heading's slug, not a role: `id="sharing-with-a-single-developer"` is a
+    section of a manual, not a share bar (readability's mercurial page lost half its text).
+    """
+    if node.tag in _NEVER_FURNITURE:
         return False
     attributes = node.attributes
-    words = (attributes.get("class") or "") + " " + (attributes.get("id") or "")
-    return not _FURNITURE.isdisjoint(_WORDS.findall(words.lower()))
+    words = _WORDS.findall((attributes.get("class") or "").lower())
+    id_words = _WORDS.findall((attributes.get("id") or "").lower())
+    if len(id_words) <= _ID_WORDS:
+        words += id_words
+    return not _FURNITURE.isdisjoint(words)
 
 
 def _is_link_farm(node: LexborNode) -> bool:

@@ -23,7 +23,8 @@ _FIX = "check that it opens in an image viewer (a file cut short in transfer doe
 
 
 def read(path: Path, source_type: str, limits: common.Limits,
-         on_ocr: Callable[[int], None]) -> common.Doc:
+         on_ocr: Callable[[int], None],
+         on_page: Callable[[], None] = lambda: None) -> common.Doc:
     kind = f"{source_type.upper()} image"
     # Pillow's own bomb guard, at our limit: past it Image.open raises instead of decoding.
     Image.MAX_IMAGE_PIXELS = limits.max_image_pixels
@@ -46,6 +47,7 @@ def read(path: Path, source_type: str, limits: common.Limits,
                 page = _frame(image, index, frames, kind, limits)
                 doc.page()
                 doc.add(ocr.read_image(api, page))
+                on_page()
     return doc
 
 

@@ -1,5 +1,6 @@
 """JSON as a document: every value on a line under its flattened key path (`a.b[2].c: value`),
-one block per top-level record, so a record and its fields stay in one chunk."""
+one block per top-level record, so a record and its fields stay in one chunk. JSON Lines and
+concatenated values are read as a list of records."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ _MAX_DEPTH = 64
 def read(data: bytes, limits: common.Limits) -> common.Doc:
     try:
         # The standard library, not orjson: integers past 64 bits are valid JSON too.
-        value = json.loads(common.decode_text(data).lstrip("\ufeff"))
+        value = _values(common.decode_text(data).lstrip("\ufeff"))
     except json.JSONDecodeError as exc:
         raise common.not_a("JSON file", f"it does not parse ({exc.msg} at line {exc.lineno}); "
                            "fix it or upload it as .txt.") from exc
@@ -36,6 +37,23 @@ def read(data: bytes, limits: common.Limits) -> common.Doc:
             raise common.too_large("JSON file", limits.max_cells, "values")
         doc.add("\n".join(block))
     return doc
+
+
+def _values(text: str) -> object:
+    """One JSON value; or, for JSON Lines and concatenated values (one object after another,
+    as log and pipeline configs are written), the list of them."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg != "Extra data":
+            raise
+    decoder, values, at = json.JSONDecoder(), [], 0
+    while at < len(text):
+        value, at = decoder.raw_decode(text, at)
+        values.append(value)
+        while at < len(text) and text[at] in " \t\r\n":
+            at += 1
+    return values
 
 
 def _key(prefix: str, key: str) -> str:

@@ -56,14 +56,15 @@ class _Page:
     needs_ocr: bool = False
 
 
-def read(path: Path, limits: common.Limits, on_ocr: Callable[[int], None]) -> common.Doc:
+def read(path: Path, limits: common.Limits, on_ocr: Callable[[int], None],
+         on_ocr_page: Callable[[], None] = lambda: None) -> common.Doc:
     document = _open(path)
     try:
         if len(document) > limits.max_pages:
             raise common.too_large("PDF", limits.max_pages, "pages")
         pages = [_read_page(document, i) for i in range(len(document))]
         outline = _outline(document)
-        _ocr_pages(document, pages, limits, on_ocr)
+        _ocr_pages(document, pages, limits, on_ocr, on_ocr_page)
     except pdfium.PdfiumError as exc:
         raise errors.ExtractionError(
             "extract: a page of the PDF is damaged and could not be read; "
@@ -176,7 +177,7 @@ def _outline(document: pdfium.PdfDocument) -> list[tuple[int, int, str]]:
 
 # ── OCR ────────────────────────────────────────────────────────────────────────────────────
 def _ocr_pages(document: pdfium.PdfDocument, pages: list[_Page], limits: common.Limits,
-               on_ocr: Callable[[int], None]) -> None:
+               on_ocr: Callable[[int], None], on_page: Callable[[], None]) -> None:
     todo = [i for i, page in enumerate(pages) if page.needs_ocr]
     if not todo:
         return
@@ -192,6 +193,7 @@ def _ocr_pages(document: pdfium.PdfDocument, pages: list[_Page], limits: common.
                 page.close()
             text = ocr.read_image(api, image)
             pages[index] = _Page(text.split("\n"))
+            on_page()
 
 
 def _render(page: Any, limits: common.Limits) -> Any:
