@@ -32,7 +32,6 @@ Maven Central, which this project's machines cannot reach.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics

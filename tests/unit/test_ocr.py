@@ -109,7 +109,7 @@ def test_ocrmypdfs_cardinal_scan_reads_its_upside_down_pages():
     # cardinal.pdf: the same leaflet four times, the last two pages upside down
     doc = extract.extract(FIXTURES / "cardinal.pdf", "pdf")
     assert doc.pages == 4
-    pages = [doc.text[a:b] for a, b in zip(doc.page_starts, [*doc.page_starts[1:], None])]
+    pages = [doc.text[a:b] for a, b in zip(doc.page_starts, [*doc.page_starts[1:], None], strict=True)]
     for page in pages:
         assert "The LinnSequencer is a state-of-the-art composition and performance tool" in page
 

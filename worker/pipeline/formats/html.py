@@ -35,10 +35,11 @@ advertisement adsbygoogle promo skip skiplink skipnav toc masthead
 _FURNITURE = frozenset(_FURNITURE_WORDS.split())
 _WORDS = re.compile(r"[a-z]+")
 # Never removed for their class or id: the page's own skeleton, and inline text.
-_NEVER_FURNITURE = frozenset("""
+_NEVER_FURNITURE_NAMES = """
 body html main article a span em strong b i u code small abbr cite label time sup sub mark img
 h1 h2 h3 h4 h5 h6 p
-""".split())
+"""
+_NEVER_FURNITURE = frozenset(_NEVER_FURNITURE_NAMES.split())
 _ID_WORDS = 3
 _LINK_FARMS = "ul, ol, dl, menu, table, div, p"
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
