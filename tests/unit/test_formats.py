@@ -532,3 +532,35 @@ def test_json_lines_and_concatenated_values_are_records(tmp_path):
     path.write_text('{"id": "a", "n": 1}\n{"id": "b", "n": 2}\n\n{"id": "c"}')
     text = extract.extract(path, "json").text
     assert text == "[0].id: a\n[0].n: 1\n\n[1].id: b\n[1].n: 2\n\n[2].id: c"
+
+
+# ── PDF tables and font-size headings (issue 33; ADR 0294), on pdfplumber's public PDFs ──
+CORPUS = pathlib.Path(__file__).parents[2] / "bench" / "corpus" / "files"
+
+
+def test_pdf_ruled_table_becomes_one_markdown_table_in_place_of_its_lines():
+    text = extract.extract(CORPUS / "issue-33-lorem-ipsum.pdf", "pdf").text
+    tables = [block for block in text.split("\n\n") if block.startswith("| ")]
+    assert len(tables) == 2  # one per page
+    first = tables[0].split("\n")
+    assert first[1] == "| --- | --- | --- | --- | --- |"
+    assert first[2].startswith("| Dolor ipsu Velit adip | Etincidunt Sit modi a |")
+    # each cell's words once: not as loose lines besides the table
+    assert text.count("Etincidunt Sit modi a") == 1
+
+
+def test_pdf_without_ruled_tables_never_runs_the_table_finder(monkeypatch):
+    from worker.pipeline.formats import pdftables
+
+    monkeypatch.setattr(pdftables, "tables", lambda *a: pytest.fail("table finder ran"))
+    read("debian-faq.en.pdf", "pdf")  # code blocks shaded line by line, at two indents
+
+
+def test_pdf_without_an_outline_gets_headings_from_font_sizes():
+    text = extract.extract(CORPUS / "pdffill-demo.pdf", "pdf").text
+    lines = text.split("\n")
+    assert "# Print PDFill: PDF Drawing" in lines
+    assert "# Line Width and Color" in lines
+    lorem = extract.extract(CORPUS / "issue-33-lorem-ipsum.pdf", "pdf").text.split("\n")
+    assert "# Ipsum labore ut consectetur." in lorem
+    assert "## Etincidunt consectetur porro velit sed quaerat." in lorem

@@ -15,6 +15,8 @@ A page whose text layer is empty or garbage but which carries an image is OCR'd 
 
 from __future__ import annotations
 
+import collections
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +27,9 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_raw
 
 from shared import errors
-from worker.pipeline.formats import common, ocr
+from worker.pipeline.formats import common, ocr, pdfheadings, pdftables
+
+log = logging.getLogger(__name__)
 
 _LOCKED = (pdfium_raw.FPDF_ERR_PASSWORD, pdfium_raw.FPDF_ERR_SECURITY)
 _BAND = 0.08  # share of the page height that counts as header or footer band
@@ -54,6 +58,9 @@ class _Page:
     top: list[tuple[int, float]] = field(default_factory=list)
     bottom: list[tuple[int, float]] = field(default_factory=list)
     needs_ocr: bool = False
+    ruled: bool = False  # draws enough lines to hold a ruled table (pdftables.py)
+    # page width covered by each font size (PDFs without an outline: pdfheadings.py)
+    widths: collections.Counter[float] = field(default_factory=collections.Counter)
 
 
 def read(path: Path, limits: common.Limits, on_ocr: Callable[[int], None],
@@ -62,8 +69,9 @@ def read(path: Path, limits: common.Limits, on_ocr: Callable[[int], None],
     try:
         if len(document) > limits.max_pages:
             raise common.too_large("PDF", limits.max_pages, "pages")
-        pages = [_read_page(document, i) for i in range(len(document))]
         outline = _outline(document)
+        pages = [_read_page(document, i, sized=not outline) for i in range(len(document))]
+        sized = _sized_headings(document, pages) if not outline else []
         _ocr_pages(document, pages, limits, on_ocr, on_ocr_page)
     except pdfium.PdfiumError as exc:
         raise errors.ExtractionError(
@@ -73,9 +81,12 @@ def read(path: Path, limits: common.Limits, on_ocr: Callable[[int], None],
     finally:
         document.close()
     _drop_running_lines(pages)
+    _tables(path, pages)
     for number, level, title in outline:
         if 0 <= number < len(pages):
             _mark_heading(pages[number], level, title)
+    for number, level, title in sized:
+        pdfheadings.mark(pages[number].lines, level, title)
     doc = common.Doc()
     for page in pages:
         doc.page()
@@ -96,7 +107,7 @@ def _open(path: Path) -> pdfium.PdfDocument:
             "check that it opens and upload it again.", stage=common.STAGE) from exc
 
 
-def _read_page(document: pdfium.PdfDocument, index: int) -> _Page:
+def _read_page(document: pdfium.PdfDocument, index: int, sized: bool = False) -> _Page:
     page = document[index]
     try:
         textpage = page.get_textpage()
@@ -108,6 +119,9 @@ def _read_page(document: pdfium.PdfDocument, index: int) -> _Page:
         finally:
             textpage.close()
         result.needs_ocr = _is_garbage(raw) and _has_image(page)
+        result.ruled = not result.needs_ocr and pdftables.ruled(page, pdfium_raw)
+        if sized and not result.needs_ocr:
+            result.widths = pdfheadings.widths(page)
         return result
     finally:
         page.close()
@@ -173,6 +187,38 @@ def _outline(document: pdfium.PdfDocument) -> list[tuple[int, int, str]]:
         if index is not None and title:
             marks.append((index, bookmark.level + 1, title))
     return marks
+
+
+def _sized_headings(document: pdfium.PdfDocument,
+                    pages: list[_Page]) -> list[tuple[int, int, str]]:
+    """(page index, level, text) of the lines set larger than the body text."""
+    wanted = pdfheadings.heading_sizes([page.widths for page in pages])
+    found: dict[int, list[tuple[float, str]]] = {}
+    for index, page in enumerate(pages):
+        if wanted & page.widths.keys():
+            pdf_page = document[index]
+            try:
+                found[index] = pdfheadings.headings(pdf_page, wanted)
+            finally:
+                pdf_page.close()
+    level = pdfheadings.levels(list(found.values()))
+    return [(index, level[size], text) for index, runs in found.items() for size, text in runs]
+
+
+def _tables(path: Path, pages: list[_Page]) -> None:
+    """Ruled tables of the pages that draw them, as Markdown tables in place of their lines."""
+    ruled = {i: page.lines for i, page in enumerate(pages) if page.ruled}
+    if not ruled:
+        return
+    try:
+        found = pdftables.tables(path, ruled)
+    except Exception as exc:  # noqa: BLE001 - pdfminer's errors on odd PDFs: keep the lines
+        log.info("pdf tables skipped", extra={"error_type": type(exc).__name__})
+        return
+    for index, tables in found.items():
+        for markdown, words in tables:
+            # Blank lines around it: the table is a block of its own.
+            pages[index].lines = pdftables.splice(pages[index].lines, f"\n{markdown}\n", words)
 
 
 # ── OCR ────────────────────────────────────────────────────────────────────────────────────
