@@ -221,6 +221,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=ASK_ANSWERABLE,
                         help="answerable questions per collection")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--search", action="store_true",
+                        help="also bench/search_quality.py's nDCG table, on the same ingest")
     parser.add_argument("--save", type=Path, help="write every question's record here (JSON)")
     parser.add_argument("--load", type=Path, help="report and fit from a saved record, no stack")
     args = parser.parse_args()
@@ -262,6 +264,8 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
                 print(f"{c.name}: {len(c.corpus)} documents, {len(qs)} questions", flush=True)
                 tenant_id, token = sq.tenant_token(s.url, f"ask-{c.name}-{uuid.uuid4().hex[:6]}")
                 owner = sq.ingest(s, c, tenant_id, token)
+                if args.search:
+                    sq.quality(s, c, token, owner)
                 shipped = ask_all(s.gateway.url, token, qs)
                 off = ask_all(free.url, token, qs)
                 with db.connect(s.url, autocommit=True) as conn:

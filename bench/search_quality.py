@@ -365,6 +365,12 @@ def bench_collection(s: Stack, c: Collection, args: argparse.Namespace) -> None:
           f"(load average {Path('/proc/loadavg').read_text().split()[0]})")
     tenant_id, token = tenant_token(s.url, f"bench-{c.name}-{uuid.uuid4().hex[:6]}")
     owner = ingest(s, c, tenant_id, token)
+    quality(s, c, token, owner, tune_grid=args.tune)
+
+
+def quality(s: Stack, c: Collection, token: str, owner: dict[str, str], *,
+            tune_grid: bool = False) -> None:
+    """The search figures of an ingested collection beside the baselines (the table above)."""
     results: list[tuple[str, Scores, list[float] | None]] = []
     ours: dict[str, Scores] = {}
     for mode in MODES:
@@ -389,7 +395,7 @@ def bench_collection(s: Stack, c: Collection, args: argparse.Namespace) -> None:
     print(f"  targets: hybrid {ours['hybrid'].ndcg:.3f} ≥ RRF {target:.3f}: "
           f"{'met' if ours['hybrid'].ndcg >= target else 'NOT met'}; text − BM25 = {gap:+.3f} "
           f"(within 0.02: {'met' if gap >= -0.02 else 'NOT met'})")
-    if args.tune:
+    if tune_grid:
         tune(c, chunk_lists(s, token, c), owner)
 
 
