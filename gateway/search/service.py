@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -207,30 +207,35 @@ def fuse(text: Sequence[tuple[UUID, UUID]], vector: Sequence[tuple[UUID, UUID]],
     group="chunk" ranks chunks by their own ranks. group="document" ranks documents by their
     ranks among the documents of each list (a document's rank is that of its best chunk
     there), and shows each by its best chunk, nesting the others. Ties go to the better single
-    rank, then to the id, so the order never depends on dict order.
+    rank, then to the id, so the order never depends on dict order. Only what is returned is
+    built as Fused: ranking runs on plain tuples (a hybrid search fuses 200 candidates per
+    request, and building them all took ~3.7 ms of the gateway's CPU, ADR 0313).
     """
     text_rank, vector_rank, docs = _ranks(text), _ranks(vector), {}
     for chunk_id, doc_id in (*text, *vector):
         docs[chunk_id] = doc_id
-    scores, distances = text_score or {}, distance or {}
-    chunks = [Fused(chunk_id, doc_id, _rrf(text_rank.get(chunk_id), vector_rank.get(chunk_id)),
-                    text_rank.get(chunk_id), vector_rank.get(chunk_id), scores.get(chunk_id),
-                    1.0 - distances[chunk_id] if chunk_id in distances else None)
-              for chunk_id, doc_id in docs.items()]
-    chunks.sort(key=_order)
+    order = sorted(docs, key=lambda c: _key(_rrf(text_rank.get(c), vector_rank.get(c)),
+                                            text_rank.get(c), vector_rank.get(c), c))
+
+    def built(chunk_id: UUID, score: float | None = None,
+              others: tuple[Fused, ...] = ()) -> Fused:
+        t, v = text_rank.get(chunk_id), vector_rank.get(chunk_id)
+        d = distance.get(chunk_id) if distance else None
+        return Fused(chunk_id, docs[chunk_id], _rrf(t, v) if score is None else score, t, v,
+                     text_score.get(chunk_id) if text_score else None,
+                     None if d is None else 1.0 - d, others)
+
     if group != "document":
-        return chunks[:k]
+        return [built(c) for c in order[:k]]
     doc_text, doc_vector = document_ranks(text), document_ranks(vector)
-    by_doc: dict[UUID, list[Fused]] = {}
-    for f in chunks:  # best first: a document's first chunk is its best
-        by_doc.setdefault(f.doc_id, []).append(f)
-    documents = [replace(best, score=_rrf(doc_text.get(doc_id), doc_vector.get(doc_id)),
-                         others=tuple(rest[:MAX_NESTED]))
-                 for doc_id, (best, *rest) in by_doc.items()]
-    documents.sort(key=lambda f: (-f.score, min(r for r in (doc_text.get(f.doc_id),
-                                                           doc_vector.get(f.doc_id)) if r),
-                                  str(f.doc_id)))
-    return documents[:k]
+    by_doc: dict[UUID, list[UUID]] = {}
+    for chunk_id in order:  # best first: a document's first chunk is its best
+        by_doc.setdefault(docs[chunk_id], []).append(chunk_id)
+    ranked = sorted(by_doc, key=lambda d: _key(_rrf(doc_text.get(d), doc_vector.get(d)),
+                                               doc_text.get(d), doc_vector.get(d), d))
+    return [built(best, _rrf(doc_text.get(d), doc_vector.get(d)),
+                  tuple(built(o) for o in rest[:MAX_NESTED]))
+            for d in ranked[:k] for best, *rest in (by_doc[d],)]
 
 
 def _ranks(ranked: Sequence[tuple[UUID, UUID]]) -> dict[UUID, int]:
@@ -248,8 +253,10 @@ def document_ranks(ranked: Sequence[tuple[UUID, UUID]]) -> dict[UUID, int]:
     return ranks
 
 
-def _order(f: Fused) -> tuple[float, int, str]:
-    return -f.score, min(r for r in (f.text_rank, f.vector_rank) if r), str(f.chunk_id)
+def _key(score: float, text_rank: int | None, vector_rank: int | None,
+         ident: UUID) -> tuple[float, int, str]:
+    """Best score first, then the better single rank, then the id: a total order."""
+    return -score, min(r for r in (text_rank, vector_rank) if r), str(ident)
 
 
 def _rrf(text_rank: int | None, vector_rank: int | None) -> float:
