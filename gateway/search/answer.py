@@ -44,7 +44,7 @@ async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
     wide = replace(request, group="chunk")
     rule = evidence.Rule(settings.ask_min_lift, settings.ask_min_similarity,
                          settings.ask_small_tenant_similarity, settings.ask_min_coverage,
-                         settings.ask_max_keyword_rank)
+                         settings.ask_max_keyword_rank, settings.ask_max_unknown)
     async with pool.connection() as conn, conn.transaction():
         await conn.execute(service.Q["snapshot"])
         found, _ = await runtime.retrieve(conn, tenant_id=tenant_id, request=wide,
@@ -109,10 +109,11 @@ async def _judge(conn: db.AsyncConn, tenant_id: UUID, q: str, found: service.Can
     rows = await (await conn.execute(service.Q["coverage"], {
         "tenant_id": tenant_id, "q": q, "chunk_ids": [c for c, _ in near]})).fetchall()
     coverage = max((float(r["coverage"]) for r in rows), default=0.0)
+    unknown = max((float(r["unknown"]) for r in rows), default=0.0)  # the same in every row
     keyword = service.document_ranks(found.text)
     ranks = [keyword[d] for _, d in near if d in keyword]
     return evidence.decide(lifted, coverage=coverage, keyword_rank=min(ranks, default=None),
-                           rule=rule)
+                           unknown=unknown, rule=rule)
 
 
 async def _quotes(runtime: Runtime, question: list[float],
@@ -159,8 +160,9 @@ def _answer(question: str, text: str, source: str, cited: list[dict[str, Any]], 
 
 def _abstain(question: str, reason: str, *, source: str = "none",
              facts: dict[str, float | None] | None = None) -> dict[str, Any]:
-    """No answer: ``reason`` says why (no_candidates, weak_evidence, provider_no_evidence,
-    cited_content_deactivated, nothing_quotable), ``evidence`` the figures it was judged on."""
+    """No answer: ``reason`` says why (no_candidates, weak_evidence, unknown_words,
+    question_not_covered, keywords_disagree, provider_no_evidence, cited_content_deactivated,
+    nothing_quotable), ``evidence`` the figures it was judged on."""
     return {"question": question, "answer": NO_EVIDENCE, "abstained": True, "source": source,
             "reason": reason, "evidence": facts or {}, "citations": []}
 

@@ -12,9 +12,19 @@ question's vector candidates (its nearest chunks of the tenant's active content)
 - ``lift``: how much of the way from the background to a perfect match the best chunk goes,
   ``(best − background) / (1 − background)``. A question with many relevant chunks raises its
   own background; dividing by what is left above it keeps such a question answerable;
-- the question is answerable when ``lift ≥ ASK_MIN_LIFT`` and ``best ≥ ASK_MIN_SIMILARITY``
+- the best chunk stands out when ``lift ≥ ASK_MIN_LIFT`` and ``best ≥ ASK_MIN_SIMILARITY``
   (a low floor). A tenant with fewer neighbours than BACKGROUND_TO has no background to compare
-  with: its best must reach ASK_SMALL_TENANT_SIMILARITY.
+  with: its best must reach ASK_SMALL_TENANT_SIMILARITY, and that alone decides.
+
+A near miss — a question that shares the documents' words but not their subject ("Which
+astronauts have landed on Mars?" over encyclopedia abstracts about the Moon landings) — has a
+best chunk that stands out as well. So three more tests follow (``decide``, docs/decisions/
+0312), each with its own ``reason``, over the question's lexemes weighted by their IDF:
+``unknown_words`` when more than ASK_MAX_UNKNOWN of the weight is words no document holds;
+``question_not_covered`` when the nearest chunks hold less than ASK_MIN_COVERAGE of the weight
+of the others; ``keywords_disagree`` when the keyword list ranks none of the nearest chunks'
+documents within ASK_MAX_KEYWORD_RANK. The thresholds are fitted on one public collection and
+checked on another (bench/ask_quality.py).
 
 The chunks cited are those whose own lift reaches ASK_MIN_LIFT, most similar first.
 
@@ -59,13 +69,15 @@ ELLIPSIS = " …"
 @dataclass(frozen=True)
 class Verdict:
     answerable: bool
-    # why not: no_candidates | weak_evidence | question_not_covered | keywords_disagree
+    # why not: no_candidates | weak_evidence | unknown_words | question_not_covered |
+    # keywords_disagree
     reason: str | None
     best: float | None
     background: float | None
     keep_above: float  # a chunk is evidence when its similarity reaches this
     coverage: float | None = None  # the best-covered evidence chunk's share of the question
     keyword_rank: int | None = None  # the evidence's best document rank in the keyword list
+    unknown: float | None = None  # the question's share of words no document holds
 
     def facts(self) -> dict[str, float | int | None]:
         def rounded(value: float | None) -> float | None:
@@ -74,8 +86,8 @@ class Verdict:
         lift = None if self.best is None or self.background is None else \
             (self.best - self.background) / (1.0 - self.background)
         return {"best_similarity": rounded(self.best), "background": rounded(self.background),
-                "lift": rounded(lift), "coverage": rounded(self.coverage),
-                "keyword_rank": self.keyword_rank}
+                "lift": rounded(lift), "unknown": rounded(self.unknown),
+                "coverage": rounded(self.coverage), "keyword_rank": self.keyword_rank}
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,7 @@ class Rule:
     small_tenant: float
     min_coverage: float = 0.0
     max_keyword_rank: int = 0  # 0: the keyword test is off
+    max_unknown: float = 1.0
 
 
 def judge(similarities: Sequence[float], *, min_lift: float, floor: float,
@@ -107,19 +120,27 @@ def judge(similarities: Sequence[float], *, min_lift: float, floor: float,
 
 
 def decide(lifted: Verdict, *, coverage: float | None, keyword_rank: int | None,
-           rule: Rule) -> Verdict:
-    """The lift verdict, then the two tests a near miss fails though its best chunk stands out
-    (it shares the corpus's words, not its subject): the evidence must cover enough of the
-    question's weight of words, and the keyword list must rank the evidence's document near
-    its top. The first test failed is the reason."""
+           unknown: float | None = None, rule: Rule) -> Verdict:
+    """The lift verdict, then the tests a near miss fails though its best chunk stands out (it
+    shares the corpus's words, not its subject): the question must not lean on words no
+    document holds, the evidence must cover enough of the weight of the words they do hold,
+    and the keyword list must rank the evidence's document near its top. The first test
+    failed is the reason."""
     reason = lifted.reason
-    if reason is None and (coverage or 0.0) < rule.min_coverage:
+    if lifted.background is None:
+        # A tenant too small for a neighbourhood (under BACKGROUND_TO chunks) has too few words
+        # for these tests too: nearly every question holds words it never uses. The absolute
+        # similarity decides there, as it did (ADR 0106).
+        return replace(lifted, coverage=coverage, keyword_rank=keyword_rank, unknown=unknown)
+    if reason is None and (unknown or 0.0) > rule.max_unknown:
+        reason = "unknown_words"
+    elif reason is None and (coverage or 0.0) < rule.min_coverage:
         reason = "question_not_covered"
     elif reason is None and rule.max_keyword_rank and (
             keyword_rank is None or keyword_rank > rule.max_keyword_rank):
         reason = "keywords_disagree"
     return replace(lifted, answerable=reason is None, reason=reason, coverage=coverage,
-                   keyword_rank=keyword_rank)
+                   keyword_rank=keyword_rank, unknown=unknown)
 
 
 @dataclass(frozen=True)

@@ -191,18 +191,20 @@ WHERE c.tenant_id = %(tenant_id)s
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 
 -- name: coverage
--- How much of the question each chunk holds (ask's evidence, docs/decisions/0312): the share of
--- the question's lexemes (english stemming, stop words out) found in the chunk's indexed text
--- (its header and text), each lexeme weighted by its IDF over the tenant's active chunks, as
--- text_candidates computes it. A lexeme no active chunk holds weighs most: a question about
--- something the documents never mention is covered little, whatever else it shares with them.
+-- How much of the question each chunk holds (ask's evidence, docs/decisions/0312). Each of the
+-- question's lexemes (english stemming, stop words out) weighs its IDF over the tenant's
+-- active chunks, as in text_candidates. coverage: the weight of the lexemes the chunk's indexed
+-- text (header and text) holds, over that of every lexeme some active chunk holds. unknown:
+-- the weight of the lexemes no active chunk holds, over all: a question that leans on words
+-- the documents never use is about something else, whatever other words it shares with them.
 WITH terms AS (
     SELECT t.lexeme FROM unnest(to_tsvector('english', %(q)s::text)) AS t
 ), total AS (
     SELECT greatest(coalesce(sum(chunk_count), 0), 1) AS n
     FROM document_versions WHERE tenant_id = %(tenant_id)s AND is_active
 ), idf AS (
-    SELECT t.lexeme, ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf
+    SELECT t.lexeme, df.n AS df,
+           ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf
     FROM terms t
     CROSS JOIN total
     CROSS JOIN LATERAL (
@@ -213,8 +215,10 @@ WITH terms AS (
         WHERE s.tenant_id = %(tenant_id)s AND s.lexeme = t.lexeme AND v.is_active) df
 )
 SELECT f.chunk_id,
-       coalesce(sum(idf.idf) FILTER (WHERE idf.lexeme = ANY(tsvector_to_array(f.tsv)))
-                / nullif(sum(idf.idf), 0), 0) AS coverage
+       coalesce(sum(idf.idf) FILTER (WHERE idf.df > 0
+                                       AND idf.lexeme = ANY(tsvector_to_array(f.tsv)))
+                / nullif(sum(idf.idf) FILTER (WHERE idf.df > 0), 0), 0) AS coverage,
+       coalesce(sum(idf.idf) FILTER (WHERE idf.df = 0) / nullif(sum(idf.idf), 0), 0) AS unknown
 FROM chunk_fts f
 CROSS JOIN idf
 WHERE f.tenant_id = %(tenant_id)s

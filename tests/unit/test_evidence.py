@@ -26,8 +26,8 @@ def test_a_best_chunk_no_better_than_the_neighbourhood_abstains_with_its_figures
     verdict = evidence.judge(neighbours(0.333, 0.147), **RULE)  # "sous vide" over dbpedia
     assert not verdict.answerable and verdict.reason == "weak_evidence"
     assert verdict.facts() == {"best_similarity": 0.333, "background": 0.147,
-                               "lift": pytest.approx(0.218, abs=1e-3), "coverage": None,
-                               "keyword_rank": None}
+                               "lift": pytest.approx(0.218, abs=1e-3), "unknown": None,
+                               "coverage": None, "keyword_rank": None}
 
 
 def test_a_near_miss_fails_the_test_it_fails_and_says_which():
@@ -46,6 +46,13 @@ def test_a_near_miss_fails_the_test_it_fails_and_says_which():
     weak = evidence.judge(neighbours(0.333, 0.147), **RULE)
     assert evidence.decide(weak, coverage=0.0, keyword_rank=None, rule=rule).reason == \
         "weak_evidence"
+    # Words no document holds come first among the near-miss tests.
+    strict = evidence.Rule(0.23, 0.25, 0.35, min_coverage=0.5, max_keyword_rank=3,
+                           max_unknown=0.1)
+    unknown = evidence.decide(lifted, coverage=0.8, keyword_rank=1, unknown=0.25, rule=strict)
+    assert (unknown.reason, unknown.facts()["unknown"]) == ("unknown_words", 0.25)
+    assert evidence.decide(lifted, coverage=0.8, keyword_rank=1, unknown=0.1,
+                           rule=strict).answerable
     # The keyword test off (0): any rank passes.
     off = evidence.Rule(0.23, 0.25, 0.35, min_coverage=0.5)
     assert evidence.decide(lifted, coverage=0.8, keyword_rank=None, rule=off).answerable
