@@ -10,6 +10,8 @@ import uuid
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.search import provider, service
 from gateway.search.embedding import QueryEmbedder
@@ -265,3 +267,45 @@ def test_a_repeated_query_comes_from_the_cache_and_a_waiting_one_is_not_embedded
     assert passes[0] == ["abc", "ab"]  # one pass, each text once
     assert ["abc"] in passes[1:] and sum(p.count("abc") for p in passes) == 2
     assert len(embedder._cache) == 3 and embedder.hits == 7
+
+
+def _reference_fuse(text, vector, k, group):
+    """Fusion as ADR 0222 states it, written plainly: what service.fuse must return."""
+    def ranks(ranked, key):
+        out = {}
+        for item in ranked:
+            out.setdefault(key(item), len(out) + 1 if key(item) not in out else None)
+        return out
+
+    def rrf(t, v):
+        return (service.TEXT_WEIGHT / (service.RRF_K + t) if t else 0.0) + \
+            (service.VECTOR_WEIGHT / (service.RRF_K + v) if v else 0.0)
+
+    tr = {c: i for i, (c, _) in reversed(list(enumerate(text, 1)))}
+    vr = {c: i for i, (c, _) in reversed(list(enumerate(vector, 1)))}
+    doc = dict((*text, *vector))
+    chunks = sorted(doc, key=lambda c: (-rrf(tr.get(c), vr.get(c)),
+                                        min(r for r in (tr.get(c), vr.get(c)) if r), str(c)))
+    if group == "chunk":
+        return [(c, None) for c in chunks[:k]]
+    dt, dv = ranks([d for _, d in text], lambda d: d), ranks([d for _, d in vector], lambda d: d)
+    docs = sorted({doc[c] for c in chunks}, key=lambda d: (
+        -rrf(dt.get(d), dv.get(d)), min(r for r in (dt.get(d), dv.get(d)) if r), str(d)))
+    return [(next(c for c in chunks if doc[c] == d),
+             [c for c in chunks if doc[c] == d][1:1 + service.MAX_NESTED]) for d in docs[:k]]
+
+
+_pairs = st.lists(st.tuples(st.sampled_from(C), st.sampled_from(D[:4])), max_size=12)
+
+
+@given(_pairs, _pairs, st.integers(1, 12), st.sampled_from(["chunk", "document"]))
+def test_fusion_is_the_plain_rule_whatever_the_lists(text, vector, k, group):
+    # One document per chunk, as the database has it.
+    owner = {c: d for c, d in (*text, *vector)}
+    text = [(c, owner[c]) for c, _ in text]
+    vector = [(c, owner[c]) for c, _ in vector]
+    fused = service.fuse(text, vector, k=k, group=group)
+    expected = _reference_fuse(text, vector, k, group)
+    assert [f.chunk_id for f in fused] == [c for c, _ in expected]
+    if group == "document":
+        assert [[o.chunk_id for o in f.others] for f in fused] == [o for _, o in expected]
