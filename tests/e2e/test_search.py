@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import psycopg
 import pytest
 
+from gateway.search import evidence
 from shared import aws, db, queue
 from tests.conftest import OUTPUT, TEST_PASSWORD, Tenants, User
 from tests.integration.test_upload import upload
@@ -327,6 +328,7 @@ def test_every_citation_names_an_active_chunk_of_the_callers_tenant(world):
             for c in answer["citations"]:
                 assert c["chunk_id"] in allowed, (user.email, question, c)
                 assert f"[{c['n']}]" in answer["answer"]
+                _assert_verbatim(world, c)
                 cited += 1
     assert cited >= 10
     # A question nothing is about abstains rather than quoting noise.
@@ -334,6 +336,19 @@ def test_every_citation_names_an_active_chunk_of_the_callers_tenant(world):
     paraphrase = _ask(world.gateway, world.acme, "how fast do dragonflies fly")
     assert paraphrase["citations"][0]["doc_id"] == world.docs["odonata.md"]
     assert "50 km/h" in paraphrase["answer"]
+
+
+def _assert_verbatim(world: World, citation: dict) -> None:
+    """The quote is the cited chunk's stored text: one span, or spans joined by " … " (in
+    order), none across a blank line (docs/decisions/0311)."""
+    with world.conn() as conn:
+        text = conn.execute("SELECT text FROM chunks WHERE chunk_id = %s",
+                            (citation["chunk_id"],)).fetchone()["text"]
+    at = 0
+    for part in evidence.quote_parts(citation["quote"]):
+        found = text.find(part, at)
+        assert part and found >= 0 and "\n\n" not in part, (citation["quote"], text)
+        at = found + len(part)
 
 
 def test_an_answer_quotes_a_sentence_never_a_heading_caption_or_author_line(world):
@@ -366,6 +381,8 @@ def test_the_provider_writes_the_answer_and_failures_fall_back(world):
     answer = _ask(world.provider_gateway, world.acme, "how fast do dragonflies fly")
     assert answer["source"] == "anthropic" and not answer["abstained"]
     assert answer["citations"][0]["doc_id"] == world.docs["odonata.md"]
+    for citation in answer["citations"]:  # the provider's citations quote verbatim too
+        _assert_verbatim(world, citation)
     sent = messages.requests[before]
     assert sent["path"] == "/v1/messages"
     assert sent["headers"]["x-api-key"] == "test-provider-key"
