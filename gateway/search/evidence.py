@@ -174,17 +174,20 @@ def sentences(text: str) -> list[Sentence]:
     its own line; a quote never crosses blocks. Within a block, sentence boundaries are
     pysbd's (a rule-based segmenter, Golden Rules tested: abbreviations such as "refs." "e.g."
     "Dr.", decimals, initials, and sentences ending " ." then a lower-case word, as in
-    Cranfield's abstracts); its spans are offsets into the block, checked. A list item's
+    Cranfield's abstracts); its spans are offsets into the block, never overlapping. A list item's
     marker is not part of its sentence.
     """
     out: list[Sentence] = []
     for paragraph, (block_start, block) in enumerate(_blocks(text)):
+        done = 0  # pysbd finds its spans by searching the text: on odd input they can overlap
         for span in _SEGMENTER.segment(block):
-            piece = block[span.start:span.end]
+            begin = max(span.start, done)
+            piece = block[begin:span.end]
+            done = max(done, span.end)
             lead = len(piece) - len(piece.lstrip())
             body = piece.strip()
             if body:
-                start = block_start + span.start + lead
+                start = block_start + begin + lead
                 marker = _LIST_MARK.match(body)
                 if marker and marker.end() < len(body):
                     start, body = start + marker.end(), body[marker.end():]
