@@ -121,7 +121,7 @@ def _gateway(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import create_app
-    from gateway.edge import transport
+    from gateway.edge import shares, transport
     from shared.settings import GatewaySettings
 
     settings = GatewaySettings()
@@ -130,11 +130,14 @@ def _gateway(args: argparse.Namespace) -> int:
     if not settings.session_cookie_secure and not settings.dev_mode:
         logging.getLogger("gateway").warning(
             "SESSION_COOKIE_SECURE=false: cookies go over plain HTTP; only for development")
+    # Each client's share of connections and requests (gateway/edge/shares.py, ADR 0323).
+    client_shares = shares.Shares.from_settings(settings)
     config = uvicorn.Config(
-        app, host=args.host or settings.host, port=args.port or settings.port, loop="uvloop",
+        shares.middleware(client_shares, app), host=args.host or settings.host,
+        port=args.port or settings.port, loop="uvloop",
         log_config=None, access_log=False, timeout_graceful_shutdown=10,
         # Slow clients, connections per process, TLS, proxies (gateway/edge/transport.py).
-        **transport.server_options(settings))
+        **transport.server_options(settings, client_shares))
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:

@@ -34,6 +34,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import (
     Components,
     Encoding,
+    OpenAPIHeader,
     OpenAPIMediaType,
     OpenAPIResponse,
     OpenAPIType,
@@ -66,8 +67,11 @@ DESCRIPTIONS = {
     409: "The resource is in a state that does not allow this now.",
     413: "The body is larger than the limit.",
     415: "The file type or body content type is not accepted.",
-    429: "Too many requests; retry after `Retry-After` seconds.",
-    503: "A backing service is unreachable; retry in a minute.",
+    408: "The request's headers or body arrived too slowly; send it again at a normal pace.",
+    429: "Too many requests (or connections) from this client, or too many attempts; retry "
+         "after `Retry-After` seconds.",
+    503: "The server is full, not ready yet (e.g. `model_loading`), or a backing service is "
+         "unreachable; retry after `Retry-After` seconds.",
 }
 
 
@@ -170,6 +174,11 @@ def _complete_operation(operation: Operation, handler: Any, path: str) -> None:
     if "{" in path:
         # A path parameter of the wrong type matches no route: 404, like an unknown id.
         responses.setdefault("404", _error_response(404))
+    # The edge answers these before any route runs (gateway/edge, ADR 0320 and 0323): a
+    # request too slow to arrive, a client over its share, a full or not yet ready server.
+    responses.setdefault("408", _error_response(408))
+    for status in ("429", "503"):
+        responses[status] = _error_response(int(status), retry_after=True)
 
 
 def _declare_body(operation: Operation, handler: Any, components: dict[str, Any]) -> None:
@@ -271,8 +280,11 @@ def _error_schema() -> Schema:
         description=inspect.cleandoc(ErrorBody.__doc__ or ""))
 
 
-def _error_response(status: int) -> OpenAPIResponse:
-    return OpenAPIResponse(description=_describe(status), content={
+def _error_response(status: int, *, retry_after: bool = False) -> OpenAPIResponse:
+    headers: dict[str, OpenAPIHeader | Reference] | None = {"Retry-After": OpenAPIHeader(
+        schema=Schema(type=OpenAPIType.INTEGER, minimum=1), required=True,
+        description="Seconds to wait before sending the request again.")} if retry_after else None
+    return OpenAPIResponse(description=_describe(status), headers=headers, content={
         "application/json": OpenAPIMediaType(schema=Reference(f"#/components/schemas/{ERROR}"))})
 
 

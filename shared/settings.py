@@ -111,6 +111,13 @@ class GatewaySettings(CommonSettings):
     body_rate_window_s: float = Field(default=10.0, gt=0)
     max_connections: int = Field(default=1000, ge=1)
     keepalive_timeout_s: float = Field(default=5.0, gt=0)
+    # Each client address's share of one process (ADR 0323, gateway/edge/shares.py): at most
+    # CLIENT_MAX_CONNECTIONS connections (and as many requests in flight, which is what counts
+    # behind a TRUSTED_PROXIES proxy), and CLIENT_REQUESTS_PER_S requests a second on average in
+    # bursts of CLIENT_REQUEST_BURST. Refusals: 429 with Retry-After; a full process: 503.
+    client_max_connections: int = Field(default=100, ge=1)
+    client_requests_per_s: float = Field(default=200.0, gt=0)
+    client_request_burst: int = Field(default=400, ge=1)
     # A device cookie (ADR 0204) is good for this many days after its sign-in.
     login_device_cookie_days: float = Field(default=90.0, gt=0)
     auth_enabled: bool = True

@@ -9,9 +9,11 @@ import json
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -111,23 +113,202 @@ def test_an_upload_dribbling_its_body_is_answered_408_and_nothing_is_kept(edged,
     assert not any(p.is_file() for p in uploads.rglob("*"))
 
 
+def test_a_body_that_arrived_is_not_refused_while_the_gateway_waits_on_a_lock(
+        edged, tenants, database_url):
+    # Given a producer's key and a user (the gateway wants 100 bytes/s over 2 s windows)
+    admin = tenants.user()
+    with edged.client(admin.token) as client:
+        key = client.post("/v1/api-keys", json={"name": "p"}).json()["key"]
+    event = [{"source_system": "s", "source_event_id": "e1", "type": "judgment.upserted",
+              "payload": {"case_number": "C-1", "amount": 1}}]
+
+    def post_event() -> httpx.Response:
+        return httpx.post(f"{edged.url}/v1/events", json=event, timeout=60,
+                          headers={"X-Api-Key": key})
+
+    def upload() -> httpx.Response:
+        return httpx.post(f"{edged.url}/v1/ingest", timeout=60, files={
+            "file": ("late.txt", b"read late", "text/plain")},
+                          headers={"Authorization": f"Bearer {admin.token}"})
+
+    # When an operator holds the tables that authenticate them for two and a half windows,
+    # after both requests (bodies whole) have reached the gateway
+    with psycopg.connect(database_url, autocommit=True) as locker, \
+            ThreadPoolExecutor(2) as pool:
+        with locker.transaction():
+            locker.execute("LOCK TABLE api_keys, users IN ACCESS EXCLUSIVE MODE")
+            answers = [pool.submit(post_event), pool.submit(upload)]
+            stack.wait_until(lambda: locker.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'").fetchone()[0] >= 2, timeout=30,
+                message="both requests wait on the lock")
+            time.sleep(5)  # the gateway's own delay: two and a half body-rate windows
+        # Then each is answered as if nothing happened: the body had arrived, and the time the
+        # gateway took to read it is not the client's
+        posted, uploaded = (a.result(timeout=60) for a in answers)
+    assert posted.status_code == 202, posted.text
+    assert uploaded.status_code == 202, uploaded.text
+
+
 def test_a_connection_past_the_cap_is_refused_at_once(stack_env, out_dir):
     # Given a gateway that takes at most 4 connections, already holding 4 idle ones
-    gateway = stack.start_gateway({**stack_env, "MAX_CONNECTIONS": "4", "HEADER_TIMEOUT_S": "30"},
+    gateway = stack.start_gateway({**stack_env, "MAX_CONNECTIONS": "4", "HEADER_TIMEOUT_S": "30",
+                                   "CLIENT_MAX_CONNECTIONS": "10"},
                                   out_dir, name="gateway-capped")
     idle = [socket.create_connection(("127.0.0.1", gateway.port), timeout=10) for _ in range(4)]
     try:
         time.sleep(0.5)
-        # When one more asks, Then it gets 503 at once rather than a share of the wait
+        # When one more asks, Then it gets 503 at once rather than a share of the wait, in
+        # JSON like every refusal, with when to come back (not uvicorn's text/plain)
         started = time.monotonic()
         refused = httpx.get(f"{gateway.url}/health/live", timeout=10)
         assert refused.status_code == 503 and time.monotonic() - started < 5
+        assert refused.json()["code"] == "server_busy", refused.text
+        assert refused.headers["retry-after"] == "1"
     finally:
         for sock in idle:
             sock.close()
     time.sleep(0.5)
     assert httpx.get(f"{gateway.url}/health/live", timeout=10).status_code == 200
     gateway.stop()
+
+
+# ── each client's share (gateway/edge/shares.py, ADR 0323) ───────────────────────────────
+class Hog(threading.Thread):
+    """One address holding ``count`` connections that dribble a request's headers a byte a
+    second, reconnecting each one the server closes (so it keeps asking for its ``count``)."""
+
+    def __init__(self, port: int, count: int, source: str) -> None:
+        super().__init__(daemon=True)
+        self.port, self.count, self.source = port, count, source
+        self.stop = threading.Event()
+        self.answers: list[bytes] = []  # the first bytes of each answer the server gave
+
+    def _open(self) -> socket.socket | None:
+        sock = socket.socket()
+        try:
+            sock.bind((self.source, 0))
+            sock.connect(("127.0.0.1", self.port))
+            sock.sendall(b"POST /v1/auth/login HTTP/1.1\r\nHost: x\r\n")
+            sock.setblocking(False)
+            return sock
+        except OSError:
+            sock.close()
+            return None
+
+    def run(self) -> None:
+        socks = [self._open() for _ in range(self.count)]
+        while not self.stop.is_set():
+            for i, sock in enumerate(socks):
+                if sock is None:
+                    socks[i] = self._open()
+                    continue
+                try:
+                    heard = sock.recv(4096)
+                    if heard:
+                        self.answers.append(heard)
+                    closed = True  # an answer ends the connection, as does EOF
+                except BlockingIOError:
+                    closed = False
+                except OSError:
+                    closed = True
+                if not closed:
+                    try:
+                        sock.send(b"a")
+                    except OSError:
+                        closed = True
+                if closed:
+                    sock.close()
+                    socks[i] = self._open()
+            self.stop.wait(1.0)
+        for sock in socks:
+            if sock is not None:
+                sock.close()
+
+
+def _login_seconds(url: str, user, n: int) -> list[float]:
+    took = []
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for _ in range(n):
+            started = time.monotonic()
+            answer = client.post("/v1/auth/login", json={
+                "tenant": user.tenant, "email": user.email, "password": TEST_PASSWORD})
+            took.append(time.monotonic() - started)
+            assert answer.status_code == 200, answer.text
+    return took
+
+
+def _p95(values: list[float]) -> float:
+    return sorted(values)[int(0.95 * (len(values) - 1) + 0.5)]
+
+
+def test_one_address_with_1100_slow_connections_does_not_hold_the_others_back(
+        stack_env, out_dir, tenants):
+    # Given a gateway with the default caps (1,000 connections, 100 per address) and a user
+    # who signs in from 127.0.0.1: the time a sign-in takes when nobody else is there
+    gateway = stack.start_gateway({**stack_env, "LOGIN_MAX_ATTEMPTS_PER_ACCOUNT": "1000",
+                                   "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "1000"}, out_dir,
+                                  name="gateway-shared")
+    user = tenants.user(role="user")
+    hog = Hog(gateway.port, 1100, "127.0.0.2")
+    try:
+        before = _login_seconds(gateway.url, user, 15)
+        # When another address (127.0.0.2) holds 1,100 connections dribbling their headers
+        hog.start()
+        stack.wait_until(lambda: len(hog.answers) >= 500, timeout=60,
+                         message="the gateway refused most of the hog's connections")
+        during = _login_seconds(gateway.url, user, 15)
+        health = [httpx.get(f"{gateway.url}/health/live", timeout=10).status_code
+                  for _ in range(12)]
+    finally:
+        hog.stop.set()
+        hog.join(30)
+    after = _login_seconds(gateway.url, user, 15)
+    gateway.stop()
+    # Then the user's sign-ins take at most twice their quiet time (p95), and every health
+    # check is answered
+    baseline = max(_p95(before), _p95(after))
+    assert _p95(during) <= 2 * baseline, (before, during, after)
+    assert health == [200] * 12
+    # And the hog was told why, in JSON with Retry-After (its share is 100 connections)
+    refusals = [a for a in hog.answers if a.startswith(b"HTTP/1.1 429")]
+    assert len(refusals) >= 500, hog.answers[:3]
+    head, body = refusals[0].split(b"\r\n\r\n", 1)
+    assert b"retry-after: 5" in head.lower()
+    assert json.loads(body)["code"] == "too_many_connections"
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_rate(stack_env, out_dir):
+    # Given requests a second capped at 1 with bursts of 2, per client address
+    env = {**stack_env, "CLIENT_REQUESTS_PER_S": "1", "CLIENT_REQUEST_BURST": "2"}
+
+    def until_refused_then_another(gateway: stack.Process) -> tuple[httpx.Response, int]:
+        with httpx.Client(base_url=gateway.url, timeout=10) as client:
+            for _ in range(10):
+                refused = client.get("/health/live", headers={"X-Forwarded-For": "203.0.113.1"})
+                if refused.status_code != 200:
+                    break
+            other = client.get("/health/live", headers={"X-Forwarded-For": "203.0.113.2"})
+        return refused, other.status_code
+
+    # When one client behind a configured proxy sends until it is refused, Then it is told
+    # when to come back, and another client behind the same proxy is served
+    proxied = stack.start_gateway({**env, "TRUSTED_PROXIES": '["127.0.0.1"]'}, out_dir,
+                                  name="gateway-proxied-rate")
+    try:
+        refused, other = until_refused_then_another(proxied)
+    finally:
+        proxied.stop()
+    assert refused.status_code == 429 and other == 200
+    assert refused.json()["code"] == "rate_limited" and int(refused.headers["retry-after"]) >= 1
+    # And without a configured proxy the header is the client's own word: it is ignored, and
+    # both "clients" are the one address they came from
+    direct = stack.start_gateway(env, out_dir, name="gateway-direct-rate")
+    try:
+        refused, other = until_refused_then_another(direct)
+    finally:
+        direct.stop()
+    assert refused.status_code == 429 and other == 429
 
 
 # ── cookies and HTTPS ───────────────────────────────────────────────────────────────────────

@@ -261,3 +261,25 @@ def test_one_tenant_cannot_take_every_stream_of_the_gateway(stack_env, out_dir, 
         assert streams(gw.url, other.token).status == 200
     finally:
         gw.stop()
+
+
+def test_a_stream_outlives_many_body_rate_windows_and_ends_cleanly_at_its_limit(
+        stack_env, out_dir, tenants, streams):
+    # Given body-rate windows of half a second (the default is 10 s; a stream used to be cut
+    # after two of them, at 20 s) and streams that last four seconds, eight windows
+    gw = stack.start_gateway({**stack_env, "BODY_RATE_WINDOW_S": "0.5", "LIVE_HEARTBEAT_S": "1",
+                              "LIVE_STREAM_MAX_S": "4"}, out_dir, name="gw-long")
+    try:
+        user = tenants.user()
+        started = time.monotonic()
+        stream = streams(gw.url, user.token)
+        # Then the stream lasts its whole four seconds, with its heartbeats, and then ends as a
+        # stream should: the last chunk written, no error on either side
+        assert stream.ended.wait(30)
+        lasted = time.monotonic() - started
+        assert lasted >= 4, f"cut after {lasted:.1f} s"
+        assert stream.error is None, stream.error
+        assert stream.comments.count("keepalive") >= 3, stream.comments
+    finally:
+        gw.stop()
+    assert "Traceback" not in gw.logs() and "RequestTimeout" not in gw.logs(), gw.logs()[-3000:]

@@ -30,6 +30,8 @@ class Stream:
     opened: threading.Event = field(default_factory=threading.Event)
     ended: threading.Event = field(default_factory=threading.Event)
     comments: list[str] = field(default_factory=list)
+    # Why the stream ended other than cleanly (the server cut it mid-chunk), or None.
+    error: str | None = None
     _events: queue.Queue = field(default_factory=queue.Queue)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -82,8 +84,10 @@ class Stream:
                     else:
                         name, _, value = line.partition(":")
                         fields.setdefault(name, []).append(value.removeprefix(" "))
-        except httpx.HTTPError:
-            pass  # the server went away mid-stream: the stream has ended, as `ended` says
+        except httpx.HTTPError as exc:
+            # The server went away mid-stream: the stream has ended, as `ended` says
+            self.error = f"{type(exc).__name__}: {exc}"
+
         finally:
             self.ended.set()
             self.opened.set()
