@@ -57,6 +57,9 @@ def create_app(settings: GatewaySettings) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with _running(settings) as ctx:
             app.state.ctx = ctx
+            if settings.search_enabled and settings.search_model_at_start:
+                # Vector queries answer model_loading until it is in (docs/decisions/0321).
+                app.state.search.embedder.start_loading()
             yield
 
     web_router, templates = ui.mount()  # the web UI: pages, static assets, templates
@@ -110,7 +113,8 @@ def create_app(settings: GatewaySettings) -> Litestar:
         logging_config=None,
         debug=False,
     )
-    # The query model lives as long as the process and loads on first use (docs/decisions/0108).
+    # The query model lives as long as the process; it loads as the process starts, or on first
+    # use with SEARCH_MODEL_AT_START=false (docs/decisions/0108, 0321).
     app.state.search = search.Runtime(settings)
     openapi.complete(app)  # bearer scheme, shared error answers (docs/decisions/0051)
     return app

@@ -33,6 +33,8 @@ STATUS: dict[type[errors.AppError], int] = {
     errors.ServiceUnavailable: 503,
     errors.DatabaseUnavailable: 503,
 }
+# Retry-After of a 503 whose error names no time of its own (a database or store outage).
+UNAVAILABLE_RETRY_AFTER_S = 5
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 408: "request_timeout", 409: "conflict",
                413: "request_too_large",
@@ -52,12 +54,17 @@ def _body(code: str, detail: str) -> dict[str, str]:
 
 def app_error(_: Request, exc: errors.AppError) -> Response:
     status = status_for(exc)
-    if status >= 500:
+    # A refusal that ends by itself (429, a model still loading, a full server) says when to
+    # come back; it is the gateway working as meant, not a failure with a traceback.
+    retry_after = getattr(exc, "retry_after_s", None)
+    if status >= 500 and retry_after is None:
         log.error("request failed", exc_info=exc)
+    elif status >= 500:
+        log.warning("request refused", extra={"code": exc.code, "status": status})
+    if status == 503 and retry_after is None:
+        retry_after = UNAVAILABLE_RETRY_AFTER_S  # a backing service: a client asks again
     # Some errors carry machine-readable extras (e.g. the running sync's id of a 409).
     extra = getattr(exc, "fields", None) or {}
-    # A refusal that ends by itself (429) says when to come back.
-    retry_after = getattr(exc, "retry_after_s", None)
     headers = dict(getattr(exc, "headers", None) or {})
     if retry_after is not None:
         headers["Retry-After"] = str(retry_after)

@@ -206,6 +206,22 @@ def open_store(root_uri: str, s3: Any) -> FileStore | S3Store:
     raise ValueError(f"unsupported store URI {root_uri!r}: use file:// or s3://")
 
 
+def probe(store: FileStore | S3Store) -> None:
+    """Raise unless the store can take a file now: its bucket answers, or its folder (or the
+    nearest one above it that exists) can be written and its file system has room
+    (/health/ready, docs/decisions/0321)."""
+    if isinstance(store, S3Store):
+        store.s3.head_bucket(Bucket=store.bucket)
+        return
+    folder = store.root
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"the file store's folder cannot be written: {folder}")
+    if os.statvfs(folder).f_bavail == 0:
+        raise errors.StorageUnavailable("The file store is full; retry in a minute.")
+
+
 # ── where a run's upload may be (the worker reads and deletes only there) ──────────────────
 class OutsideStore(ValueError):
     """A URI that is not a file of the given run in the upload store."""

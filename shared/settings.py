@@ -197,6 +197,11 @@ class GatewaySettings(CommonSettings):
     # Search and answers (gateway/search/, docs/decisions/0105-0109). Off = /v1/search,
     # /v1/ask and the Search page answer 404 search_disabled, and the model is never loaded.
     search_enabled: bool = True
+    # Load the query model as the gateway starts, in the background (docs/decisions/0321):
+    # /health/ready waits for it, and until then vector, hybrid and ask answer 503
+    # model_loading with Retry-After at once. false: the first vector query loads it and waits
+    # (the test suite's gateways, which mostly never search).
+    search_model_at_start: bool = True
     # CPU threads of the query model (EMBEDDING_VARIANT, like the workers). A query is a few
     # tokens: one thread is as fast as more, and leaves the other cores to Postgres (ADR 0158).
     search_embed_threads: int = Field(default=1, ge=1, le=64)

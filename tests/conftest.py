@@ -177,6 +177,9 @@ def stack_env(database_url: str, moto: MotoServer, queues: Queues, tmp_path: Pat
         # development (docs/decisions/0203); test_cookies.py checks the default.
         "SESSION_COOKIE_SECURE": "false",
         "OUTBOX_POLL_S": "0.5",
+        # The query model loads on the first vector query, not as each of the suite's ~600
+        # gateways starts (docs/decisions/0321); test_readiness.py covers loading at start.
+        "SEARCH_MODEL_AT_START": "false",
         "OUTBOX_MAX_BACKOFF_S": "1",
         "LOG_LEVEL": "INFO",
         **stack.MOTO_ENV,

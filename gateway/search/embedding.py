@@ -4,9 +4,12 @@ The gateway must embed a query with the model that embedded the versions, or dis
 nothing; so it loads the model through the loader the workers use (shared/embedding, ADR 0230)
 with the same EMBEDDING_MODEL and EMBEDDING_VARIANT settings (`auto` by default: the faster
 variant on this machine, for its SEARCH_EMBED_THREADS; either variant's query ranks either's
-chunks, ADR 0110). Loading takes seconds and hundreds of MB, so it happens only when the first
-vector query arrives (a gateway that never searches never pays it), in a thread (the event loop
-keeps serving), and once: concurrent first queries wait for the same load (docs/decisions/0108).
+chunks, ADR 0110). Loading takes seconds and hundreds of MB, in a thread (the event loop keeps
+serving), and once. A gateway starts it as it starts (``start_loading``, SEARCH_MODEL_AT_START):
+until it is done a vector query is refused at once with 503 `model_loading` and /health/ready
+says not ready, instead of queries hanging behind the load (docs/decisions/0321). Without
+``start_loading`` the first vector query loads it and concurrent ones wait for the same load
+(docs/decisions/0108).
 
 Queries are embedded on one thread of their own, in micro-batches: the queries that arrive while
 a forward pass runs go together into the next one (docs/decisions/0158). Nothing waits for a batch
@@ -20,12 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
+
+from shared import errors
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +44,14 @@ MAX_QUERY_TOKENS = 256
 # (a search page refreshed, paged or shared, the same question asked again), and a text's
 # vector never changes for one loaded model.
 CACHE_SIZE = 4096
+
+
+class ModelLoading(errors.ServiceUnavailable):
+    """This server is still loading its query model; retry in a few seconds (mode=text works
+    now)."""
+
+    code = "model_loading"
+    retry_after_s = 5
 
 
 class Encoder(Protocol):
@@ -81,22 +95,63 @@ class QueryEmbedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._in_flight: dict[str, asyncio.Future[list[float]]] = {}
         self.hits = self.misses = 0
+        # The load started with the process (start_loading), while it runs or once it failed.
+        self._loading: asyncio.Task[Encoder] | None = None
 
     @property
     def loaded(self) -> bool:
         return self._encoder is not None
 
+    def start_loading(self) -> None:
+        """Load the model now, in the background; until it is loaded, ``encoder`` refuses with
+        ModelLoading instead of waiting (a gateway's start, docs/decisions/0321)."""
+        if self._encoder is None and self._loading is None:
+            self._loading = asyncio.create_task(self._load_in_background(), name="query-model")
+
+    @property
+    def state(self) -> str:
+        """`loaded`, `loading`, `failed: <why>`, or `on first use` (no load started yet)."""
+        if self._encoder is not None:
+            return "loaded"
+        if self._loading is None:
+            return "on first use"
+        if not self._loading.done():
+            return "loading"
+        if self._loading.cancelled():
+            return "failed: cancelled"
+        return f"failed: {type(self._loading.exception()).__name__}"
+
     async def encoder(self) -> Encoder:
         if self._encoder is not None:
             return self._encoder
+        if self._loading is not None:
+            if not self._loading.done():
+                raise ModelLoading()
+            return self._loading.result()  # the load's own error when it failed
         # Made here, not in __init__: a lock belongs to the loop that runs the requests.
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._encoder is None:  # a concurrent first request may have loaded it
-                log.info("loading the query embedding model", extra={"model": self.model})
-                self._encoder = await asyncio.to_thread(self._loader, self.model)
-                log.info("query embedding model loaded", extra={"model": self.model})
+                await self._load()
+        assert self._encoder is not None
+        return self._encoder
+
+    async def _load_in_background(self) -> Encoder:
+        try:
+            return await self._load()
+        except Exception as exc:
+            # Kept in the task: vector queries answer search_unavailable, readiness says why.
+            log.error("the query embedding model could not be loaded", extra={
+                "model": self.model, "error": f"{type(exc).__name__}: {exc}"})
+            raise
+
+    async def _load(self) -> Encoder:
+        log.info("loading the query embedding model", extra={"model": self.model})
+        started = time.monotonic()
+        self._encoder = await asyncio.to_thread(self._loader, self.model)
+        log.info("query embedding model loaded", extra={
+            "model": self.model, "seconds": round(time.monotonic() - started, 2)})
         return self._encoder
 
     async def embed(self, text: str) -> list[float]:

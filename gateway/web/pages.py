@@ -29,6 +29,7 @@ from gateway.imports import clients as import_clients
 from gateway.imports import intake as import_intake
 from gateway.operations import metrics
 from gateway.records import service as records
+from gateway.search import embedding as query_model
 from gateway.search import routes as search_routes
 from gateway.search import service as search_service
 from gateway.web import assets, errorpages, reads, session
@@ -253,7 +254,8 @@ async def search_page(request: Request, ctx: Ctx, search: NamedDependency[search
                                              allowed_types=ctx.settings.allowed_types)
             hits = await search_service.search(ctx.pool, search, request=wanted,
                                                tenant_id=auth.current(request).tenant_id)
-        except (search_service.InvalidSearch, search_service.SearchUnavailable) as exc:
+        except (search_service.InvalidSearch, search_service.SearchUnavailable,
+                query_model.ModelLoading) as exc:
             error = exc.detail
     return render(request, "search.html", q=(q or "")[:search_service.MAX_QUERY_CHARS],
                   mode=mode if mode in search_service.MODES else "hybrid",

@@ -93,30 +93,33 @@ def test_uploads_during_a_queue_outage_are_published_once_it_returns(proxied_gat
         restored.stop()
 
 
-def test_readiness_reports_the_queue_degraded_but_stays_ready_while_it_is_unreachable(
+READY = {"database": "ok", "queue": "ok", "object_store": "ok", "event_writer": "ok",
+         "query_model": "on first use"}
+
+
+def test_readiness_is_503_while_the_queue_is_unreachable_and_ok_once_it_returns(
         proxied_gateway, sqs_proxy):
     # Given a healthy gateway
-    assert ready(proxied_gateway).json() == {"status": "ok", "checks": {
-        "database": "ok", "queue": "ok", "event_writer": "ok"}}
+    assert ready(proxied_gateway).json() == {"status": "ok", "checks": READY}
 
     # When its queue becomes unreachable
     sqs_proxy.stop()
 
-    # Then readiness stays 200 (uploads still go to the outbox: pulling every gateway out of the
-    # load balancer would turn a queue outage into a full one) and names the queue as degraded
+    # Then it is not ready (it cannot serve every route: ADR 0321), says which check holds it
+    # back, and when to ask again
     response = ready(proxied_gateway)
-    assert response.status_code == 200, response.text
-    assert response.json()["status"] == "degraded"
+    assert response.status_code == 503, response.text
+    assert response.json()["code"] == "not_ready" and response.headers["retry-after"] == "5"
     checks = response.json()["checks"]
     assert checks["database"] == "ok" and checks["queue"].startswith("unreachable")
+    assert "queue" in response.json()["detail"]
 
     # When the queue returns, Then readiness is fully ok again
     restored = TcpProxy(sqs_proxy.target_port, listen_port=sqs_proxy.port).start()
     try:
-        response = wait_until(lambda: (r := ready(proxied_gateway)).json()["status"] == "ok" and r,
+        response = wait_until(lambda: (r := ready(proxied_gateway)).status_code == 200 and r,
                               timeout=15, message="ok again")
-        assert response.json()["checks"] == {"database": "ok", "queue": "ok",
-                                             "event_writer": "ok"}
+        assert response.json()["checks"] == READY
     finally:
         restored.stop()
 
