@@ -7,8 +7,10 @@ announcement's tenant only. A stream holds no database connection: it waits on i
 See docs/decisions/0160-live-updates.md.
 
 Each tenant's events are numbered on their own (docs/decisions/0197). Streams are capped per
-process and per tenant, and every heartbeat one query finds the streams whose session has
-ended (sign-out, deactivation, password change) and ends them.
+process and per tenant. A user's sessions ending (sign-out, deactivation, password change) is
+announced on the same channel (migrations/0105) and ends that user's streams at once, before
+any event committed after it is handed on (docs/decisions/0322); every heartbeat one query
+still finds the streams whose session ended while the listener was away.
 """
 
 from __future__ import annotations
@@ -189,6 +191,23 @@ class Hub:
             log.info("live streams ended with their sessions", extra={"streams": count})
         return count
 
+    def session_ended(self, tenant_id: UUID, user_id: UUID, token_version: int, *,
+                      active: bool) -> int:
+        """End the user's streams that the announced change revoked: all of them when the user
+        is no longer active, else those opened with an older token version."""
+        ended = 0
+        for sub in list(self._by_tenant.get(tenant_id, ())):
+            session = sub.session
+            if session is None or session.user_id != user_id or sub.dropped:
+                continue
+            if not active or session.token_version != token_version:
+                _end(sub)
+                ended += 1
+        if ended:
+            log.info("live streams ended with their sessions",
+                     extra={"streams": ended, "pushed": True})
+        return ended
+
     # ── the listener ──────────────────────────────────────────────────────────────────────
     async def run_forever(self, *, retry_max_s: float = 30.0) -> None:
         """The listener, and beside it the session watch."""
@@ -212,6 +231,9 @@ class Hub:
                     if lost:
                         log.info("live updates listening again")
                         self._broadcast(RESYNC)
+                        # Sessions that ended while nobody listened: not announced to us.
+                        with contextlib.suppress(Exception):
+                            await self.end_ended_sessions()
                     delay, lost = 0.5, False
                     async for payload in payloads:
                         try:
@@ -234,6 +256,10 @@ class Hub:
         tenant_id = UUID(note["tenant_id"])
         if tenant_id not in self._by_tenant:
             return  # nobody of this tenant is watching: not even the event's body is read
+        if note["kind"] == "session":
+            self.session_ended(tenant_id, UUID(note["user_id"]), int(note["token_version"]),
+                               active=bool(note["active"]))
+            return
         if note["kind"] == "event":
             message = await self._event(tenant_id, int(note["tenant_seq"]))
         elif note["kind"] == "run":

@@ -46,7 +46,8 @@ async def live(request: Request, ctx: Ctx,
     `batch.status`, no id), and `live.resync` when something may have been missed. A comment
     every few seconds keeps the connection open; the stream ends after a while and the client
     reconnects with `Last-Event-ID`. Event ids count this tenant's events only. The stream
-    ends within a heartbeat once its session ends (sign-out, deactivation, password change).
+    ends as soon as its session ends (sign-out, deactivation, password change), before any
+    event committed after that.
     503 `live_streams_full` when this server has too many streams, 429
     `live_tenant_streams_full` when the caller's tenant has LIVE_MAX_STREAMS_PER_TENANT."""
     hub: live_hub.Hub = ctx.live

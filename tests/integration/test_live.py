@@ -211,35 +211,46 @@ def test_event_ids_count_the_tenants_own_events_only(gateway, tenants, conn, str
     assert stale.next().event == "live.resync"
 
 
-def test_a_stream_ends_within_a_heartbeat_once_its_session_ends(stack_env, out_dir, tenants,
-                                                                 conn, streams):
-    # Given streams of two users on a gateway whose heartbeat is one second (streams
-    # otherwise last LIVE_STREAM_MAX_S, 600 s)
-    gw = stack.start_gateway({**stack_env, "LIVE_HEARTBEAT_S": "1"}, out_dir, name="gw-live")
-    try:
-        leaving, removed, staying = (tenants.user(tenant="acme") for _ in range(3))
-        open_ = {user: streams(gw.url, user.token) for user in (leaving, removed, staying)}
+def test_a_stream_ends_at_once_when_its_session_ends_and_leaks_no_later_event(
+        gateway, tenants, conn, streams):
+    # Given streams of four users of one tenant, on a gateway whose heartbeat check runs only
+    # every 15 s (the default): only the pushed announcement can end a stream sooner
+    leaving, removed, repassworded, staying = (tenants.user(tenant="acme") for _ in range(4))
+    users = (leaving, removed, repassworded, staying)
+    open_ = {user: streams(gateway.url, user.token) for user in users}
 
-        # When one signs out and an admin deactivates another
-        started = time.monotonic()
-        with gw.client(leaving.token) as client:
-            assert client.post("/v1/auth/logout").status_code in (200, 204)
-        conn.execute("UPDATE users SET deactivated_at = now(), token_version = token_version + 1 "
-                     "WHERE user_id = %s", (removed.user_id,))
+    # When one signs out, an admin deactivates another, a third's password is reset, and the
+    # tenant's next event is committed right after
+    started = time.monotonic()
+    with gateway.client(leaving.token) as client:
+        assert client.post("/v1/auth/logout").status_code in (200, 204)
+    conn.execute("UPDATE users SET deactivated_at = now() WHERE user_id = %s",
+                 (removed.user_id,))
+    conn.execute("UPDATE users SET token_version = token_version + 1 WHERE user_id = %s",
+                 (repassworded.user_id,))
+    seq = add_event(conn, staying.tenant_id, "after the sign-outs")
 
-        # Then both their streams end within a heartbeat or so, and the third carries on
-        wait_until(lambda: open_[leaving].ended.is_set() and open_[removed].ended.is_set(),
-                   timeout=30, message="the ended sessions' streams closed")
-        took = time.monotonic() - started
-        assert took < 4, f"{took:.1f} s"
-        assert not open_[staying].ended.is_set()
-        seq = add_event(conn, staying.tenant_id, "still here")
-        assert open_[staying].until(lambda e: e.event == "webhook.test")[0].id == str(seq)
-        # And reconnecting with the old session is refused
-        with gw.client(leaving.token) as client:
-            assert client.get("/v1/live").status_code == 401
-    finally:
-        gw.stop()
+    # Then their three streams end at once, none of them having delivered that event
+    ended = [open_[u] for u in (leaving, removed, repassworded)]
+    wait_until(lambda: all(s.ended.is_set() for s in ended), timeout=30,
+               message="the ended sessions' streams closed")
+    took = time.monotonic() - started
+    assert took < 3, f"{took:.1f} s"
+    for stream in ended:
+        leaked = []
+        while True:
+            try:
+                leaked.append(stream.next(timeout=0.1))
+            except AssertionError:
+                break
+        assert leaked == [], leaked
+    # And the fourth carries on with it
+    assert open_[staying].until(lambda e: e.event == "webhook.test")[0].id == str(seq)
+    assert not open_[staying].ended.is_set()
+    # And reconnecting with an old session is refused
+    with gateway.client(leaving.token) as client:
+        assert client.get("/v1/live").status_code == 401
+    assert "live streams ended with their sessions" in gateway.logs()
 
 
 def test_one_tenant_cannot_take_every_stream_of_the_gateway(stack_env, out_dir, tenants,
