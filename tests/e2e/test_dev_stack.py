@@ -27,7 +27,10 @@ PRIVATE = ("pg-password", "dev.env", "dev-token", "dev-password", "jwt-secret")
 def _start(folder: Path, out_dir: Path, workers: int, **settings: str) -> devstack.DevStack:
     port = free_port()
     # PYTHONPATH: the folder is not the project; everything else is a newcomer's environment.
-    env = devstack.newcomer_env(folder / "home", PYTHONPATH=str(ROOT), **settings)
+    # The query model's int8 export is made once per machine, not once per stack: the gateway
+    # loads the model as it starts (ADR 0321), as the soak's stack does.
+    env = devstack.newcomer_env(folder / "home", PYTHONPATH=str(ROOT),
+                                EMBEDDING_CACHE_DIR=str(ROOT / ".ingest" / "models"), **settings)
     (folder / "home").mkdir(parents=True, exist_ok=True)
     argv = [str(ROOT / ".venv" / "bin" / "python"), "-m", "cli.main", "dev",
             "--port", str(port), "--workers", str(workers)]
