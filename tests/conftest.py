@@ -69,7 +69,9 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
 def database_url(pg: EmbeddedPostgres) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg.url(), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+        # FILE_COPY: a disposable server (no fsync) copies the template's files in ~30 ms; the
+        # default WAL_LOG writes every page to the WAL, ~2x that, on each of ~1,500 tests.
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}" STRATEGY FILE_COPY')
     yield pg.url(name)
     with psycopg.connect(pg.url(), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
