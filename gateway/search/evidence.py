@@ -35,12 +35,16 @@ meaning, then the sentences after it while they fit.
 
 from __future__ import annotations
 
+import logging
 import re
 import statistics
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import pysbd
+
+log = logging.getLogger(__name__)
 
 BACKGROUND_FROM, BACKGROUND_TO = 10, 40
 QUOTE_CHARS = 320
@@ -58,10 +62,20 @@ _BOILERPLATE = re.compile(
 _LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
 # A line that is a block of its own: a heading, a list item or a table row.
 _LINE_BLOCK = re.compile(r"^\s*(?:#{1,6}\s|[-*+•]\s|\d+[.)]\s|\|)")
-_PARAGRAPH = re.compile(r"(?:[^\n]|\n(?![ \t]*\n))+")
+# A blank line is one of whitespace only ("\r\n\r\n" too).
+_PARAGRAPH = re.compile(r"(?:[^\n]|\n(?![^\S\n]*\n))+")
 _COMPLETE = re.compile(r"[.!?…][\"”’)\]]*$")
 # clean=False: the text as it is (no repairs), so every span is the passage's own characters.
 _SEGMENTER = pysbd.Segmenter(language="en", clean=False, char_span=True)
+# What pysbd reads in place of the text: every control character and every whitespace but the
+# line feed becomes a space, one for one, so its offsets are the text's. Its rules match \s
+# before a list number and then int() what they matched: "\x1f0. " raised ValueError (issue
+# 35), and "\r" is one of its own markers.
+# (Both kinds lie below U+3001: U+3000, the ideographic space, is the last whitespace.)
+_PLAIN = {c: " " for c in range(0x3001)
+          if c != 0x0A and (chr(c).isspace() or unicodedata.category(chr(c)) == "Cc")}
+# Where a sentence ends when pysbd fails on a block anyway: . ! ? … then whitespace.
+_FALLBACK_END = re.compile(r"[.!?…][\"”’)\]]*(?=\s)")
 # What joins the parts of a quote that are not one span, and ends a cut one.
 ELLIPSIS = " …"
 
@@ -175,15 +189,16 @@ def sentences(text: str) -> list[Sentence]:
     pysbd's (a rule-based segmenter, Golden Rules tested: abbreviations such as "refs." "e.g."
     "Dr.", decimals, initials, and sentences ending " ." then a lower-case word, as in
     Cranfield's abstracts); its spans are offsets into the block, never overlapping. A list item's
-    marker is not part of its sentence.
+    marker is not part of its sentence. Total: no text makes it raise (control characters are
+    spaces to pysbd, and a block pysbd fails on is split at full stops).
     """
     out: list[Sentence] = []
     for paragraph, (block_start, block) in enumerate(_blocks(text)):
         done = 0  # pysbd finds its spans by searching the text: on odd input they can overlap
-        for span in _SEGMENTER.segment(block):
-            begin = max(span.start, done)
-            piece = block[begin:span.end]
-            done = max(done, span.end)
+        for span_start, span_end in _spans(block):
+            begin = max(span_start, done)
+            piece = block[begin:span_end]
+            done = max(done, span_end)
             lead = len(piece) - len(piece.lstrip())
             body = piece.strip()
             if body:
@@ -193,6 +208,19 @@ def sentences(text: str) -> list[Sentence]:
                     start, body = start + marker.end(), body[marker.end():]
                 out.append(Sentence(start, start + len(body), paragraph, body))
     return out
+
+
+def _spans(block: str) -> list[tuple[int, int]]:
+    """pysbd's sentence spans of a block, or, should it fail on some text, the spans between
+    sentence-ending punctuation: splitting never fails, whatever a document holds."""
+    try:
+        return [(span.start, span.end)
+                for span in _SEGMENTER.segment(block.translate(_PLAIN))]
+    except Exception:  # noqa: BLE001 - a third-party rule engine; any failure has the fallback
+        log.warning("sentence splitter failed on a passage; splitting at full stops",
+                    extra={"chars": len(block)})
+        ends = [m.end() for m in _FALLBACK_END.finditer(block)]
+        return list(zip([0, *ends], [*ends, len(block)], strict=True))
 
 
 def _blocks(text: str) -> list[tuple[int, str]]:
@@ -231,7 +259,7 @@ def quote(passage: str, chosen: Sequence[Sentence], at: int) -> str:
     span = passage[first.start:last.end]
     if len(span) <= QUOTE_CHARS:
         return span
-    cut = span[:QUOTE_CHARS].rsplit(None, 1)[0].rstrip(" ,;:")
+    cut = span[:QUOTE_CHARS].rsplit(None, 1)[0].rstrip(" ,;:") or span[:QUOTE_CHARS]
     return cut + ELLIPSIS
 
 
