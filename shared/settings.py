@@ -311,6 +311,10 @@ class GatewaySettings(CommonSettings):
 
 class WorkerSettings(CommonSettings):
     worker_max_concurrent_jobs: int = Field(default=3, ge=1)
+    # Documents held beyond the job slots while they wait for their vectors and their write,
+    # with no thread each (docs/decisions/0301): what keeps the embed passes full. 0 = by
+    # device (shared/embedding/model.DEFAULT_DOCUMENTS_IN_FLIGHT).
+    worker_documents_in_flight: int = Field(default=0, ge=0)
     worker_id: str | None = None
     sqs_wait_time_s: int = Field(default=20, ge=0, le=20)
     # How long a received message stays hidden; heartbeats keep extending it while a job runs.
@@ -387,9 +391,6 @@ class WorkerSettings(CommonSettings):
     # Padded tokens per forward pass of the embed queue, shared by every document in flight
     # (docs/decisions/0230); 0 = by device: 2,048 x 256 on cuda, 32 x 256 on the CPU.
     embed_batch_tokens: int = Field(default=0, ge=0)
-    # Tokens waiting in the embed queue at most (documents put more in as it drains; each gets
-    # at least one in); 0 = six passes' worth.
-    embed_queue_tokens: int = Field(default=0, ge=0)
     max_uncompressed_mb: int = 200
     # Embedding threads per process (torch or onnxruntime intra-op); 0 = the machine's cores.
     torch_threads: int = 0

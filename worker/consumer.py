@@ -7,6 +7,12 @@ gives jobs a grace period, then releases what is unfinished (visibility 0) and r
 
 Acks that come together (the documents of one write group, docs/decisions/0233) are deleted
 together, up to ten a call; each job still waits for its own delete before its slot frees.
+
+Two bounds (docs/decisions/0301): ``slots`` threads run jobs' own work (a records import
+throughout; a document until its chunks are queued for vectors), and ``in_flight`` messages are
+held at once. A handler may answer Pending: the job goes on without its thread (a document
+waiting for its vectors and its write), its message stays held and its visibility extended,
+and it is settled when the job's outcome comes.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from shared import retry
 from shared.queue import Message, Queue
 from worker import metrics as worker_metrics
-from worker.handler import Ack, DeadLetter, Leave, Outcome
+from worker.handler import Ack, DeadLetter, Leave, Outcome, Pending
 
 log = logging.getLogger(__name__)
-Handler = Callable[..., Outcome]
+Handler = Callable[..., Outcome | Pending]
 MAX_VISIBILITY_S = 12 * 3600  # SQS's ceiling
 # While most slots are busy, a freed slot waits this long for others before polling, so one
 # receive brings several documents rather than one per finished job (docs/decisions/0232).
@@ -37,10 +43,13 @@ GATHER_S = 0.05
 class Consumer:
     def __init__(self, queue: Queue, handler: Handler, *, slots: int, wait_s: int,
                  visibility_s: int, heartbeat_s: float, grace_s: float,
-                 on_abort: Callable[[], None] | None = None) -> None:
+                 on_abort: Callable[[], None] | None = None, in_flight: int = 0) -> None:
         self.queue = queue
         self.handler = handler
         self.slots = slots
+        # Messages held at once, their jobs in a slot or pending (at least the slots).
+        self.in_flight = max(slots, in_flight)
+        self._threads = 0  # slots in use
         self.wait_s = wait_s
         self.visibility_s = visibility_s
         self.heartbeat_s = heartbeat_s
@@ -57,6 +66,9 @@ class Consumer:
         # Long polls abandoned at stop: one may still receive a message, even one we release.
         self._late_polls: list[threading.Thread] = []
         self._deletes = _Deletes(queue)
+        # Settles what a pending job answered other than Ack (rare: a failure or a leave).
+        self._settler: stdqueue.SimpleQueue[tuple[Message, Outcome]] = stdqueue.SimpleQueue()
+        self._settler_thread: threading.Thread | None = None
         self.processed = 0
 
     def stop(self) -> None:
@@ -87,14 +99,19 @@ class Consumer:
             for message in messages:
                 self._dispatch(message)
 
+    def _free(self) -> int:
+        """Messages this consumer may take now: a free slot each, within the in-flight bound."""
+        with self._lock:
+            return min(self.slots - self._threads, self.in_flight - len(self._inflight))
+
     def _gather(self) -> int:
         """Free slots, after up to GATHER_S for more while fewer than half of them are free."""
         deadline = time.monotonic() + GATHER_S
-        free = self.slots - self._count()
+        free = self._free()
         while 0 < free < min(self.slots, 10) / 2 and time.monotonic() < deadline:
             self._slot_freed.wait(max(0.0, deadline - time.monotonic()))
             self._slot_freed.clear()
-            free = self.slots - self._count()
+            free = self._free()
         return free
 
     def _drained(self) -> bool:
@@ -142,6 +159,7 @@ class Consumer:
     def _dispatch(self, message: Message) -> None:
         with self._lock:
             self._inflight[message.receipt_handle] = message
+            self._threads += 1
         threading.Thread(target=self._work, args=(message,), daemon=True,
                          name=f"job-{message.message_id[:8]}").start()
 
@@ -151,21 +169,77 @@ class Consumer:
 
     # ── one message ───────────────────────────────────────────────────────────────────────
     def _work(self, message: Message) -> None:
+        pending = False
         try:
             try:
                 outcome = self.handler(message.body, abort=self.abort)
             except Exception:
                 log.exception("handler crashed; leaving the message for redelivery")
                 outcome = Leave("handler crashed")
-            with self._lock:
-                released = message.receipt_handle not in self._inflight
-            if not released:
+            if isinstance(outcome, Pending):
+                pending = True
+                outcome.future.add_done_callback(lambda done: self._ended(message, done))
+                return
+            if self._holds(message):
                 self._settle(message, outcome)
         finally:
             with self._lock:
-                self._inflight.pop(message.receipt_handle, None)
-                self.processed += 1
+                self._threads -= 1
+                if not pending:
+                    self._inflight.pop(message.receipt_handle, None)
+                    self.processed += 1
             self._slot_freed.set()
+
+    def _holds(self, message: Message) -> bool:
+        """Still ours to settle: not released at shutdown meanwhile."""
+        with self._lock:
+            return message.receipt_handle in self._inflight
+
+    def _ended(self, message: Message, done) -> None:  # type: ignore[no-untyped-def]
+        """A pending job's outcome came (on whichever thread ended it: never block here)."""
+        try:
+            outcome = done.result()
+        except Exception:  # noqa: BLE001 - a pending job's future always carries an Outcome
+            log.exception("a pending job ended without an outcome; leaving its message")
+            outcome = Leave("handler crashed")
+        if not self._holds(message):
+            self._forget(message)
+        elif isinstance(outcome, Ack):
+            worker_metrics.settled("ack")
+            self._deletes.delete_later(message.receipt_handle,
+                                       lambda error: self._deleted(message, error))
+        else:
+            self._settle_later(message, outcome)
+
+    def _deleted(self, message: Message, error: Exception | None) -> None:
+        if error is not None:
+            # The message comes back after its visibility timeout; the run's status decides then.
+            log.error("could not settle the message", extra={
+                "message_id": message.message_id, "outcome": "Ack", "error": str(error)})
+        self._forget(message)
+
+    def _forget(self, message: Message) -> None:
+        with self._lock:
+            self._inflight.pop(message.receipt_handle, None)
+            self.processed += 1
+        self._slot_freed.set()
+
+    def _settle_later(self, message: Message, outcome: Outcome) -> None:
+        with self._lock:
+            if self._settler_thread is None:
+                self._settler_thread = threading.Thread(target=self._settle_forever,
+                                                        daemon=True, name="settle")
+                self._settler_thread.start()
+        self._settler.put((message, outcome))
+
+    def _settle_forever(self) -> None:
+        while True:
+            message, outcome = self._settler.get()
+            try:
+                if self._holds(message):
+                    self._settle(message, outcome)
+            finally:
+                self._forget(message)
 
     def _settle(self, message: Message, outcome: Outcome) -> None:
         worker_metrics.settled(type(outcome).__name__.lower())
@@ -231,8 +305,10 @@ class Consumer:
 
 
 class _Delete:
-    def __init__(self, receipt: str) -> None:
+    def __init__(self, receipt: str,
+                 then: Callable[[Exception | None], None] | None = None) -> None:
         self.receipt = receipt
+        self.then = then
         self.done = threading.Event()
         self.error: Exception | None = None
 
@@ -249,7 +325,19 @@ class _Deletes:
         self._thread: threading.Thread | None = None
 
     def delete(self, receipt: str) -> None:
-        entry = _Delete(receipt)
+        entry = self._add(receipt)
+        entry.done.wait()
+        if entry.error is not None:
+            raise entry.error
+
+    def delete_later(self, receipt: str, then: Callable[[Exception | None], None]) -> None:
+        """Delete with the next call and return at once; ``then`` gets the error or None
+        (on the delete thread: it must not block)."""
+        self._add(receipt, then)
+
+    def _add(self, receipt: str,
+             then: Callable[[Exception | None], None] | None = None) -> _Delete:
+        entry = _Delete(receipt, then)
         with self._cond:
             self._pending.append(entry)
             if self._thread is None:
@@ -257,9 +345,7 @@ class _Deletes:
                                                 name="delete-messages")
                 self._thread.start()
             self._cond.notify()
-        entry.done.wait()
-        if entry.error is not None:
-            raise entry.error
+        return entry
 
     def _forever(self) -> None:
         while True:
@@ -282,3 +368,8 @@ class _Deletes:
                     entry.error = exc
             for entry in batch:
                 entry.done.set()
+                if entry.then is not None:
+                    try:
+                        entry.then(entry.error)
+                    except Exception:  # noqa: BLE001 - never lose the delete thread
+                        log.exception("after a delete")

@@ -7,6 +7,7 @@ run's terminal status is durable in Postgres.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -45,6 +46,16 @@ class DeadLetter:
 
 
 Outcome = Ack | Leave | DeadLetter
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The job goes on without the thread that started it (a document waiting for its vectors
+    and its write, docs/decisions/0301); the future's result is its Outcome, resolved once the
+    run's outcome is durable and its lease let go."""
+
+    future: concurrent.futures.Future  # type: ignore[type-arg]
+
 log = logging.getLogger(__name__)
 # Why an import waits in the outbox, as its log line says.
 AT_LIMIT = "tenant at its concurrent import limit; the job waits in the outbox"
@@ -66,9 +77,14 @@ class IngestHandler:
         # Leases of the jobs in flight, so a shutdown can let go of their runs at once.
         self._leases: set[runs.RunLease] = set()
         self._leases_lock = threading.Lock()
-        # Lock sessions of finished jobs, kept for the next ones: one per slot (ADR 0232).
-        self.connections = runs.LeaseConnections(settings.database_url,
-                                                 keep=settings.worker_max_concurrent_jobs)
+        # Lock sessions: a records job's own, kept for the next one (one per slot, ADR 0232);
+        # and as many shared ones, which hold the locks of every document in flight (0301).
+        slots = settings.worker_max_concurrent_jobs
+        self.connections = runs.LockSessions(settings.database_url, keep=slots, shared=slots,
+                                             heartbeat_s=settings.heartbeat_interval_s)
+        # Where a document that went on without its thread ends: its outcome, its lease.
+        self._finisher = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(2, slots), thread_name_prefix="document-end")
         # Which tenant runs imports on this worker's slots (docs/decisions/0261).
         self.share = SlotShare(settings.worker_max_concurrent_jobs)
 
@@ -78,8 +94,9 @@ class IngestHandler:
             leases = list(self._leases)
         for lease in leases:
             lease.abandon()
+        self.connections.abandon()  # the shared sessions: every document run's lock at once
 
-    def __call__(self, body: str, *, abort: Any = None) -> Outcome:
+    def __call__(self, body: str, *, abort: Any = None) -> Outcome | Pending:
         try:
             job = jobs.parse(body)
             if isinstance(job, jobs.RecordsJob) and self.records is None:
@@ -93,27 +110,34 @@ class IngestHandler:
                 self.share.job():
             return self._handle(job, abort)
 
-    def _handle(self, job: jobs.IngestJob | jobs.RecordsJob, abort: Any) -> Outcome:
+    def _handle(self, job: jobs.IngestJob | jobs.RecordsJob, abort: Any) -> Outcome | Pending:
         try:
             lease = runs.RunLease(self.settings.database_url, job,
                                   stale_after_s=self.settings.running_stale_after_s,
                                   heartbeat_s=self.settings.heartbeat_interval_s,
                                   worker=self.settings.worker_id,
-                                  connections=self.connections)
+                                  connections=self.connections,
+                                  shared=isinstance(job, jobs.IngestJob))
         except psycopg.OperationalError:
             log.error("database unreachable; leaving the message for redelivery")
             return Leave("database unreachable")
         with self._leases_lock:
             self._leases.add(lease)
+        outcome: Outcome | Pending | None = None
         try:
-            return self._with_lease(lease, job, abort)
+            outcome = self._with_lease(lease, job, abort)
+            return outcome
         finally:
-            with self._leases_lock:
-                self._leases.discard(lease)
-            lease.close()
+            if not isinstance(outcome, Pending):  # a pending job lets go when it ends
+                self._let_go(lease)
+
+    def _let_go(self, lease: runs.RunLease) -> None:
+        with self._leases_lock:
+            self._leases.discard(lease)
+        lease.close()
 
     def _with_lease(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
-                    abort: Any) -> Outcome:
+                    abort: Any) -> Outcome | Pending:
         if not isinstance(job, jobs.RecordsJob) or self.records is None:
             return self._claim(lease, job, abort)
         with self.share.import_of(job.tenant_id) as admitted:
@@ -121,7 +145,7 @@ class IngestHandler:
                 return self._wait_for_slot(lease, job, LAST_SLOT)
             return self._import(lease, job, abort)
 
-    def _import(self, lease: runs.RunLease, job: jobs.RecordsJob, abort: Any) -> Outcome:
+    def _import(self, lease: runs.RunLease, job: jobs.RecordsJob, abort: Any) -> Outcome | Pending:
         assert self.records is not None
         try:
             slot = self.records.take_slot(lease, job.tenant_id)
@@ -159,7 +183,7 @@ class IngestHandler:
         return Ack("handed back to the outbox to wait for a slot")
 
     def _claim(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
-               abort: Any) -> Outcome:
+               abort: Any) -> Outcome | Pending:
         try:
             claim = lease.claim()
         except psycopg.Error as exc:
@@ -178,29 +202,69 @@ class IngestHandler:
         return self._run(lease, job, claim, abort)
 
     def _run(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
-             claim: runs.ClaimResult, abort: Any) -> Outcome:
+             claim: runs.ClaimResult, abort: Any) -> Outcome | Pending:
         started = time.monotonic()
-        result: Any
         lease.start_heartbeat()
         log.info("job started", extra={"claim": claim.claim.value, **self._subject(job)})
         if claim.claim is runs.Claim.TAKEN_OVER:
             worker_metrics.TAKEOVERS.inc()
             self.alerts.send(alerts.stale_takeover(job.run_id, job.tenant_id, claim.stale_s,
                                                    claim.takeover_count))
-        try:
-            with worker_metrics.IN_FLIGHT.track_inprogress():
-                if isinstance(job, jobs.RecordsJob):
-                    assert self.records is not None  # checked on receipt
+        if isinstance(job, jobs.RecordsJob):
+            assert self.records is not None  # checked on receipt
+            try:
+                with worker_metrics.IN_FLIGHT.track_inprogress():
                     result = self.records.run(job, lease, abort=abort)
-                else:
-                    result = self.pipeline.run(job, lease, abort=abort)
-        except (runs.LeaseLost, runs.Aborted) as exc:
+            except BaseException as exc:  # noqa: BLE001 - mapped to the message's outcome
+                return self._ended(lease, job, claim, started, exc)
+            return self._succeeded(job, result, claim)
+        worker_metrics.IN_FLIGHT.inc()
+        try:
+            running = self.pipeline.start(job, lease, abort=abort)
+        except BaseException as exc:  # noqa: BLE001 - mapped to the message's outcome
+            worker_metrics.IN_FLIGHT.dec()
+            return self._ended(lease, job, claim, started, exc)
+        # Waiting for its vectors and its write costs the document no thread (ADR 0301).
+        outcome: concurrent.futures.Future = concurrent.futures.Future()  # type: ignore[type-arg]
+        running.add_done_callback(lambda done: self._finisher.submit(
+            self._end_document, lease, job, claim, started, done, outcome))
+        return Pending(outcome)
+
+    def _end_document(self, lease: runs.RunLease, job: jobs.IngestJob, claim: runs.ClaimResult,
+                      started: float, done: concurrent.futures.Future,  # type: ignore[type-arg]
+                      outcome: concurrent.futures.Future) -> None:  # type: ignore[type-arg]
+        """A pending document ended: its outcome made durable (a failure persisted), its lease
+        let go, then the consumer told (which deletes the message)."""
+        result: Outcome = Leave("handler crashed")
+        with applog.context(run_id=job.run_id, tenant_id=job.tenant_id, doc_id=job.doc_id):
+            try:
+                exc = done.exception()
+                result = (self._succeeded(job, done.result(), claim) if exc is None
+                          else self._ended(lease, job, claim, started, exc))
+            except Exception:
+                log.exception("handler crashed; leaving the message for redelivery")
+            finally:
+                worker_metrics.IN_FLIGHT.dec()
+                self._let_go(lease)
+        outcome.set_result(result)
+
+    def _succeeded(self, job: jobs.IngestJob | jobs.RecordsJob, result: Any,
+                   claim: runs.ClaimResult) -> Outcome:
+        _log_complete(job, "succeeded", result.stats, claim)
+        return Ack("succeeded")
+
+    def _ended(self, lease: runs.RunLease, job: jobs.IngestJob | jobs.RecordsJob,
+               claim: runs.ClaimResult, started: float, error: BaseException) -> Outcome:
+        """What a job that raised ``error`` means for its run and its message."""
+        try:
+            raise error
+        except (runs.LeaseLost, runs.Aborted, concurrent.futures.CancelledError) as exc:
             # Someone else may own the run now (or we are shutting down): touch nothing.
             log.warning("job stopped before finishing; the run will be taken over",
-                        extra={"reason": str(exc)})
+                        extra={"reason": str(exc) or type(exc).__name__})
             # Our lock is gone (or goes with lease.close): the next delivery takes the run over,
             # so the message comes back after the queue's visibility timeout, not later.
-            return Leave(str(exc))
+            return Leave(str(exc) or type(exc).__name__)
         except index.RunNoLongerRunning:
             log.warning("run left 'running' while we worked (crash guard?); content rolled back")
             return Ack("run no longer running")
@@ -219,8 +283,6 @@ class IngestHandler:
                       "retry the run, and report it if it keeps failing.")
             return self._fail(lease, job, reason, lease.stage, started, claim,
                               code="unexpected_error")
-        _log_complete(job, "succeeded", result.stats, claim)
-        return Ack("succeeded")
 
     def _subject(self, job: jobs.IngestJob | jobs.RecordsJob) -> dict[str, Any]:
         """What import-runs-state-machine.md §5.1 wants on a records job's first line."""

@@ -59,7 +59,8 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
         jobs_queue, handler,
         slots=settings.worker_max_concurrent_jobs, wait_s=settings.sqs_wait_time_s,
         visibility_s=settings.sqs_visibility_timeout_s, heartbeat_s=settings.heartbeat_interval_s,
-        grace_s=settings.shutdown_grace_s, on_abort=handler.abandon)
+        grace_s=settings.shutdown_grace_s, on_abort=handler.abandon,
+        in_flight=documents_in_flight(settings))
     # The ledger applier runs beside the consumer (docs/decisions/0139); --once drains both.
     applier = ledger.Applier(settings) if settings.ledger_apply_enabled else None
     # Webhook delivery runs beside them too (docs/decisions/0154); --once delivers what is due.
@@ -102,6 +103,14 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
         validate.shutdown()  # its processes would outlive the worker's os._exit
 
 
+def documents_in_flight(settings: WorkerSettings) -> int:
+    """Messages a worker holds at once: its job slots, plus the documents waiting between a
+    slot and their vectors (WORKER_DOCUMENTS_IN_FLIGHT, 0 = by device; docs/decisions/0301)."""
+    return settings.worker_max_concurrent_jobs + (
+        settings.worker_documents_in_flight
+        or embedding.DEFAULT_DOCUMENTS_IN_FLIGHT[settings.embedding_device])
+
+
 class LazyPipeline:
     """The document pipeline, built (embedding model loaded) on the first document job: a
     worker that only imports records never loads the model."""
@@ -111,11 +120,17 @@ class LazyPipeline:
         self._pipeline: Pipeline | None = None
         self._lock = threading.Lock()
 
+    def start(self, job: Any, lease: Any, abort: Any = None) -> Any:
+        return self._get().start(job, lease, abort=abort)
+
     def run(self, job: Any, lease: Any, abort: Any = None) -> Any:
+        return self._get().run(job, lease, abort=abort)
+
+    def _get(self) -> Pipeline:
         with self._lock:
             if self._pipeline is None:
                 self._pipeline = self._build()
-        return self._pipeline.run(job, lease, abort=abort)
+            return self._pipeline
 
 
 def _check_vector_column(pool, dim: int) -> None:  # type: ignore[no-untyped-def]

@@ -7,6 +7,11 @@
 -- run_lock_key() (migrations/0008), the one definition every process shares.
 SELECT pg_try_advisory_lock(run_lock_key(%(run_id)s)) AS locked;
 
+-- name: unlock_run
+-- A document job ended on a shared lock session (docs/decisions/0301): its run's lock only; the
+-- session holds other runs' locks.
+SELECT pg_advisory_unlock(run_lock_key(%(run_id)s)) AS unlocked;
+
 -- name: unlock_all
 -- A job ended cleanly and its session is kept for the next job (docs/decisions/0232): release
 -- every session-level advisory lock it holds (the run's, a records job's tenant slot), exactly
@@ -51,17 +56,27 @@ SET updated_at = now(), takeover_count = takeover_count + 1, stage = 'starting',
 WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
 RETURNING started_at, takeover_count;
 
--- name: heartbeat
--- Also keeps the stage times of our own open attempt current, so a running attempt shows
--- the stages it finished; the fence is on the run (the outer statement's row count).
-WITH attempt AS (
-    UPDATE run_attempts SET stages = stages || %(stages)s
-    WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND attempt_no = %(attempt_no)s
-      AND ended_at IS NULL
+-- name: heartbeat_many
+-- Every run a lock session holds, in one write (docs/decisions/0301). Also keeps the stage times
+-- of each run's open attempt current, so a running attempt shows the stages it finished. Each
+-- run is fenced on its own; the runs returned are still ours (one missing was finished, failed
+-- by the crash guard or taken over meanwhile).
+WITH beat AS (
+    SELECT * FROM unnest(%(run_ids)s::uuid[], %(tenant_ids)s::uuid[], %(stages)s::text[],
+                         %(progress)s::real[], %(fences)s::int[], %(attempts)s::int[],
+                         %(times)s::jsonb[])
+        AS b(run_id, tenant_id, stage, progress, fence, attempt_no, times)
+), attempt AS (
+    UPDATE run_attempts a SET stages = a.stages || b.times
+    FROM beat b
+    WHERE a.run_id = b.run_id AND a.tenant_id = b.tenant_id AND a.attempt_no = b.attempt_no
+      AND a.ended_at IS NULL
 )
-UPDATE ingestion_runs SET updated_at = now(), stage = %(stage)s, progress = %(progress)s
-WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
-  AND takeover_count = %(fence)s;
+UPDATE ingestion_runs r SET updated_at = now(), stage = b.stage, progress = b.progress
+FROM beat b
+WHERE r.run_id = b.run_id AND r.tenant_id = b.tenant_id AND r.status = 'running'
+  AND r.takeover_count = b.fence
+RETURNING r.run_id;
 
 -- name: note_retry
 -- Why the last attempt gave up on a transient failure, shown by `ingest dlq list` if the

@@ -1,21 +1,27 @@
 """A worker's hold on one run: the advisory lock, the claim, and a live heartbeat.
 
-Ownership is the lock (docs/decisions/0075-lock-is-ownership.md). The lock lives on a dedicated
-session connection held by the job alone (never a pooled or transaction-pooled one: the lock
-must stay with this job), so it dies with the owner's process. A run whose lock can be taken has
-no live owner and is taken over at once, whatever its heartbeat says; the heartbeat window only
-decides about an owner whose session lives but has stopped beating (a wedged process). When a
-job ends cleanly its session's advisory locks are all released and the session is kept for the
-process's next job (``LeaseConnections``, docs/decisions/0232): a small document then costs no
-new connection; a session that may still hold anything (lost, abandoned, failed) is closed.
+Ownership is the lock (docs/decisions/0075-lock-is-ownership.md). The lock lives on a session
+connection of this process (never a pooled or transaction-pooled one: the lock must stay with
+this process), so it dies with the owner's process. A run whose lock can be taken has no live
+owner and is taken over at once, whatever its heartbeat says; the heartbeat window only decides
+about an owner whose session lives but has stopped beating (a wedged process).
 
-The heartbeat thread writes ``updated_at``, ``stage`` and ``progress`` on the lock connection
-every few seconds, so if the connection drops the lock is known to be gone and the job aborts.
-A new stage is written at once, unless the previous write was under a fifth of the heartbeat
-ago: then the heartbeat thread writes it when that fifth is up, so a document done in half a
-second costs one stage write, not five. Every write names the run's ``takeover_count`` as of the
-claim (the fence): once another worker has taken the run over, a previous owner's writes match
-nothing.
+Sessions (``LockSessions``): a records job holds a session of its own (its tenant slot is an
+advisory lock on it too, and a session takes the same lock twice without a murmur), kept for
+the process's next job when it ended cleanly (docs/decisions/0232). Document jobs share a few
+sessions, each holding the locks of many runs (docs/decisions/0301): a GPU worker keeps
+hundreds of documents between its job slots and its vectors, and a session each would be
+hundreds of Postgres backends. The process itself refuses a second claim of a run it already
+holds, which the lock alone would grant on a shared session.
+
+Each session has one heartbeat thread, which writes ``updated_at``, ``stage`` and ``progress``
+of every run it holds in one statement every few seconds, so if the connection drops the locks
+are known to be gone and the jobs abort. A new stage is written at once (by that thread, never
+by the reporting one: a callback of the embed queue may report), unless the session's previous
+write was under a fifth of the heartbeat ago: then when that fifth is up, so a document done in
+half a second costs one stage write, not five, and the stages of documents that move together
+are written together. Every write names the run's ``takeover_count`` as of the claim (the
+fence): once another worker has taken the run over, a previous owner's writes match nothing.
 
 Each claim that runs the job opens an attempt (``run_attempts``, docs/decisions/0100): a first
 delivery starts the attempt a retry or redrive queued, or adds one; a takeover ends the dead
@@ -31,6 +37,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -83,45 +90,214 @@ def lock_key(run_id: UUID) -> int:
     return int.from_bytes(run_id.bytes[:8], "big", signed=True)
 
 
-class LeaseConnections:
-    """Lock sessions kept between jobs of one process: a job takes one (or opens one), and one
-    that ended cleanly gives it back with every advisory lock of the session released."""
+class LockSession:
+    """One session of this process holding run locks, and the heartbeat of those runs.
 
-    def __init__(self, database_url: str, *, keep: int) -> None:
+    Exclusive: one job's at a time (a records job: its tenant slot is a lock on it too). Shared:
+    the locks of many document runs at once, each released on its own when its job ends.
+    Statements of several threads on it run one at a time (psycopg serialises them).
+    """
+
+    def __init__(self, database_url: str, *, heartbeat_s: float, exclusive: bool) -> None:
+        self.conn = open_lock_connection(database_url)
+        self.exclusive = exclusive
+        self.heartbeat_s = heartbeat_s
+        self._min_report_s = heartbeat_s / 5
+        self.users = 0  # leases on it, heartbeating or not (LockSessions picks the least used)
+        self._beating: set[RunLease] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._last_write = time.monotonic()
+        self._thread: threading.Thread | None = None
+        self.dead = False
+
+    @property
+    def alive(self) -> bool:
+        return not self.dead and not self.conn.closed
+
+    def attach(self, lease: RunLease) -> None:
+        with self._lock:
+            self._beating.add(lease)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._beat_forever, daemon=True,
+                                                name="heartbeat")
+                self._thread.start()
+
+    def detach(self, lease: RunLease) -> None:
+        with self._lock:
+            self._beating.discard(lease)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def kill(self, why: str) -> None:
+        """The session is gone or must go: every run on it is lost, the locks go with it."""
+        with self._lock:
+            self.dead = True
+            leases = list(self._beating)
+            self._beating.clear()
+        for lease in leases:
+            lease.mark_lost(why)
+        with contextlib.suppress(psycopg.Error):
+            self.conn.close()
+        self._wake.set()
+
+    def beat(self, leases: list[RunLease] | None = None) -> None:
+        """Write the runs' heartbeat now (all on this session unless given)."""
+        with self._lock:
+            leases = list(self._beating) if leases is None else leases
+            self._last_write = time.monotonic()
+        if not leases:
+            return
+        rows = [lease.snapshot() for lease in leases]
+        try:
+            cur = self.conn.execute(Q["heartbeat_many"], {
+                key: [row[key] for row in rows]
+                for key in ("run_ids", "tenant_ids", "stages", "progress", "fences", "attempts",
+                            "times")})
+            ours = {row["run_id"] for row in cur.fetchall()}
+        except psycopg.Error:
+            if not self.dead:
+                log.error("heartbeat failed; the run's lock is gone, aborting the job",
+                          extra={"runs": len(leases)})
+                self.kill("heartbeat failed")
+            return
+        for lease in leases:
+            if lease.job.run_id not in ours and lease.beating:
+                # Taken over by another worker (after our session was ended) or finished.
+                log.warning("the run is no longer ours; aborting the job",
+                            extra={"run_id": str(lease.job.run_id)})
+                lease.mark_lost("the run is no longer ours")
+
+    def _beat_forever(self) -> None:
+        while not self.dead:
+            with self._lock:
+                if not self._beating:
+                    self._thread = None
+                    return
+                unwritten = any(lease.unwritten for lease in self._beating)
+                since = time.monotonic() - self._last_write
+            due = (self._min_report_s if unwritten else self.heartbeat_s) - since
+            if due > 0:
+                self._wake.wait(due)
+                self._wake.clear()
+                continue
+            self.beat()
+
+
+class LockSessions:
+    """The lock sessions of one worker process: exclusive ones for records jobs, kept between
+    jobs (up to ``keep`` idle), and ``shared`` ones that document jobs share; and the runs this
+    process holds, so it never claims one twice."""
+
+    def __init__(self, database_url: str, *, keep: int, shared: int = 0,
+                 heartbeat_s: float = 5.0) -> None:
         self.database_url = database_url
         self.keep = keep
-        self._idle: list[db.Conn] = []
+        self.heartbeat_s = heartbeat_s
+        self._idle: list[LockSession] = []
+        self._shared: list[LockSession | None] = [None] * shared
+        self._held: set[UUID] = set()
         self._lock = threading.Lock()
 
-    def take(self) -> tuple[db.Conn, bool]:
-        """A session and whether it was kept from an earlier job; opening may raise
+    def take(self, *, exclusive: bool = True) -> tuple[LockSession, bool]:
+        """A session and whether it was kept from earlier; opening may raise
         psycopg.OperationalError (the caller leaves the message for later)."""
+        if not exclusive and self._shared:
+            return self._take_shared()
         with self._lock:
             while self._idle:
-                conn = self._idle.pop()
-                if not conn.closed:
-                    return conn, True
-        return open_lock_connection(self.database_url), False
+                session = self._idle.pop()
+                if session.alive:
+                    session.users += 1
+                    return session, True
+        session = self._open(exclusive=True)
+        session.users += 1
+        return session, False
 
-    def give_back(self, conn: db.Conn) -> None:
-        try:
-            # The run's lock and any tenant slot of a records job: as if the session closed.
-            conn.execute(Q["unlock_all"])
-        except psycopg.Error:
-            conn.close()
-            return
+    def _take_shared(self) -> tuple[LockSession, bool]:
         with self._lock:
-            if len(self._idle) < self.keep:
-                self._idle.append(conn)
+            live = [(k, s) for k, s in enumerate(self._shared) if s is not None and s.alive]
+            free = [k for k, s in enumerate(self._shared) if s is None or not s.alive]
+            if free and (not live or min(s.users for _, s in live) > 0):
+                k = free[0]
+            else:
+                k = min(live, key=lambda ks: ks[1].users)[0]
+            session = self._shared[k]
+            if session is not None and session.alive:
+                session.users += 1
+                return session, True
+            self._shared[k] = None
+        opened = self._open(exclusive=False)
+        with self._lock:
+            if self._shared[k] is None:
+                self._shared[k] = opened
+            else:  # another thread opened it meanwhile: use that one
+                with contextlib.suppress(psycopg.Error):
+                    opened.conn.close()
+                opened = self._shared[k]  # type: ignore[assignment]
+            opened.users += 1
+        return opened, False
+
+    def _open(self, *, exclusive: bool) -> LockSession:
+        return LockSession(self.database_url, heartbeat_s=self.heartbeat_s, exclusive=exclusive)
+
+    def replace(self, session: LockSession) -> LockSession:
+        """A session found dead: every run on it is lost; a live one in its place."""
+        session.kill("the session died")
+        self.give_back(session, clean=False)
+        return self.take(exclusive=session.exclusive)[0]
+
+    def give_back(self, session: LockSession, *, clean: bool) -> None:
+        """A lease is done with ``session``. An exclusive one that ended ``clean`` is kept for
+        the next job with every advisory lock of it released (the run's, a tenant slot: what
+        closing released); otherwise it is closed. A shared one stays for the others."""
+        with self._lock:
+            session.users -= 1
+        if not session.exclusive:
+            return
+        if clean and session.alive:
+            try:
+                session.conn.execute(Q["unlock_all"])
+            except psycopg.Error:
+                session.kill("unlock failed")
                 return
-        conn.close()
+            with self._lock:
+                if len(self._idle) < self.keep:
+                    self._idle.append(session)
+                    return
+        with contextlib.suppress(psycopg.Error):
+            session.conn.close()
+
+    def hold(self, run_id: UUID) -> bool:
+        """Mark ``run_id`` as held by this process; False if it already is."""
+        with self._lock:
+            if run_id in self._held:
+                return False
+            self._held.add(run_id)
+            return True
+
+    def let_go(self, run_id: UUID) -> None:
+        with self._lock:
+            self._held.discard(run_id)
+
+    def abandon(self) -> None:
+        """Shutdown: close the shared sessions, so every document run's lock goes at once."""
+        with self._lock:
+            shared = [s for s in self._shared if s is not None]
+        for session in shared:
+            session.kill("the worker is shutting down")
 
     def close(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
+            sessions = self._idle + [s for s in self._shared if s is not None]
+            self._idle, self._shared = [], [None] * len(self._shared)
+        for session in sessions:
+            session.kill("closed")
+
+
+# The former name (docs/decisions/0232), for callers that only keep sessions between jobs.
+LeaseConnections = LockSessions
 
 
 def open_lock_connection(database_url: str) -> db.Conn:
@@ -131,7 +307,7 @@ def open_lock_connection(database_url: str) -> db.Conn:
 class RunLease:
     def __init__(self, database_url: str, job: jobs.IngestJob | jobs.RecordsJob, *,
                  stale_after_s: float, heartbeat_s: float, worker: str | None = None,
-                 connections: LeaseConnections | None = None) -> None:
+                 connections: LockSessions | None = None, shared: bool = False) -> None:
         self.job = job
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
         # Our attempt's number once the claim opened it, and its stage times (ms) so far:
@@ -141,25 +317,26 @@ class RunLease:
         self.keys = {"run_id": job.run_id, "tenant_id": job.tenant_id}
         self.stale_after_s = stale_after_s
         self.heartbeat_s = heartbeat_s
-        self._database_url = database_url
-        self._connections = connections
+        self._sessions = connections or LockSessions(database_url, keep=0,
+                                                     heartbeat_s=heartbeat_s)
         # Opening may raise psycopg.OperationalError: the caller leaves the message for later.
-        if connections is not None:
-            self.conn, self._reused = connections.take()
-        else:
-            self.conn, self._reused = open_lock_connection(database_url), False
+        self.session, self._reused = self._sessions.take(exclusive=not shared)
         self.stage = "starting"
         self.progress = 0.0
-        # A stage change within this long of the last write waits for the heartbeat thread.
-        self._min_report_s = heartbeat_s / 5
-        self._last_write = time.monotonic()
-        self._unwritten = False
-        self._wake = threading.Event()
+        self.unwritten = False  # a stage the heartbeat has not written yet
+        self.beating = False
+        self._held = False  # this process's mark that it holds the run (LockSessions.hold)
+        self._locked = False  # the run's advisory lock is ours, on self.session
+        self._released = False
         # takeover_count as of our claim; every later write of ours is conditional on it.
         self.fence = 0
-        self._stop = threading.Event()
         self.lost = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._on_lost: list[Callable[[], None]] = []
+        self._lost_lock = threading.Lock()
+
+    @property
+    def conn(self) -> db.Conn:
+        return self.session.conn
 
     def claim(self) -> ClaimResult:
         """Count the delivery, take the lock, and move the run to running if it is ours to run."""
@@ -169,13 +346,17 @@ class RunLease:
             if not self._reused:
                 raise
             # A kept session that died while idle (a restart, a terminated backend): a new one.
-            self.conn.close()
-            self.conn, self._reused = open_lock_connection(self._database_url), False
+            self.session, self._reused = self._sessions.replace(self.session), False
             row = self.conn.execute(Q["count_delivery"], self.keys).fetchone()
         if row is None:
             return ClaimResult(Claim.MISSING)
         if row["status"] in ("succeeded", "failed"):
             return ClaimResult(Claim.DONE, row["status"])
+        if not self._sessions.hold(self.job.run_id):
+            # This process runs it already (a second delivery); a shared session would grant
+            # the lock again, so the process itself says no.
+            return self._busy(row)
+        self._held = True
         if not self._try_lock() and not self._end_stuck_owner(row):
             return self._busy(row)
         self.fence = row["takeover_count"]
@@ -218,7 +399,8 @@ class RunLease:
 
     def _try_lock(self) -> bool:
         locked = self.conn.execute(Q["try_lock_run"], self.keys).fetchone()
-        return bool(locked and locked["locked"])
+        self._locked = bool(locked and locked["locked"])
+        return self._locked
 
     def _end_stuck_owner(self, row: dict[str, Any]) -> bool:
         """An owner that lives but stopped beating for the stale window loses its session."""
@@ -242,57 +424,55 @@ class RunLease:
 
     # ── heartbeat ─────────────────────────────────────────────────────────────────────────
     def start_heartbeat(self) -> None:
-        self._thread = threading.Thread(target=self._beat_forever, daemon=True,
-                                        name=f"heartbeat-{self.job.run_id}")
-        self._thread.start()
+        self.beating = True
+        self.session.attach(self)
 
     def report(self, stage: str, progress: float) -> None:
         """Record where the job is; written with the next heartbeat, and on a new stage at once
-        (or, right after another write, a fifth of a heartbeat later)."""
+        (or, right after another write of the session, a fifth of a heartbeat later), by the
+        session's heartbeat thread: this never waits for the database."""
         changed = stage != self.stage
         self.stage, self.progress = stage, max(0.0, min(1.0, progress))
-        if changed:
-            if time.monotonic() - self._last_write >= self._min_report_s:
-                self.beat()
-            else:
-                self._unwritten = True
-                self._wake.set()
+        if changed and self.beating:
+            self.unwritten = True
+            self.session.wake()
         self.check()
 
     def check(self) -> None:
         if self.lost.is_set():
             raise LeaseLost(f"lost the lock on run {self.job.run_id}")
 
-    def beat(self) -> None:
-        self._last_write = time.monotonic()
-        self._unwritten = False
-        try:
-            done = self.conn.execute(Q["heartbeat"], {
-                **self.keys, "stage": self.stage, "progress": self.progress, "fence": self.fence,
-                "attempt_no": self.attempt_no, "stages": Jsonb(dict(self.timings))})
-        except psycopg.Error:
-            if not self._stop.is_set():
-                log.error("heartbeat failed; the run's lock is gone, aborting the job",
-                          extra={"run_id": str(self.job.run_id)})
-                self.lost.set()
-            return
-        if done.rowcount == 0 and not self._stop.is_set():
-            # Taken over by another worker (after our session was ended) or already finished.
-            log.warning("the run is no longer ours; aborting the job",
-                        extra={"run_id": str(self.job.run_id)})
-            self.lost.set()
+    def when_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from whichever thread finds out) once the lease is lost; at once
+        if it already is. Callbacks must not block."""
+        with self._lost_lock:
+            if not self.lost.is_set():
+                self._on_lost.append(callback)
+                return
+        callback()
 
-    def _beat_forever(self) -> None:
-        while not self._stop.is_set():
-            since = time.monotonic() - self._last_write
-            due = (self._min_report_s if self._unwritten else self.heartbeat_s) - since
-            if due > 0:
-                self._wake.wait(due)
-                self._wake.clear()
-                continue
-            self.beat()
+    def mark_lost(self, why: str) -> None:
+        with self._lost_lock:
             if self.lost.is_set():
                 return
+            self.lost.set()
+            callbacks, self._on_lost = self._on_lost, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - one job's cleanup never stops the heartbeat
+                log.exception("a lost-lease callback failed", extra={"why": why})
+
+    def snapshot(self) -> dict[str, Any]:
+        """This run's row of the session's heartbeat statement."""
+        self.unwritten = False
+        return {"run_ids": self.job.run_id, "tenant_ids": self.job.tenant_id,
+                "stages": self.stage, "progress": self.progress, "fences": self.fence,
+                "attempts": self.attempt_no, "times": Jsonb(dict(self.timings))}
+
+    def beat(self) -> None:
+        """Write this run's heartbeat now, on its session."""
+        self.session.beat([self])
 
     # ── endings ───────────────────────────────────────────────────────────────────────────
     def note_retry(self, error: str) -> None:
@@ -317,27 +497,34 @@ class RunLease:
                                           "fence": self.fence})
 
     def stop_heartbeat(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
+        self.beating = False
+        self.session.detach(self)
 
     def close(self) -> None:
-        """Let go of the run: its lock is released with the session's, or the session closes."""
-        self.stop_heartbeat()
-        idle = self._thread is None or not self._thread.is_alive()
-        if self._connections is not None and idle and not self.lost.is_set() and not self.conn.closed:
-            self._connections.give_back(self.conn)
+        """Let go of the run: on an exclusive session every lock of it goes (the session is
+        kept for the next job if this one ended cleanly, else closed); on a shared one, this
+        run's lock only."""
+        if self._released:
             return
-        with contextlib.suppress(psycopg.Error):
-            self.conn.close()  # releases the advisory lock
+        self._released = True
+        self.stop_heartbeat()
+        session = self.session
+        if not session.exclusive and session.alive and self._locked:
+            try:
+                session.conn.execute(Q["unlock_run"], self.keys)
+            except psycopg.Error:
+                session.kill("unlock failed")
+        self._sessions.give_back(session, clean=not self.lost.is_set())
+        if self._held:
+            self._sessions.let_go(self.job.run_id)
 
     def abandon(self) -> None:
         """Let go of the run now, from another thread (shutdown): the lock goes with the
-        connection, so the worker that receives the released message takes the run over at
+        connection (an exclusive session's, or the shared sessions, which the caller closes
+        once for all), so the worker that receives the released message takes the run over at
         once. The job's own thread notices at its next check; its writes are fenced."""
-        self._stop.set()
-        self._wake.set()
-        self.lost.set()
-        with contextlib.suppress(psycopg.Error):
-            self.conn.close()
+        self.mark_lost("abandoned")
+        self.beating = False
+        if self.session.exclusive:
+            with contextlib.suppress(psycopg.Error):
+                self.session.conn.close()

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import multiprocessing
 import os
 import pathlib
 import tempfile
+import threading
 import time
 import warnings
 from typing import Any, Protocol
@@ -38,7 +40,13 @@ def offline() -> None:
 
 
 class TorchBackend:
-    """The sentence-transformers model itself, fed ids: its own modules, pooling and all."""
+    """The sentence-transformers model itself, fed ids: its own modules, pooling and all.
+
+    On cuda (fp16), a pass costs one copy each way through pinned host buffers kept for the
+    process (docs/decisions/0300): ids and mask go over together, the vectors come back into
+    a buffer the next pass reuses, and the only wait is one synchronise at the end. The
+    token-type ids are left to the model (BERT's own buffer of zeros), so nothing else moves.
+    """
 
     def __init__(self, path: pathlib.Path, device: str, threads: int) -> None:
         offline()
@@ -49,28 +57,66 @@ class TorchBackend:
         self._torch = torch
         self._device = device
         self._model = SentenceTransformer(str(path), device=device).eval()
+        self._staging: _Staging | None = None
         if device == "cuda":
             # fp16 on a GPU: vectors agree with fp32 to cosine 1.000 (issue 15, measured on H100).
             self._model.half()
+            self._staging = _Staging(torch, device)
 
     def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         torch = self._torch
-        input_ids = torch.from_numpy(ids).to(self._device)
-        features = {"input_ids": input_ids,
-                    "attention_mask": torch.from_numpy(mask).to(self._device),
-                    "token_type_ids": torch.zeros_like(input_ids)}
+        if self._staging is not None:
+            return self._staging.run(self._model, ids, mask)
+        features = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
         with torch.inference_mode():
             vectors = self._model(features)["sentence_embedding"]
-        return vectors.float().cpu().numpy()
+        return vectors.float().numpy()
+
+
+class _Staging:
+    """Pinned host buffers for a GPU's passes, grown to the largest pass and reused. One thread
+    at a time (the embed queue's forward thread): the lock only guards against a second one."""
+
+    def __init__(self, torch: Any, device: str) -> None:
+        self.torch, self.device = torch, device
+        self._lock = threading.Lock()
+        self._into: Any = None   # int64, ids then mask, flat
+        self._back: Any = None   # the vectors' dtype, (rows, dim)
+
+    def run(self, model: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        rows, width = ids.shape
+        with self._lock:
+            if self._into is None or self._into.numel() < 2 * rows * width:
+                self._into = torch.empty(2 * rows * width, dtype=torch.int64, pin_memory=True)
+            host = self._into[: 2 * rows * width]
+            staged = host.numpy().reshape(2, rows, width)
+            staged[0], staged[1] = ids, mask
+            # Safe to reuse next pass: the synchronise below waits for this copy too.
+            both = host.to(self.device, non_blocking=True).view(2, rows, width)
+            with torch.inference_mode():
+                vectors = model({"input_ids": both[0],
+                                 "attention_mask": both[1]})["sentence_embedding"]
+                if (self._back is None or self._back.shape[0] < rows
+                        or self._back.shape[1] != vectors.shape[1]
+                        or self._back.dtype != vectors.dtype):
+                    self._back = torch.empty((max(rows, 1), vectors.shape[1]),
+                                             dtype=vectors.dtype, pin_memory=True)
+                back = self._back[:rows]
+                back.copy_(vectors, non_blocking=True)
+                torch.cuda.current_stream().synchronize()
+            # Out of the pinned buffer (the next pass writes it), as float32.
+            return back.numpy().astype(np.float32)
 
 
 class OnnxBackend:
     """The int8 ONNX export of the model's transformer, then mean pooling here, in fp32."""
 
-    def __init__(self, path: pathlib.Path, cache_dir: pathlib.Path, threads: int) -> None:
+    def __init__(self, path: pathlib.Path, cache_dir: pathlib.Path, threads: int, *,
+                 export_here: bool = False) -> None:
         import onnxruntime as ort
 
-        model_file = cached_onnx_model(path, cache_dir)
+        model_file = cached_onnx_model(path, cache_dir, export_here=export_here)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -103,26 +149,45 @@ def weights_digest(path: pathlib.Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def cached_onnx_model(path: pathlib.Path, cache_dir: pathlib.Path) -> pathlib.Path:
+def cached_onnx_model(path: pathlib.Path, cache_dir: pathlib.Path, *,
+                      export_here: bool = False) -> pathlib.Path:
     """The int8 ONNX file for the model in ``path``, exported into ``cache_dir`` if missing.
 
     Keyed by the weights' hash and the recipe, so new weights or a new recipe never reuse an old
     export. Written under a temporary name and renamed: a crash or a second worker exporting
     at the same time never leaves a half-written model that the next start would trust.
+    The export runs in a spawned process unless ``export_here``: it needs torch and
+    transformers, which an int8 worker would otherwise carry for its whole life (issue 34).
     """
     target = cache_dir / f"{weights_digest(path)}-{ONNX_RECIPE}.onnx"
     if target.is_file():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
+    if not export_here:
+        child = multiprocessing.get_context("spawn").Process(
+            target=_export_into, args=(str(path), str(target)), name="onnx-export")
+        child.start()
+        child.join()
+        if not target.is_file():
+            raise RuntimeError(f"embed: the ONNX export of {str(path)!r} failed in its process "
+                               f"(exit code {child.exitcode}); see its output above.")
+        return target
+    _export_into(str(path), str(target))
+    return target
+
+
+def _export_into(path: str, target: str) -> None:
+    """Export, quantise and rename into place (in a spawned process, or here)."""
+    model_dir, target_file = pathlib.Path(path), pathlib.Path(target)
     started = time.monotonic()
+    cache_dir = target_file.parent
     with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".export-") as tmp:
         fp32, int8 = pathlib.Path(tmp) / "fp32.onnx", pathlib.Path(tmp) / "int8.onnx"
-        _export_fp32(path, fp32)
+        _export_fp32(model_dir, fp32)
         _quantize(fp32, int8)
-        os.replace(int8, target)
+        os.replace(int8, target_file)
     log.info("embedding model exported to onnx", extra={
-        "file": str(target), "export_s": round(time.monotonic() - started, 1)})
-    return target
+        "file": str(target_file), "export_s": round(time.monotonic() - started, 1)})
 
 
 def _export_fp32(path: pathlib.Path, out: pathlib.Path) -> None:

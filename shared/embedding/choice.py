@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 import platform
 import tempfile
@@ -27,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from shared.embedding import backends
+from shared.embedding import backends, batches
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +144,9 @@ def measure(forwards: Mapping[str, Forward], passes: Sequence[tuple[np.ndarray, 
 def sample_passes(tokenizer: Any, batch_tokens: int,
                   max_length: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """The fixed sample as the embed queue would pass it: sorted by length, cut by the budget."""
-    from shared.embedding import model
-
     sequences = sample_ids(tokenizer, max_length)
-    return [model.pad([sequences[i] for i in rows])
-            for rows in model.plan_batches([len(s) for s in sequences], batch_tokens)]
+    return [batches.pad([sequences[i] for i in rows])
+            for rows in batches.plan_batches([len(s) for s in sequences], batch_tokens)]
 
 
 def sample_ids(tokenizer: Any, max_length: int) -> list[list[int]]:
@@ -163,8 +162,12 @@ def sample_ids(tokenizer: Any, max_length: int) -> list[list[int]]:
 
 
 def resolve(embedder: _Embedder, *, clock: Callable[[], float] = time.perf_counter,
-            rounds: int = ROUNDS) -> tuple[str, backends.Backend]:
-    """The variant ``auto`` stands for on this machine, and its backend, loaded."""
+            rounds: int = ROUNDS, in_child: bool = False) -> tuple[str, backends.Backend]:
+    """The variant ``auto`` stands for on this machine, and its backend, loaded.
+
+    ``in_child``: measure in a fresh process (the worker's and the gateway's way), so this one
+    only ever loads the variant it keeps: torch's runtime and an ONNX session side by side are
+    a gigabyte and more that the chosen variant never uses (issue 34). Tests measure here."""
     if embedder.device == "cuda" or not embedder.mean_pooling or embedder.cache_dir is None:
         # int8 runs on the CPU only, and only for mean pooling; without a cache it cannot be
         # exported. None of these needs a measurement to decide.
@@ -180,6 +183,8 @@ def resolve(embedder: _Embedder, *, clock: Callable[[], float] = time.perf_count
             "variant": cached["chosen"], "reason": "cached measurement", "file": str(path),
             **_figures(cached["trials"])})
         return cached["chosen"], embedder.open_backend(cached["chosen"])
+    if in_child:
+        return _measured_in_child(embedder, path, rounds)
     opened = {"torch": embedder.open_backend("torch")}
     try:
         opened["onnx-int8"] = embedder.open_backend("onnx-int8")
@@ -187,10 +192,16 @@ def resolve(embedder: _Embedder, *, clock: Callable[[], float] = time.perf_count
         log.warning("embedding variant auto: onnx-int8 could not be loaded; using torch",
                     extra={"error": f"{type(exc).__name__}: {exc}"})
         return "torch", opened["torch"]
+    chosen = _measure_and_record(embedder, {name: b.forward for name, b in opened.items()},
+                                 path, clock, rounds)
+    return chosen, opened[chosen]
+
+
+def _measure_and_record(embedder: _Embedder, forwards: Mapping[str, Forward], path: Path,
+                        clock: Callable[[], float], rounds: int) -> str:
     started = time.monotonic()
-    trials = measure({name: b.forward for name, b in opened.items()},
-                     sample_passes(embedder.tokenizer, embedder.batch_tokens,
-                                   embedder.max_seq_length),
+    trials = measure(forwards, sample_passes(embedder.tokenizer, embedder.batch_tokens,
+                                             embedder.max_seq_length),
                      rounds=rounds, clock=clock)
     chosen = choose(trials).variant
     figures = [asdict(t) for t in trials]
@@ -200,7 +211,73 @@ def resolve(embedder: _Embedder, *, clock: Callable[[], float] = time.perf_count
     log.info("embedding variant chosen", extra={
         "variant": chosen, "reason": "measured", "file": str(path), "measure_s": measured_s,
         **_figures(figures)})
-    return chosen, opened[chosen]
+    return chosen
+
+
+# Generous: the sample takes seconds on an idle machine, minutes on an overloaded one (ADR 0231).
+CHILD_TIMEOUT_S = 1800
+
+
+def _measured_in_child(embedder: _Embedder, path: Path,
+                       rounds: int) -> tuple[str, backends.Backend]:
+    """Both variants measured in a spawned process that writes the choice's file; then only
+    the chosen one opened here. If the child cannot decide (int8 fails to load or export, the
+    child dies), torch: always correct, as in-process."""
+    facts = {"path": str(embedder.path), "cache_dir": str(embedder.cache_dir),
+             "threads": embedder.threads, "batch_tokens": embedder.batch_tokens,
+             "max_seq_length": embedder.max_seq_length, "record": str(path), "rounds": rounds}
+    child = multiprocessing.get_context("spawn").Process(
+        target=_measure_in_this_process, args=(facts,), name="embedding-variant-choice")
+    child.start()
+    child.join(CHILD_TIMEOUT_S)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    record = _read(path)
+    if record is None:
+        log.warning("embedding variant auto: the measurement did not finish; using torch",
+                    extra={"exitcode": child.exitcode})
+        return "torch", embedder.open_backend("torch")
+    log.info("embedding variant chosen", extra={
+        "variant": record["chosen"], "reason": "measured", "file": str(path),
+        "measure_s": record.get("measured_s"), **_figures(record["trials"])})
+    return record["chosen"], embedder.open_backend(record["chosen"])
+
+
+class _Facts:
+    """An Embedder's facts in the measuring child, opening the real backends."""
+
+    device = "cpu"
+    mean_pooling = True
+
+    def __init__(self, facts: dict[str, Any]) -> None:
+        from tokenizers import Tokenizer
+
+        self.path = Path(facts["path"])
+        self.cache_dir: Path | None = Path(facts["cache_dir"])
+        self.threads, self.batch_tokens = facts["threads"], facts["batch_tokens"]
+        self.max_seq_length = facts["max_seq_length"]
+        self.tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+
+    def open_backend(self, variant: str) -> backends.Backend:
+        if variant == "onnx-int8":  # this process is the throwaway one: export here
+            assert self.cache_dir is not None
+            return backends.OnnxBackend(self.path, self.cache_dir, self.threads,
+                                        export_here=True)
+        return backends.TorchBackend(self.path, "cpu", self.threads)
+
+
+def _measure_in_this_process(facts: dict[str, Any]) -> None:
+    """The child's whole life: open both variants, measure, write the record (or nothing if
+    int8 cannot be opened: the parent then keeps torch, and the next start tries again)."""
+    logging.basicConfig(level=logging.WARNING)
+    embedder = _Facts(facts)
+    opened = {"torch": embedder.open_backend("torch"),
+              "onnx-int8": embedder.open_backend("onnx-int8")}
+    _measure_and_record(embedder, {name: b.forward for name, b in opened.items()},
+                        Path(facts["record"]), time.perf_counter, facts["rounds"])
 
 
 def _figures(trials: Sequence[dict[str, Any]]) -> dict[str, float]:

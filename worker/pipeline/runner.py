@@ -7,6 +7,8 @@ removing the raw upload once the content is committed.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import logging
 import tempfile
 import threading
@@ -18,10 +20,10 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
-import numpy as np
 import orjson
 
 from shared import db, errors, jobs, objectstore, retry
+from shared import logging as applog
 from shared.embedding import model as embedding
 from shared.settings import WorkerSettings
 from worker import runs
@@ -54,14 +56,29 @@ class Pipeline:
             min_tokens=settings.chunk_min_tokens)
         # One model per process, shared by every slot through one queue: the chunks of all
         # documents in flight go through the same forward passes (ADR 0230).
-        self.embeds = embed.EmbedQueue(embedder, capacity_tokens=settings.embed_queue_tokens)
+        self.embeds = embed.EmbedQueue(embedder)
         # And one writer: the documents ready at once are committed together (ADR 0233).
         self.writer = writes.GroupWriter(pool, fts_config=fts_config)
         # The tokenizers are not safe to share between concurrent calls.
         self._chunk_lock = threading.Lock()
+        # Where a document goes between the embed queue, the writer and its end: short steps
+        # (a stage report, a submit, the upload's removal), never the forward or writer thread.
+        self.after = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(2, settings.worker_max_concurrent_jobs),
+            thread_name_prefix="document-after")
 
     def run(self, job: jobs.IngestJob, lease: runs.RunLease,
             abort: threading.Event | None = None) -> PipelineResult:
+        """The whole job, waiting here for its vectors and its write (benches, tests)."""
+        return self.start(job, lease, abort).result()
+
+    def start(self, job: jobs.IngestJob, lease: runs.RunLease,
+              abort: threading.Event | None = None) -> concurrent.futures.Future:  # type: ignore[type-arg]
+        """Read, extract and chunk the document here (the caller's job slot), write its
+        artifact, and queue its chunks for vectors; the rest (embed, the group write, the
+        upload's removal) happens without this thread, and the future tells how it ended: a
+        PipelineResult, or the exception the blocking ``run`` would have raised
+        (docs/decisions/0301). Raises at once what the first stages raise."""
         self._check_model(job)
         # Lazily, on the first document job, and before any stage's clock starts: a process that
         # never runs one never loads the model (ADR 0112).
@@ -90,34 +107,17 @@ class Pipeline:
                 stored = attachments.store(doc.attachments, job, self.settings.upload_store_uri,
                                            self.s3, subject=doc.title)
         try:
-            result = self._index(job, lease, doc, stored, step, timings)
+            return _Document(self, job, lease, step, doc, stored).start()
         except BaseException:
             attachments.remove(stored, self.s3)  # never committed: nothing points at them
             raise
+
+    def _finish(self, job: jobs.IngestJob, stored: list[attachments.Stored],
+                result: PipelineResult) -> PipelineResult:
+        """After the commit: the attachments become child documents, the raw upload goes."""
         attachments.settle(stored, result.version_number, self.s3)
         self._remove_upload(job)
         return result
-
-    def _index(self, job: jobs.IngestJob, lease: runs.RunLease, doc: extract.Extracted,
-               stored: list[attachments.Stored], step: _Stepper,
-               timings: dict[str, int]) -> PipelineResult:
-        with step("chunk", 0.2), self._chunk_lock:
-            chunks = self.chunker.split(doc, title=job.title)
-        if not chunks:
-            raise errors.NoTextFound("chunk: the document produced no text chunks; "
-                                     "upload a version with a text layer.", stage="chunk")
-        with step("embed", 0.3):
-            vectors = self._embed([c.token_ids for c in chunks], step)
-        doc_version_id = uuid4()
-        step.enter("index", 0.92)
-        index_started = time.monotonic()
-        artifact_uri = self._write_artifact(job, doc_version_id, doc, chunks)
-        content = index.VersionContent(doc_version_id, chunks, vectors, len(doc.text),
-                                       doc.pages, artifact_uri, self.embedder.model_name,
-                                       self.embedder.variant, attachments=stored)
-        version, stats = self._write(job, lease, content, _stats(doc, chunks, timings),
-                                     index_started, step)
-        return PipelineResult(doc_version_id, version, stats)
 
     def _pause_point(self) -> tuple[str, Path] | None:
         """The test-only pause point (WORKER_PAUSE_AT_STAGE + WORKER_PAUSE_FILE), if set."""
@@ -130,20 +130,6 @@ class Pipeline:
                 f"embed: the job asks for {job.embedding_model} ({job.embedding_dim} dims) but "
                 f"this worker serves {self.embedder.model_name} ({self.embedder.dim} dims); "
                 "align EMBEDDING_MODEL on gateway and workers, then retry the run.", stage="embed")
-
-    def _embed(self, ids: list[tuple[int, ...]], step: _Stepper) -> np.ndarray:
-        return self.embeds.embed(ids, check=step.check,
-                                 progress=lambda done: step.progress("embed", 0.3 + 0.6 * done))
-
-    def _write(self, job: jobs.IngestJob, lease: runs.RunLease, content: index.VersionContent,
-               stats: dict[str, Any], started: float, step: _Stepper) -> tuple[int, dict[str, Any]]:
-        @retry.transient(attempts=self.settings.transient_retry_attempts)
-        def attempt() -> tuple[int, dict[str, Any]]:
-            step.check()
-            return self.writer.write(job, content, stats, started=started, fence=lease.fence,
-                                     check=step.check)
-
-        return attempt()
 
     def _write_artifact(self, job: jobs.IngestJob, doc_version_id: UUID,
                         doc: extract.Extracted, chunks: list[chunk.Chunk]) -> str:
@@ -163,6 +149,107 @@ class Pipeline:
             objectstore.delete(read.confined_upload(job, self.settings.upload_store_uri), self.s3)
         except Exception as exc:  # noqa: BLE001 - content is committed; cleanup TTL catches it
             log.warning("could not delete the raw upload", extra={"error": str(exc)})
+
+
+class _Document:
+    """One document from its chunks to its commit, on no thread of its own: the embed queue's
+    future, the group writer's future and the pipeline's small pool carry it (docs/decisions/
+    0301). Whatever stops it (its own error, a lost lease, a shutdown) ends its future with the
+    exception the blocking path raised."""
+
+    def __init__(self, pipeline: Pipeline, job: jobs.IngestJob, lease: runs.RunLease,
+                 step: _Stepper, doc: extract.Extracted, stored: list[attachments.Stored]) -> None:
+        self.p, self.job, self.lease, self.step = pipeline, job, lease, step
+        self.doc, self.stored = doc, stored
+        self.timings = step.timings
+        self.future: concurrent.futures.Future = concurrent.futures.Future()  # type: ignore[type-arg]
+        self.attempts_left = pipeline.settings.transient_retry_attempts
+        self.committed = False
+
+    def start(self) -> concurrent.futures.Future:  # type: ignore[type-arg]
+        """Chunk, write the artifact, queue the chunks; raises what those raise."""
+        with self.step("chunk", 0.2), self.p._chunk_lock:
+            self.chunks = self.p.chunker.split(self.doc, title=self.job.title)
+        if not self.chunks:
+            raise errors.NoTextFound("chunk: the document produced no text chunks; "
+                                     "upload a version with a text layer.", stage="chunk")
+        self.doc_version_id = uuid4()
+        # Before the vectors: it needs none, and this job slot's thread is here anyway (the
+        # pool after the embed queue stays small). Its time counts in the index stage, as before.
+        artifact_started = time.monotonic()
+        self.artifact_uri = self.p._write_artifact(self.job, self.doc_version_id, self.doc,
+                                                   self.chunks)
+        self.artifact_s = time.monotonic() - artifact_started
+        self.step.enter("embed", 0.3)
+        self.embed_started = time.monotonic()
+        request = self.p.embeds.submit([c.token_ids for c in self.chunks])
+        # A lost lease or a shutdown (which abandons every lease) takes the ids out at once.
+        self.lease.when_lost(lambda: self.p.embeds.cancel(request))
+        request.add_done_callback(lambda done: self._hand_off(self._vectors, done))
+        return self.future
+
+    def _hand_off(self, then, done) -> None:  # type: ignore[no-untyped-def]
+        """From the forward or the writer thread to the pipeline's pool: never block them."""
+        try:
+            self.p.after.submit(self._guarded, then, done)
+        except RuntimeError as exc:  # the pool is shut down: the process is ending
+            self._end(exc)
+
+    def _guarded(self, then, done) -> None:  # type: ignore[no-untyped-def]
+        try:
+            with applog.context(run_id=self.job.run_id, tenant_id=self.job.tenant_id,
+                                doc_id=self.job.doc_id):
+                then(done)
+        except BaseException as exc:  # noqa: BLE001 - the job's outcome, told by its future
+            self._end(exc)
+
+    def _end(self, exc: BaseException) -> None:
+        if not self.committed:
+            with contextlib.suppress(Exception):  # nothing points at them
+                attachments.remove(self.stored, self.p.s3)
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+    def _vectors(self, request: embed.Request) -> None:
+        if request.cancelled():
+            self.step.check()  # raises why: the lease was lost, or the worker is stopping
+            raise runs.Aborted("the document stopped waiting for its vectors")
+        vectors = request.result()  # raises the document's own embedding error
+        self.timings["embed_ms"] = round((time.monotonic() - self.embed_started) * 1000)
+        self.step.enter("index", 0.92)
+        self.index_started = time.monotonic() - self.artifact_s
+        self.content = index.VersionContent(
+            self.doc_version_id, self.chunks, vectors, len(self.doc.text), self.doc.pages,
+            self.artifact_uri, self.p.embedder.model_name, self.p.embedder.variant,
+            attachments=self.stored)
+        self.stats = _stats(self.doc, self.chunks, self.timings)
+        self._write()
+
+    def _write(self) -> None:
+        self.step.check()
+        written = self.p.writer.submit(self.job, self.content, self.stats,
+                                       started=self.index_started, fence=self.lease.fence,
+                                       check=self.step.check)
+        written.add_done_callback(lambda done: self._hand_off(self._written, done))
+
+    def _written(self, written: concurrent.futures.Future) -> None:  # type: ignore[type-arg]
+        try:
+            version, stats = written.result()
+        except Exception as exc:
+            if not retry.is_transient(exc) or self.attempts_left <= 1:
+                raise
+            # As retry.transient would: say so, back off, write again (this pool thread waits).
+            self.attempts_left -= 1
+            delay = retry.full_jitter_s(
+                self.p.settings.transient_retry_attempts - self.attempts_left, 0.25, 8.0)
+            log.warning(f"Retrying index.write in {delay:.2f} seconds as it raised "
+                        f"{type(exc).__name__}: {exc}.")
+            time.sleep(delay)
+            self._write()
+            return
+        self.committed = True
+        result = PipelineResult(self.doc_version_id, version, stats)
+        self.future.set_result(self.p._finish(self.job, self.stored, result))
 
 
 class _Stepper:

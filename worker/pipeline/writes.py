@@ -15,6 +15,7 @@ the same documents take those locks in the same order and cannot deadlock.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
@@ -39,7 +40,11 @@ class _Write:
     stats: dict[str, Any]
     started: float
     fence: int
-    done: threading.Event = field(default_factory=threading.Event)
+    # Runs when the writer takes the document: whatever it raises (lease lost, shutdown) leaves
+    # the document unwritten with that error.
+    check: Callable[[], None] = lambda: None
+    future: concurrent.futures.Future = field(  # type: ignore[type-arg]
+        default_factory=concurrent.futures.Future)
     result: tuple[int, dict[str, Any]] | None = None
     error: BaseException | None = None
     taken: bool = False
@@ -55,21 +60,41 @@ class GroupWriter:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
 
-    def write(self, job: jobs.IngestJob, content: index.VersionContent, stats: dict[str, Any],
-              *, started: float, fence: int,
-              check: Callable[[], None] = lambda: None) -> tuple[int, dict[str, Any]]:
-        """``index.write`` for this document, in the next group; raises what it raised.
+    def submit(self, job: jobs.IngestJob, content: index.VersionContent,
+               stats: dict[str, Any], *, started: float, fence: int,
+               check: Callable[[], None] = lambda: None
+               ) -> concurrent.futures.Future:  # type: ignore[type-arg]
+        """``index.write`` for this document in the next group, as a future: its result is
+        what ``index.write`` returned, its exception what it raised. Never waits. Callbacks
+        run on the writer thread: they must hand off, never block.
 
-        ``check`` runs while waiting; if it raises before the group is taken, the document
-        leaves the queue unwritten. Once taken, the write completes or fails on its own (the
+        ``check`` runs when the writer takes the document; if it raises, the document leaves
+        unwritten with that error. Once taken, the write completes or fails on its own (the
         run's fence decides whether it may still succeed).
         """
-        item = _Write(job, content, stats, started, fence)
+        item = _Write(job, content, stats, started, fence, check)
         with self._cond:
             self._pending.append(item)
             self._start()
-            self._cond.notify_all()
-        while not item.done.wait(POLL_S):
+            self._cond.notify()
+        return item.future
+
+    def write(self, job: jobs.IngestJob, content: index.VersionContent, stats: dict[str, Any],
+              *, started: float, fence: int,
+              check: Callable[[], None] = lambda: None) -> tuple[int, dict[str, Any]]:
+        """``submit``, waiting here; ``check`` also runs while waiting, and if it raises before
+        the group is taken the document leaves the queue unwritten."""
+        item = _Write(job, content, stats, started, fence, check)
+        with self._cond:
+            self._pending.append(item)
+            self._start()
+            self._cond.notify()
+        while True:
+            try:
+                return item.future.result(timeout=POLL_S)  # type: ignore[no-any-return]
+            except TimeoutError:
+                if item.future.done():
+                    raise
             try:
                 check()
             except BaseException:
@@ -78,10 +103,6 @@ class GroupWriter:
                         self._pending.remove(item)
                         raise
                 # Being written: its outcome stands whatever happens to this job now.
-        if item.error is not None:
-            raise item.error
-        assert item.result is not None
-        return item.result
 
     def _start(self) -> None:
         if self._thread is None:
@@ -92,6 +113,8 @@ class GroupWriter:
     def _write_forever(self) -> None:
         while True:
             group = self._take()
+            if not group:
+                continue
             try:
                 self._write_group(group)
             except BaseException as exc:  # noqa: BLE001 - nothing of the group was committed
@@ -100,9 +123,17 @@ class GroupWriter:
             finally:
                 self.groups += 1
                 for item in group:
-                    item.done.set()
+                    _settle(item)
 
     def _take(self) -> list[_Write]:
+        dropped: list[_Write] = []
+        try:
+            return self._take_group(dropped)
+        finally:
+            for item in dropped:  # outside the lock: their callbacks may submit again
+                _settle(item)
+
+    def _take_group(self, dropped: list[_Write]) -> list[_Write]:
         with self._cond:
             while not self._pending:
                 self._cond.wait()
@@ -114,6 +145,12 @@ class GroupWriter:
                     break
                 item = self._pending.pop(0)
                 item.taken = True
+                try:
+                    item.check()
+                except BaseException as exc:  # noqa: BLE001 - its job stopped: not written
+                    item.error = exc
+                    dropped.append(item)
+                    continue
                 group.append(item)
                 chunks += size
             return group
@@ -136,3 +173,10 @@ class GroupWriter:
             self.written += 1
         except Exception as exc:  # noqa: BLE001 - rolled back to its savepoint; its own error
             item.error = exc
+
+
+def _settle(item: _Write) -> None:
+    if item.error is not None:
+        item.future.set_exception(item.error)
+    else:
+        item.future.set_result(item.result)
