@@ -5,10 +5,11 @@ nothing; so the code lives here, and neither side imports the other (docs/decisi
 
 - ``model``: the model's facts from its files, and the ``Embedder`` that runs it on padded batches.
 - ``backends``: the two variants' forward passes (torch; the int8 ONNX export, made and cached).
+- ``bert``: the torch variant's encoder for BERT models, in plain torch (no sentence-transformers).
 - ``batches``: ids into passes (cut by a padded-token budget, padded), for all of the above.
 - ``choice``: ``EMBEDDING_VARIANT=auto``: both variants timed on a fixed sample, the faster one
   that agrees with fp32 kept, and the choice cached per machine beside the ONNX export.
 
-Imports run one way: ``model`` → ``choice`` → ``backends``, ``batches``; nothing imports ``model``
+Imports run one way: ``model`` → ``choice`` → ``backends`` → ``bert``, and ``batches``; nothing imports ``model``
 back.
 """

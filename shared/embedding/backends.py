@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 # Bump when the export or quantisation recipe changes: the cache key includes it.
 ONNX_RECIPE = "opset17-qint8-per-channel-v1"
 _ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# What runs the torch variant (a cached variant choice names it, ADR 0302): bump when it changes.
+TORCH_RUNNER = "plain-bert-v1"
 
 
 class Backend(Protocol):
@@ -40,7 +42,9 @@ def offline() -> None:
 
 
 class TorchBackend:
-    """The sentence-transformers model itself, fed ids: its own modules, pooling and all.
+    """The model in torch, fed ids: a BERT with mean or CLS pooling runs as ``bert.Encoder``
+    (the same vectors without sentence-transformers' imports); any other model runs as the
+    sentence-transformers model itself, its own modules, pooling and all.
 
     On cuda (fp16), a pass costs one copy each way through pinned host buffers kept for the
     process (docs/decisions/0300): ids and mask go over together, the vectors come back into
@@ -51,12 +55,20 @@ class TorchBackend:
     def __init__(self, path: pathlib.Path, device: str, threads: int) -> None:
         offline()
         import torch
-        from sentence_transformers import SentenceTransformer
+
+        from shared.embedding import bert
 
         torch.set_num_threads(threads)
         self._torch = torch
         self._device = device
-        self._model = SentenceTransformer(str(path), device=device).eval()
+        if bert.fits(path):
+            # The encoder alone: sentence-transformers' import is ~5 CPU-s and its own
+            # hundreds of megabytes in every process that loads the model (ADR 0302).
+            self._model: Any = bert.Encoder(path, device)
+        else:
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(str(path), device=device).eval()
         self._staging: _Staging | None = None
         if device == "cuda":
             # fp16 on a GPU: vectors agree with fp32 to cosine 1.000 (issue 15, measured on H100).

@@ -296,7 +296,7 @@ def _profile(embedder: _Embedder) -> dict[str, Any]:
             "threads": embedder.threads, "batch_tokens": embedder.batch_tokens,
             "torch": _version("torch"), "onnxruntime": _version("onnxruntime"),
             "weights": backends.weights_digest(embedder.path), "recipe": backends.ONNX_RECIPE,
-            "sample": SAMPLE_VERSION}
+            "sample": SAMPLE_VERSION, "torch_runner": backends.TORCH_RUNNER}
 
 
 def _profile_key(embedder: _Embedder) -> str:

