@@ -229,7 +229,8 @@ def _discard_matching(args: argparse.Namespace) -> int:
         print(f"{result['matched']} event(s) match; discard them with the same filter and "
               f"--at-most {result['matched']}")
     else:
-        print(f"discarded {result['discarded']} event(s) (purge {result['purge_id']})")
+        purge = f" (purge {result['purge_id']})" if result["purge_id"] else ""
+        print(f"discarded {result['discarded']} event(s){purge}")
     return 0
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import msgspec
 from psycopg.types.json import Jsonb
 
 from gateway.events import intake
@@ -54,7 +55,8 @@ class EventSettled(errors.Conflict):
 @dataclass(frozen=True)
 class Filter:
     """Which events: by state, source, type, a part of the error, and when they were first
-    seen (``since`` inclusive, ``until`` exclusive)."""
+    seen (``since`` inclusive, ``until`` exclusive; a window that ends before it starts
+    holds none, as search's does)."""
 
     state: str | None = None
     source_system: str | None = None
@@ -76,8 +78,6 @@ class Filter:
             if value is not None and value.tzinfo is None:
                 raise errors.InvalidRequest(f"{name} needs an offset (Z or +hh:mm), e.g. "
                                             "2024-05-01T00:00:00Z.")
-        if self.since and self.until and self.since >= self.until:
-            raise errors.InvalidRequest("since must be earlier than until.")
 
     @classmethod
     def of(cls, **values: Any) -> Filter:
@@ -102,7 +102,19 @@ class Filter:
                 for k, v in self.params.items() if v is not None and k != "state"}
 
 
+def rfc3339(name: str, text: str | None) -> datetime | None:
+    """A time as the API's /schema declares it (format date-time), and nothing looser."""
+    if text is None:
+        return None
+    try:
+        return msgspec.convert(text, datetime)
+    except msgspec.ValidationError:
+        raise errors.InvalidRequest(f"{name} must be an RFC 3339 time with its offset, e.g. "
+                                    "2024-05-01T00:00:00Z.") from None
+
+
 def _time(name: str, text: str) -> datetime:
+    """What Python reads as ISO 8601: the CLI's and the web form's '2024-05-01 00:00+00:00'."""
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -301,6 +313,10 @@ def discard_matching(conn: db.Conn, *, tenant_id: UUID | None, wanted: Filter, a
     if at_most is not None and matched > at_most:
         raise PurgeGrew(f"{matched} events match now, more than the {at_most} you were shown; "
                         "preview again and confirm the new count.")
+    if matched == 0:
+        # Nothing to set aside (an operator's tenant_id may name no tenant at all): no purge
+        # on the record either.
+        return {"purge_id": None, "discarded": 0, "matched": 0}
     purge_id = conn.execute(Q["start_purge"], {
         "tenant_id": tenant_id, "actor": actor, "actor_user_id": actor_user_id,
         "reason": reason, "filter": Jsonb(wanted.stored() | _state(wanted)),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
@@ -65,9 +64,15 @@ Replay = Annotated[ReplayRequest, Meta(extra_json_schema={"oneOf": [
 Version = Annotated[int, Meta(ge=1, le=2**31 - 1, description=(
     "The event's version you decided on, as GET /v1/events/{id} shows it: 409 event_changed "
     "once the event changed since; a retry of the same request gets the same answer."))]
-Since = Annotated[datetime, Meta(description="First seen at or after this time (ISO 8601 "
-                                             "with its offset).")]
-Until = Annotated[datetime, Meta(description="First seen before this time.")]
+# Times arrive as text that replay.rfc3339 reads (with the offset): a datetime parameter
+# would also take a bare number as seconds since 1970, which /schema does not say.
+TIME: dict[str, Any] = {"min_length": 1, "max_length": 64,
+                        "schema_extra": {"format": "date-time"}}
+TIME_META: dict[str, Any] = {"min_length": 1, "max_length": 64,
+                             "extra_json_schema": {"format": "date-time"}}
+Since = Annotated[str, Meta(**TIME_META, description="First seen at or after this time "
+                                                     "(RFC 3339, with its offset).")]
+Until = Annotated[str, Meta(**TIME_META, description="First seen before this time.")]
 
 
 class DiscardRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -88,6 +93,16 @@ class EditRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     source_sequence: int | None | msgspec.UnsetType = msgspec.UNSET
 
 
+# replay.Seen's rule, as /schema declares it: the version or the state the operator saw.
+_SEEN = {"anyOf": [
+    {"required": ["version"], "properties": {"version": {"type": "integer"}}},
+    {"required": ["state"], "properties": {"state": {"type": "string"}}}]}
+Discard = Annotated[DiscardRequest, Meta(extra_json_schema=_SEEN)]
+# And edit's: something to correct.
+Edit = Annotated[EditRequest, Meta(extra_json_schema={"allOf": [_SEEN, {"anyOf": [
+    {"required": [name]} for name in ("payload", "source_emitted_at", "source_sequence")]}]})]
+
+
 class DiscardMatching(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Every pending or dead-letter event matching the filter (ADR 0282)."""
 
@@ -103,6 +118,12 @@ class DiscardMatching(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     until: Until | None = None
 
 
+# discard_matching's rule: only count (preview), or discard saying why.
+Matching = Annotated[DiscardMatching, Meta(extra_json_schema={"anyOf": [
+    {"required": ["preview"], "properties": {"preview": {"const": True}}},
+    {"required": ["reason"], "properties": {"reason": {"type": "string"}}}]})]
+
+
 @get("/v1/events", guards=GUARDS, tags=TAGS, responses=openapi.errors(400, 503))
 async def list_events(request: Request, ctx: Ctx,
                       # `state` is a name Litestar reserves for the app state.
@@ -113,17 +134,18 @@ async def list_events(request: Request, ctx: Ctx,
                           max_length=replay.MAX_FILTER_CHARS, pattern=openapi.NO_NUL)] = None,
                       error: Annotated[str | None, Parameter(
                           max_length=replay.MAX_FILTER_CHARS, pattern=openapi.NO_NUL)] = None,
-                      since: Annotated[datetime | None, Parameter(
-                          description="First seen at or after (ISO 8601).")] = None,
-                      until: Annotated[datetime | None, Parameter(
-                          description="First seen before (ISO 8601).")] = None,
+                      since: Annotated[str | None, Parameter(
+                          description="First seen at or after (ISO 8601).", **TIME)] = None,
+                      until: Annotated[str | None, Parameter(
+                          description="First seen before (ISO 8601).", **TIME)] = None,
                       limit: Annotated[int, Parameter(ge=1, le=replay.MAX_LIMIT)] = 100,
                       offset: Annotated[int, Parameter(ge=0, le=2**53)] = 0,
                       tenant_id: FromQuery[UUID | None] = None) -> dict:
     """Your tenant's ledger events, newest first, filtered by state, source, type, error and
     when they were first seen."""
     wanted = replay.Filter.of(state=wanted_state, source_system=source_system, type=type,
-                              error=error, since=since, until=until)
+                              error=error, since=replay.rfc3339("since", since),
+                              until=replay.rfc3339("until", until))
     return await _call(ctx, replay.list_events, tenant_id=_scope(request, tenant_id),
                        wanted=wanted, limit=limit, offset=offset)
 
@@ -155,7 +177,7 @@ async def replay_events(data: JSONBody[Replay], request: Request, ctx: Ctx) -> d
 
 @post("/v1/events/{ledger_id:int}/discard", guards=GUARDS, tags=TAGS, status_code=200,
       responses=openapi.errors(400, 404, 409, 503))
-async def discard_event(ledger_id: FromPath[int], data: JSONBody[DiscardRequest],
+async def discard_event(ledger_id: FromPath[int], data: JSONBody[Discard],
                         request: Request, ctx: Ctx) -> dict:
     """Set a pending or dead-letter event aside for good (never applied), saying why, on the
     version (or state) you saw. A resend of it stays a duplicate. 409 `event_settled` once it
@@ -169,7 +191,7 @@ async def discard_event(ledger_id: FromPath[int], data: JSONBody[DiscardRequest]
 
 @post("/v1/events/{ledger_id:int}/edit", guards=GUARDS, tags=TAGS, status_code=200,
       responses=openapi.errors(400, 404, 409, 503))
-async def edit_event(ledger_id: FromPath[int], data: JSONBody[EditRequest], request: Request,
+async def edit_event(ledger_id: FromPath[int], data: JSONBody[Edit], request: Request,
                      ctx: Ctx) -> dict:
     """Correct a pending or dead-letter event and apply it again (due now, a fresh attempt
     budget), saying why, on the version (or state) you saw: its payload, its
@@ -187,7 +209,7 @@ async def edit_event(ledger_id: FromPath[int], data: JSONBody[EditRequest], requ
 
 @post("/v1/events/discard", guards=GUARDS, tags=TAGS, status_code=200,
       responses=openapi.errors(400, 409, 503))
-async def discard_matching(data: JSONBody[DiscardMatching], request: Request, ctx: Ctx,
+async def discard_matching(data: JSONBody[Matching], request: Request, ctx: Ctx,
                            tenant_id: FromQuery[UUID | None] = None) -> dict:
     """Discard every pending or dead-letter event that matches a filter (state, source, type,
     error, first seen since/until), each on the record as a single discard, in committed
@@ -197,8 +219,9 @@ async def discard_matching(data: JSONBody[DiscardMatching], request: Request, ct
     if not data.preview and not data.reason:
         raise errors.InvalidRequest("reason is required: say why these events are discarded.")
     wanted = replay.Filter.of(state=data.state, source_system=data.source_system,
-                              type=data.type, error=data.error, since=data.since,
-                              until=data.until)
+                              type=data.type, error=data.error,
+                              since=replay.rfc3339("since", data.since),
+                              until=replay.rfc3339("until", data.until))
     return await _call(ctx, replay.discard_matching, tenant_id=_scope(request, tenant_id),
                        wanted=wanted, actor=f"user:{principal.user_id}",
                        actor_user_id=principal.user_id, reason=data.reason or "",

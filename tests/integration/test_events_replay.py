@@ -354,6 +354,16 @@ def test_an_admin_previews_and_discards_a_backlog_by_filter_each_on_the_record(g
                                                        "at_most": 10})
         assert (grew.status_code, grew.json()["code"]) == (409, "purge_grew")
         assert client.post("/v1/events/discard", json=wanted).status_code == 400  # no reason
+        # a filter that matches nothing discards nothing and records no purge
+        none = client.post("/v1/events/discard", json={"type": "nothing.such", "reason": "r"})
+        assert none.json() == {"purge_id": None, "discarded": 0, "matched": 0}, none.text
+        # and a time must be a time, with its offset, not a number of seconds
+        for bad in ({**wanted, "preview": True, "until": 0},
+                    {**wanted, "preview": True, "since": "2024-05-01T00:00:00"}):
+            assert client.post("/v1/events/discard", json=bad).status_code == 400, bad
+        assert client.get("/v1/events", params={"until": "0.5"}).status_code == 400
+        assert client.get("/v1/events", params={
+            "until": "2999-01-01T00:00:00.5+05:30"}).json()["total"] == 13  # 12 junk, keep
         # and then discards them, saying why
         done = client.post("/v1/events/discard", json={**wanted, "reason": "a test producer's "
                                                                  "junk", "at_most": 11})
