@@ -352,14 +352,12 @@ class WorkerSettings(CommonSettings):
     # it (worker/records/validate.py, docs/decisions/0184); 0 or 1: validate in the job's own
     # thread. A file under 4 MiB is always validated there.
     records_validate_processes: int = Field(default=2, ge=0, le=64)
-    # Event ledger apply (worker/ledger/, docs/decisions/0139-0141, 0281): a thread of this
-    # process beside the SQS consumer claims due pending events, LEDGER_APPLY_BATCH per claim,
-    # each claim hiding its rows for the lease; each tenant's share of a claim is applied in
-    # one transaction, split in halves when it fails; failures back off with full jitter
-    # (base × 2^n, cap) and dead-letter after LEDGER_APPLY_MAX_ATTEMPTS. Off: this worker
-    # applies nothing.
+    # Event ledger apply (worker/ledger/, docs/decisions/0139-0141): a thread of this process
+    # beside the SQS consumer claims due pending events, LEDGER_APPLY_BATCH per claim, each
+    # claim hiding its rows for the lease; failures back off with full jitter (base × 2^n, cap)
+    # and dead-letter after LEDGER_APPLY_MAX_ATTEMPTS. Off: this worker applies nothing.
     ledger_apply_enabled: bool = True
-    ledger_apply_batch: int = Field(default=500, ge=1, le=5000)
+    ledger_apply_batch: int = Field(default=50, ge=1, le=1000)
     ledger_apply_poll_s: float = Field(default=1.0, gt=0)
     ledger_apply_lease_s: float = Field(default=60.0, gt=0)
     ledger_apply_max_attempts: int = Field(default=10, ge=1)

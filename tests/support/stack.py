@@ -214,7 +214,10 @@ GATEWAY_TEST_ENV = _gateway_test_env()
 def start_worker(env: dict[str, str], log_dir: Path, name: str = "worker",
                  once: bool = False) -> Process:
     args = ["worker", "--once"] if once else ["worker"]
-    return spawn(name, args, {**WORKER_TEST_ENV, **env}, log_dir)
+    env = {**WORKER_TEST_ENV, **env}
+    # Forked like a gateway (tests/support/zygote.py): a worker's imports cost ~7 s of CPU
+    # (torch, the embedding stack), and the suite starts ~60 workers.
+    return _fork(name, args, env, log_dir, None) if zygote.enabled() else spawn(name, args, env, log_dir)
 
 
 def wait_for_log(process: Process, text: str, timeout: float = 90) -> None:

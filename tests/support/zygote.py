@@ -1,13 +1,14 @@
-"""Gateways and `ingest` commands for tests, forked from one interpreter that has already imported the gateway, as
-`gunicorn --preload` forks its workers (docs/decisions/0260).
+"""Gateways, workers and `ingest` commands for tests, forked from one interpreter that has
+already imported them, as `gunicorn --preload` forks its workers (docs/decisions/0260, 0330).
 
 Starting `python -m cli.main gateway` costs ~2.5 s of CPU in imports alone (Litestar, boto3,
-psycopg, pydantic, the bcrypt timing hash), and the suite starts ~600 gateways. Each gateway
+psycopg, pydantic, the bcrypt timing hash), and the suite starts ~600 gateways; a worker that
+embeds pays ~3.5 s (worker.main, torch) and the suite starts ~60. Each process
 forked here is still its own process: its own environment (exactly what the test gave,
 `os.environ` replaced before anything reads it), working folder, log file, port, signals and
-exit code, running the same `cli.main.main(["gateway", ...])` as the command. What it shares
-with its siblings is only the imported code. `TEST_GATEWAY_FORK=0` starts every gateway as a
-new interpreter instead, to rule this out of a failure.
+exit code, running the same `cli.main.main([...])` as the command. What it shares with its
+siblings is only the imported code. `TEST_GATEWAY_FORK=0` starts every process as a new
+interpreter instead, to rule this out of a failure.
 
 The server is one thread (a fork of a threaded process can inherit a held lock): it accepts a
 request on a Unix socket, forks, answers the child's pid, and reaps exited children, writing
@@ -34,6 +35,11 @@ import orjson
 # What `cli.main gateway` imports, loaded once here instead of in every gateway.
 PRELOAD = ("cli.main", "gateway.app", "gateway.edge.transport", "shared.settings", "uvicorn",
            "uvloop")
+# What `cli.main worker` imports, and what it imports once it embeds (~3.5 s of CPU per
+# process: worker.main ~1.5 s, torch ~1.8 s), paid once here. None of these starts a thread or
+# reads a test's settings on import (the offline switches are set first, in serve). A name the
+# product no longer uses is skipped.
+PRELOAD_WORKER = ("worker.main", "torch", "safetensors.torch", "onnxruntime")
 
 
 # ── the test side ─────────────────────────────────────────────────────────────────────────
@@ -141,6 +147,14 @@ def _read_line(s: socket.socket) -> bytes:
 def serve(socket_path: str) -> None:
     for module in PRELOAD:
         __import__(module)
+    # The switches the product sets before it imports the embedding stack, which reads them
+    # once, at import (no Hub, no progress bars in JSON logs): set here for the same reason.
+    from shared.embedding import backends
+
+    backends.offline()
+    for module in PRELOAD_WORKER:
+        with contextlib.suppress(ImportError):
+            __import__(module)
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(socket_path + ".tmp")
     os.rename(socket_path + ".tmp", socket_path)  # exists only once it listens
@@ -198,7 +212,10 @@ def _child(listener: socket.socket, connection: socket.socket, request: dict) ->
         sys.argv = ["cli.main", *request["args"]]
         code = main.main(request["args"])
     except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
+        # As the interpreter does: None is 0, a message goes to standard error and is 1.
+        code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+        if not isinstance(exit_.code, int | None):
+            print(exit_.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - reported in the gateway's own log, as Python would
         traceback.print_exc()
     finally:
