@@ -30,6 +30,7 @@ blank line), and the abstention reasons.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import tempfile
@@ -38,11 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import common  # noqa: F401  (first: sets the environment before boto3 and the model load)
+import common  # (first: sets the environment before boto3 and the model load)
 import httpx  # noqa: E402
 import search_quality as sq  # noqa: E402
 
 from cli.embedded import EmbeddedPostgres, MotoServer  # noqa: E402
+from gateway import auth  # noqa: E402
 from gateway.search import evidence  # noqa: E402
 from shared import db  # noqa: E402
 from shared.settings import GatewaySettings  # noqa: E402
@@ -61,15 +63,23 @@ class Question:
     kind: str
     text: str
     query_id: str | None = None
+    held_out: bool = False  # written or drawn after the rule's tests were designed
 
 
 def questions(folder: Path, c: sq.Collection, answerable: int) -> list[Question]:
-    out = [Question("answerable", t, q) for q, t in list(c.queries.items())[:answerable]]
-    for kind, name in (("near_miss", "near_miss.jsonl"), ("other_domain", "off_topic.jsonl")):
+    """The development set (the first ``answerable`` queries, near_miss.jsonl, off_topic.jsonl:
+    what the tests were designed and fitted on) and the held-out one (the other queries, and
+    near_miss_heldout.jsonl, written before any of them was scored)."""
+    ranked = list(c.queries.items())
+    out = [Question("answerable", t, q) for q, t in ranked[:answerable]]
+    out += [Question("answerable", t, q, held_out=True) for q, t in ranked[answerable:]]
+    for kind, name, held in (("near_miss", "near_miss.jsonl", False),
+                             ("other_domain", "off_topic.jsonl", False),
+                             ("near_miss", "near_miss_heldout.jsonl", True)):
         path = folder / name
         if path.exists():
-            out += [Question(kind, json.loads(line)["text"]) for line in path.open()
-                    if line.strip()]
+            out += [Question(kind, json.loads(line)["text"], held_out=held)
+                    for line in path.open() if line.strip()]
     return out
 
 
@@ -108,7 +118,8 @@ def record(qs: list[Question], shipped: list[dict], off: list[dict], c: sq.Colle
     for q, mine, free in zip(qs, shipped, off, strict=True):
         first = free["citations"][0]["doc_id"] if free["citations"] else None
         rows.append({
-            "kind": q.kind, "question": q.text, "abstained": mine["abstained"],
+            "kind": q.kind, "held_out": q.held_out, "question": q.text,
+            "abstained": mine["abstained"],
             "reason": mine.get("reason"), "evidence": free.get("evidence", {}),
             "first_relevant": bool(q.query_id and owner.get(first or "") in c.relevant(q.query_id)),
             "shipped_first_relevant": bool(q.query_id and mine["citations"] and owner.get(
@@ -185,10 +196,19 @@ def line(name: str, s: dict[str, float], verbatim_share: float | None = None) ->
 
 
 def report(name: str, rows: list[dict[str, Any]], fits: dict[str, evidence.Rule]) -> None:
+    for held_out in (False, True):
+        part = [r for r in rows if bool(r.get("held_out")) == held_out]
+        if part:
+            report_set(f"{name}, {'HELD-OUT set' if held_out else 'development set'}", name,
+                       part, fits)
+
+
+def report_set(title: str, name: str, rows: list[dict[str, Any]],
+               fits: dict[str, evidence.Rule]) -> None:
     quotes = sum(len(r["quotes"]) for r in rows)
     bad = sum(len(r["not_verbatim"]) for r in rows)
     counts = ", ".join(f"{k} {sum(r['kind'] == k for r in rows)}" for k in KINDS)
-    print(f"\n{name}: {len(rows)} questions ({counts})")
+    print(f"\n{title}: {len(rows)} questions ({counts})")
     print(f"  {'':<44} {'near':>6} {'other':>6} {'answer':>6} {'first':>6} {'verbatim':>9}")
     print(f"  {'':<44} {'miss':>6} {'domain':>6} {'able':>6} {'relev.':>6}")
     print(f"  {'targets':<44} {'≥ 95%':>6} {'≥ 95%':>6} {'≥ 90%':>6} {'≥ 85%':>6} {'100%':>9}")
@@ -234,6 +254,9 @@ def main() -> None:
                         help="also bench/search_quality.py's nDCG table, on the same ingest")
     parser.add_argument("--save", type=Path, help="write every question's record here (JSON)")
     parser.add_argument("--load", type=Path, help="report and fit from a saved record, no stack")
+    parser.add_argument("--keep", type=Path,
+                        help="keep the cluster and its ingested collections in this folder, "
+                             "and reuse them when they are there (no ingest)")
     args = parser.parse_args()
     if args.load:
         recorded = json.loads(args.load.read_text())
@@ -246,7 +269,9 @@ def main() -> None:
                          shipped.ask_small_tenant_similarity, shipped.ask_min_coverage,
                          shipped.ask_max_keyword_rank, shipped.ask_max_unknown)
     print(f"shipped rule: {base}")
-    fits = {name: fit(recorded[name], base) for name in args.fit}
+    # Fitted on the development set only: the held-out questions are never looked at.
+    fits = {name: fit([r for r in recorded[name] if not r.get("held_out")], base)
+            for name in args.fit}
     for name, rule in fits.items():
         print(f"rule fitted on {name} alone: {rule}")
     for name, rows in recorded.items():
@@ -256,8 +281,13 @@ def main() -> None:
 def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     folders = args.collection or [sq.DATA / name for name in sq.DEFAULT_COLLECTIONS]
     recorded: dict[str, list[dict[str, Any]]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-ask-") as tmp:
-        root = Path(tmp)
+    with contextlib.ExitStack() as cleanup:
+        # --keep DIR: the cluster and its ingested tenants stay there for the next run, which
+        # then only asks (a re-ingest of both collections takes most of a run).
+        root = args.keep or Path(cleanup.enter_context(
+            tempfile.TemporaryDirectory(prefix="bench-ask-")))
+        kept = root / "tenants.json"
+        tenants: dict[str, Any] = json.loads(kept.read_text()) if kept.exists() else {}
         pg, moto = EmbeddedPostgres(root / "pg", disposable=True), MotoServer()
         pg.start()
         moto_url = moto.start()
@@ -271,10 +301,23 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
                 c = sq.shrink(c, args.docs or len(c.corpus), len(c.queries))
                 qs = questions(folder, c, args.queries)
                 print(f"{c.name}: {len(c.corpus)} documents, {len(qs)} questions", flush=True)
-                tenant_id, token = sq.tenant_token(s.url, f"ask-{c.name}-{uuid.uuid4().hex[:6]}")
-                owner = sq.ingest(s, c, tenant_id, token)
+                key = f"{c.name}-{len(c.corpus)}"
+                if key in tenants:
+                    tenant_id, user_id = (uuid.UUID(tenants[key][k]) for k in ("tenant", "user"))
+                    token = auth.issue_token(auth.Principal(user_id, tenant_id, "admin"),
+                                             stack.TEST_JWT_SECRET, 12)
+                    owner = tenants[key]["owner"]
+                else:
+                    tenant_id, token = sq.tenant_token(s.url, f"ask-{key}-{uuid.uuid4().hex[:6]}")
+                    owner = sq.ingest(s, c, tenant_id, token)
+                    tenants[key] = {"tenant": str(tenant_id), "owner": owner,
+                                    "user": str(auth.decode_token(
+                                        token, stack.TEST_JWT_SECRET).user_id)}
+                    kept.write_text(json.dumps(tenants))
                 if args.search:
                     sq.quality(s, c, token, owner)
+                common.wait_ready(s.gateway.url)
+                common.wait_ready(free.url)
                 shipped = ask_all(s.gateway.url, token, qs)
                 off = ask_all(free.url, token, qs)
                 with db.connect(s.url, autocommit=True) as conn:

@@ -63,6 +63,23 @@ def stack(prefix: str, *, durable: bool = False) -> Iterator[tuple[Path, Any, An
             pg.stop("immediate")
 
 
+def wait_ready(url: str, timeout: float = 180) -> None:
+    """Wait until a gateway has its query model: it answers vector queries 503 model_loading
+    until then (ADR 0321), which a bench must not count or fail on."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health/ready", timeout=10).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the gateway at {url} was not ready after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
 def stack_env(root: Path, url: str, moto: Any) -> dict[str, str]:
     """Gateway and worker settings for a bench stack: its database, queues and stores."""
     from shared import aws, queue

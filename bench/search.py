@@ -303,6 +303,7 @@ def main() -> None:
                    **stack.MOTO_ENV,
                    **stack.OFFLINE_ENV}
             gateway = _start_gateway(env, root)
+            common.wait_ready(gateway.url)  # its query model loads as it starts (ADR 0321)
             token = auth.issue_token(auth.Principal(user.user_id, user.tenant_id, "admin"),
                                      stack.TEST_JWT_SECRET, 2)
             warm = [" ".join(rng.choice(words[50:1500], size=3)) for _ in range(20)]
