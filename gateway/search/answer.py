@@ -23,7 +23,7 @@ from uuid import UUID
 
 import numpy as np
 
-from gateway.search import evidence, provider, service
+from gateway.search import evidence, provider, service, terms
 from gateway.search.service import Runtime
 from shared import db
 
@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 
 NO_EVIDENCE = "No evidence for this in your documents."
 EXTRACTIVE_PASSAGES = 3
-# The nearest chunks whose coverage and keyword ranks are read.
-EVIDENCE_CHUNKS = 5
+# The nearest chunks judged as evidence (their words, names and keyword ranks), at least: as
+# many as the request may cite.
+EVIDENCE_CHUNKS = 8
 
 
 async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
@@ -44,19 +45,20 @@ async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
     wide = replace(request, group="chunk")
     rule = evidence.Rule(settings.ask_min_lift, settings.ask_min_similarity,
                          settings.ask_small_tenant_similarity, settings.ask_min_coverage,
-                         settings.ask_max_keyword_rank, settings.ask_max_unknown)
+                         settings.ask_max_keyword_rank, settings.ask_max_unknown,
+                         settings.ask_require_names)
     async with pool.connection() as conn, conn.transaction():
         await conn.execute(service.Q["snapshot"])
         found, _ = await runtime.retrieve(conn, tenant_id=tenant_id, request=wide,
                                           query=query)
-        verdict = await _judge(conn, tenant_id, request.q, found, rule)
-        # Every neighbour that passes, most similar first: the evidence was judged by meaning,
-        # so it is cited that way (a provider reads up to request.k of them).
-        every = service.fuse(found.text, found.vector, k=len(found.vector) + len(found.text),
-                             text_score=found.text_score, distance=found.distance)
-        chosen = sorted((f for f in every if f.similarity is not None
-                         and f.similarity >= verdict.keep_above and verdict.answerable),
-                        key=lambda f: -(f.similarity or 0.0))[:request.k]
+        verdict = await _judge(conn, tenant_id, request.q, found, rule,
+                               nearest=max(EVIDENCE_CHUNKS, request.k))
+        # The evidence the verdict cites, most similar first: it was judged by meaning, so it
+        # is cited that way (a provider reads up to request.k of them).
+        every = {f.chunk_id: f for f in service.fuse(
+            found.text, found.vector, k=len(found.vector) + len(found.text),
+            text_score=found.text_score, distance=found.distance)}
+        chosen = [every[c] for c in verdict.cited if c in every][:request.k]
         passages = await service.hits(conn, tenant_id=tenant_id, q=request.q, fused=chosen)
     if not passages:
         return _abstain(request.q, verdict.reason or "cited_content_deactivated",
@@ -94,26 +96,32 @@ async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
 
 
 async def _judge(conn: db.AsyncConn, tenant_id: UUID, q: str, found: service.Candidates,
-                 rule: evidence.Rule) -> evidence.Verdict:
+                 rule: evidence.Rule, *, nearest: int) -> evidence.Verdict:
     """The evidence tests (evidence.decide) over the question's candidates: the lift of its
-    nearest chunk over its neighbourhood, then, over its EVIDENCE_CHUNKS nearest chunks, how
-    much of the question the best of them covers and where the keyword list ranks their
-    documents."""
-    lifted = evidence.judge([1.0 - d for d in found.distance.values()], min_lift=rule.min_lift,
-                            floor=rule.floor, small_tenant=rule.small_tenant)
-    if lifted.reason == "no_candidates":
-        return lifted
+    nearest chunk over its neighbourhood, then, over its ``nearest`` chunks, which of the
+    question's words and names each holds and where the keyword list ranks its document."""
+    lift = evidence.judge([1.0 - d for d in found.distance.values()], min_lift=rule.min_lift,
+                          floor=rule.floor, small_tenant=rule.small_tenant)
+    if lift.reason == "no_candidates":
+        return lift
     # The nearest chunks whatever the lift test said: the figures then do not depend on the
     # thresholds, so they can be fitted on recorded answers (bench/ask_quality.py).
-    near = found.vector[:EVIDENCE_CHUNKS]
-    rows = await (await conn.execute(service.Q["coverage"], {
-        "tenant_id": tenant_id, "q": q, "chunk_ids": [c for c, _ in near]})).fetchall()
-    coverage = max((float(r["coverage"]) for r in rows), default=0.0)
-    unknown = max((float(r["unknown"]) for r in rows), default=0.0)  # the same in every row
+    near = found.vector[:nearest]
+    async with conn.pipeline():
+        words_cursor = await conn.execute(service.Q["question_terms"],
+                                          {"tenant_id": tenant_id, "q": q})
+        lexeme_cursor = await conn.execute(service.Q["chunk_lexemes"], {
+            "tenant_id": tenant_id, "chunk_ids": [c for c, _ in near]})
+        rows = await words_cursor.fetchall()
+        lexemes = {r["chunk_id"]: set(r["lexemes"]) for r in await lexeme_cursor.fetchall()}
+    question = terms.question_terms(terms.words_of(rows), int(rows[0]["total"]) if rows else 1)
     keyword = service.document_ranks(found.text)
-    ranks = [keyword[d] for _, d in near if d in keyword]
-    return evidence.decide(lifted, coverage=coverage, keyword_rank=min(ranks, default=None),
-                           unknown=unknown, rule=rule)
+    passages = [evidence.Passage(chunk_id, 1.0 - found.distance[chunk_id],
+                                 question.coverage(lexemes.get(chunk_id, set())),
+                                 keyword.get(doc_id),
+                                 question.missing(lexemes.get(chunk_id, set())))
+                for chunk_id, doc_id in near]
+    return evidence.decide(lift, passages, unknown=question.unknown, rule=rule)
 
 
 async def _quotes(runtime: Runtime, question: list[float],
@@ -159,10 +167,10 @@ def _answer(question: str, text: str, source: str, cited: list[dict[str, Any]], 
 
 
 def _abstain(question: str, reason: str, *, source: str = "none",
-             facts: dict[str, float | None] | None = None) -> dict[str, Any]:
+             facts: dict[str, Any] | None = None) -> dict[str, Any]:
     """No answer: ``reason`` says why (no_candidates, weak_evidence, unknown_words,
-    question_not_covered, keywords_disagree, provider_no_evidence, cited_content_deactivated,
-    nothing_quotable), ``evidence`` the figures it was judged on."""
+    names_not_found, question_not_covered, keywords_disagree, provider_no_evidence,
+    cited_content_deactivated, nothing_quotable), ``evidence`` the figures it was judged on."""
     return {"question": question, "answer": NO_EVIDENCE, "abstained": True, "source": source,
             "reason": reason, "evidence": facts or {}, "citations": []}
 

@@ -17,16 +17,17 @@ question's vector candidates (its nearest chunks of the tenant's active content)
   with: its best must reach ASK_SMALL_TENANT_SIMILARITY, and that alone decides.
 
 A near miss — a question that shares the documents' words but not their subject ("Which
-astronauts have landed on Mars?" over encyclopedia abstracts about the Moon landings) — has a
-best chunk that stands out as well. So three more tests follow (``decide``, docs/decisions/
-0312), each with its own ``reason``, over the question's lexemes weighted by their IDF:
-``unknown_words`` when more than ASK_MAX_UNKNOWN of the weight is words no document holds;
-``question_not_covered`` when the nearest chunks hold less than ASK_MIN_COVERAGE of the weight
-of the others; ``keywords_disagree`` when the keyword list ranks none of the nearest chunks'
-documents within ASK_MAX_KEYWORD_RANK. The thresholds are fitted on one public collection and
-checked on another (bench/ask_quality.py).
+Coen Brothers film was shot in Iceland?" over abstracts of Coen Brothers films) — has a best
+chunk that stands out as well. So more tests follow (``decide``, docs/decisions/0312, 0315),
+each with its own ``reason``, over the question's words (gateway/search/terms.py) and its
+nearest chunks that reach the lift's bar (the evidence):
+``unknown_words`` when more than ASK_MAX_UNKNOWN of the question's IDF weight is words no
+document holds; ``names_not_found`` when no evidence names every name and number of the
+question ("Iceland"); then, if set, ``question_not_covered`` and ``keywords_disagree`` over the
+evidence that does. The thresholds are fitted on one public collection and checked on another
+(bench/ask_quality.py).
 
-The chunks cited are those whose own lift reaches ASK_MIN_LIFT, most similar first.
+The chunks cited are the evidence that names what the question names, most similar first.
 
 A quote is a sentence, never a heading, a caption, a table row or boilerplate (a corresponding
 author, a copyright line, an address): the sentence of the passage nearest the question in
@@ -41,6 +42,8 @@ import statistics
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
+from uuid import UUID
 
 import pysbd
 
@@ -81,19 +84,40 @@ ELLIPSIS = " …"
 
 
 @dataclass(frozen=True)
+class Passage:
+    """One of the question's nearest chunks as the tests after the lift see it."""
+
+    chunk_id: UUID
+    similarity: float
+    coverage: float  # its share of the IDF weight of the question's known words
+    keyword_rank: int | None  # its document's rank in the keyword list (None: not in it)
+    missing: tuple[str, ...] = ()  # the question's names and numbers it does not name
+
+    def facts(self) -> dict[str, Any]:
+        return {"chunk_id": str(self.chunk_id), "similarity": round(self.similarity, 4),
+                "coverage": round(self.coverage, 4), "keyword_rank": self.keyword_rank,
+                "missing": list(self.missing)}
+
+
+@dataclass(frozen=True)
 class Verdict:
     answerable: bool
-    # why not: no_candidates | weak_evidence | unknown_words | question_not_covered |
-    # keywords_disagree
+    # why not: no_candidates | weak_evidence | unknown_words | names_not_found |
+    # question_not_covered | keywords_disagree
     reason: str | None
     best: float | None
     background: float | None
     keep_above: float  # a chunk is evidence when its similarity reaches this
-    coverage: float | None = None  # the best-covered evidence chunk's share of the question
-    keyword_rank: int | None = None  # the evidence's best document rank in the keyword list
+    coverage: float | None = None  # the best-covered cited chunk's share of the question
+    keyword_rank: int | None = None  # the cited chunks' best document rank in the keyword list
     unknown: float | None = None  # the question's share of words no document holds
+    # The chunks to cite, most similar first: evidence that names what the question names.
+    cited: tuple[UUID, ...] = ()
+    # The names and numbers the nearest evidence lacks (what names_not_found means).
+    missing: tuple[str, ...] = ()
+    passages: tuple[Passage, ...] = ()  # the nearest chunks, as judged
 
-    def facts(self) -> dict[str, float | int | None]:
+    def facts(self) -> dict[str, Any]:
         def rounded(value: float | None) -> float | None:
             return None if value is None else round(value, 4)
 
@@ -101,13 +125,15 @@ class Verdict:
             (self.best - self.background) / (1.0 - self.background)
         return {"best_similarity": rounded(self.best), "background": rounded(self.background),
                 "lift": rounded(lift), "unknown": rounded(self.unknown),
-                "coverage": rounded(self.coverage), "keyword_rank": self.keyword_rank}
+                "coverage": rounded(self.coverage), "keyword_rank": self.keyword_rank,
+                "missing_names": list(self.missing),
+                "passages": [p.facts() for p in self.passages]}
 
 
 @dataclass(frozen=True)
 class Rule:
     """The thresholds of ask's evidence tests (settings ASK_*; fitted by bench/ask_quality.py
-    on one collection and checked on another, docs/decisions/0312)."""
+    on one collection and checked on another, docs/decisions/0312, 0315)."""
 
     min_lift: float
     floor: float
@@ -115,6 +141,7 @@ class Rule:
     min_coverage: float = 0.0
     max_keyword_rank: int = 0  # 0: the keyword test is off
     max_unknown: float = 1.0
+    names: bool = False  # evidence must name the question's names and numbers
 
 
 def judge(similarities: Sequence[float], *, min_lift: float, floor: float,
@@ -123,38 +150,58 @@ def judge(similarities: Sequence[float], *, min_lift: float, floor: float,
     sims = sorted(similarities, reverse=True)
     if not sims:
         return Verdict(False, "no_candidates", None, None, 1.0)
-    best = sims[0]
     if len(sims) < BACKGROUND_TO:
-        ok = best >= small_tenant
-        return Verdict(ok, None if ok else "weak_evidence", best, None, small_tenant)
-    background = statistics.median(sims[BACKGROUND_FROM:BACKGROUND_TO])
+        ok = sims[0] >= small_tenant
+        return Verdict(ok, None if ok else "weak_evidence", sims[0], None, small_tenant)
+    return lifted(sims[0], statistics.median(sims[BACKGROUND_FROM:BACKGROUND_TO]),
+                  min_lift=min_lift, floor=floor)
+
+
+def lifted(best: float, background: float, *, min_lift: float, floor: float) -> Verdict:
+    """The lift test alone, from the best similarity and the background."""
     keep_above = max(floor, background + min_lift * (1.0 - background))
     ok = best >= keep_above
     return Verdict(ok, None if ok else "weak_evidence", best, background, keep_above)
 
 
-def decide(lifted: Verdict, *, coverage: float | None, keyword_rank: int | None,
-           unknown: float | None = None, rule: Rule) -> Verdict:
+def decide(lift: Verdict, passages: Sequence[Passage], *, unknown: float,
+           rule: Rule) -> Verdict:
     """The lift verdict, then the tests a near miss fails though its best chunk stands out (it
-    shares the corpus's words, not its subject): the question must not lean on words no
-    document holds, the evidence must cover enough of the weight of the words they do hold,
-    and the keyword list must rank the evidence's document near its top. The first test
-    failed is the reason."""
-    reason = lifted.reason
-    if lifted.background is None:
+    shares the corpus's words, not its subject), over ``passages`` (the nearest chunks, most
+    similar first). Evidence is a passage whose similarity reaches the lift's bar; then:
+    the question must not lean on words no document holds (unknown_words); some evidence must
+    name every name and number of the question (names_not_found); the evidence that does must
+    cover enough of the question's weight (question_not_covered) and rank in the keyword list
+    (keywords_disagree). The first test failed is the reason; the evidence that passes is
+    cited."""
+    evidence = [p for p in passages if p.similarity >= lift.keep_above]
+    judged = replace(lift, unknown=unknown, passages=tuple(passages),
+                     missing=evidence[0].missing if evidence else ())
+    if lift.reason == "no_candidates":
+        return judged
+    if lift.background is None:
         # A tenant too small for a neighbourhood (under BACKGROUND_TO chunks) has too few words
         # for these tests too: nearly every question holds words it never uses. The absolute
         # similarity decides there, as it did (ADR 0106).
-        return replace(lifted, coverage=coverage, keyword_rank=keyword_rank, unknown=unknown)
-    if reason is None and (unknown or 0.0) > rule.max_unknown:
+        return replace(judged, cited=tuple(p.chunk_id for p in evidence) if lift.answerable
+                       else ())
+    named = [p for p in evidence if not p.missing] if rule.names else evidence
+    coverage = max((p.coverage for p in named), default=None)
+    ranks = [p.keyword_rank for p in named if p.keyword_rank is not None]
+    keyword_rank = min(ranks, default=None)
+    reason = lift.reason
+    if reason is None and unknown > rule.max_unknown:
         reason = "unknown_words"
+    elif reason is None and not named:
+        reason = "names_not_found"
     elif reason is None and (coverage or 0.0) < rule.min_coverage:
         reason = "question_not_covered"
     elif reason is None and rule.max_keyword_rank and (
             keyword_rank is None or keyword_rank > rule.max_keyword_rank):
         reason = "keywords_disagree"
-    return replace(lifted, answerable=reason is None, reason=reason, coverage=coverage,
-                   keyword_rank=keyword_rank, unknown=unknown)
+    return replace(judged, answerable=reason is None, reason=reason, coverage=coverage,
+                   keyword_rank=keyword_rank,
+                   cited=tuple(p.chunk_id for p in named) if reason is None else ())
 
 
 @dataclass(frozen=True)

@@ -190,37 +190,32 @@ WHERE c.tenant_id = %(tenant_id)s
 -- passages retrieved and the hits built from them agree on what is active (§2.2).
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 
--- name: coverage
--- How much of the question each chunk holds (ask's evidence, docs/decisions/0312). Each of the
--- question's lexemes (english stemming, stop words out) weighs its IDF over the tenant's
--- active chunks, as in text_candidates. coverage: the weight of the lexemes the chunk's indexed
--- text (header and text) holds, over that of every lexeme some active chunk holds. unknown:
--- the weight of the lexemes no active chunk holds, over all: a question that leans on words
--- the documents never use is about something else, whatever other words it shares with them.
-WITH terms AS (
-    SELECT t.lexeme FROM unnest(to_tsvector('english', %(q)s::text)) AS t
-), total AS (
+-- name: question_terms
+-- The question's words as the chunks were indexed (english parser and stemmer, stop words with
+-- no lexeme), in order, each lexeme with the count of the tenant's active chunks holding it
+-- (search_term_df, as text_candidates counts it) and the tenant's active chunk count: what
+-- ask's evidence tests weigh (gateway/search/terms.py, docs/decisions/0312, 0315).
+WITH total AS (
     SELECT greatest(coalesce(sum(chunk_count), 0), 1) AS n
     FROM document_versions WHERE tenant_id = %(tenant_id)s AND is_active
-), idf AS (
-    SELECT t.lexeme, df.n AS df,
-           ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf
-    FROM terms t
-    CROSS JOIN total
-    CROSS JOIN LATERAL (
-        SELECT coalesce(sum(s.df), 0) AS n
-        FROM search_term_df s
-        JOIN document_versions v ON v.doc_version_id = s.doc_version_id
-                                AND v.tenant_id = s.tenant_id
-        WHERE s.tenant_id = %(tenant_id)s AND s.lexeme = t.lexeme AND v.is_active) df
 )
-SELECT f.chunk_id,
-       coalesce(sum(idf.idf) FILTER (WHERE idf.df > 0
-                                       AND idf.lexeme = ANY(tsvector_to_array(f.tsv)))
-                / nullif(sum(idf.idf) FILTER (WHERE idf.df > 0), 0), 0) AS coverage,
-       coalesce(sum(idf.idf) FILTER (WHERE idf.df = 0) / nullif(sum(idf.idf), 0), 0) AS unknown
+SELECT w.at, w.alias, w.token, l.lexeme, df.n AS df, total.n AS total
+FROM ts_debug('english', %(q)s::text)
+         WITH ORDINALITY AS w(alias, description, token, dictionaries, dictionary, lexemes, at)
+LEFT JOIN LATERAL unnest(w.lexemes) AS l(lexeme) ON true
+CROSS JOIN total
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(s.df), 0) AS n
+    FROM search_term_df s
+    JOIN document_versions v ON v.doc_version_id = s.doc_version_id
+                            AND v.tenant_id = s.tenant_id
+    WHERE s.tenant_id = %(tenant_id)s AND s.lexeme = l.lexeme AND v.is_active) df
+ORDER BY w.at;
+
+-- name: chunk_lexemes
+-- The lexemes of these chunks' indexed text (contextual header and text, as insert_fts made
+-- them): which of the question's words and names each of its nearest chunks holds.
+SELECT f.chunk_id, tsvector_to_array(f.tsv) AS lexemes
 FROM chunk_fts f
-CROSS JOIN idf
 WHERE f.tenant_id = %(tenant_id)s
-  AND f.chunk_id = ANY(%(chunk_ids)s::uuid[])
-GROUP BY f.chunk_id;
+  AND f.chunk_id = ANY(%(chunk_ids)s::uuid[]);

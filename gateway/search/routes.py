@@ -108,10 +108,12 @@ async def ask(data: JSONBody[AskBody], request: Request, ctx: Ctx,
     """An answer to `question` from the caller's active documents, citing the chunks it rests
     on (`citations`: chunk, document, version, page, heading path, quote), or `abstained: true`
     with "No evidence for this in your documents.", a `reason` (no_candidates, weak_evidence,
-    unknown_words, question_not_covered, keywords_disagree, provider_no_evidence,
-    cited_content_deactivated, nothing_quotable) and the `evidence` figures it was judged on,
-    when no chunk stands out from the question's nearest neighbours or the documents share the
-    question's words but not its subject. Quotes are verbatim spans of the cited chunks.
+    unknown_words, names_not_found, question_not_covered, keywords_disagree,
+    provider_no_evidence, cited_content_deactivated, nothing_quotable) and the `evidence`
+    figures it was judged on (`missing_names`: the question's names and numbers the nearest
+    evidence does not name), when no chunk stands out from the question's nearest neighbours or
+    the documents share the question's words but not its subject. Quotes are verbatim spans
+    of the cited chunks.
     Written by the configured LLM provider (`source: anthropic`) or quoted, sentence by
     sentence, from the best passages (`source: extractive`, also when the provider fails:
     `fallback` says why)."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import uuid
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.search import evidence
+from gateway.search import evidence, terms
 
 RULE = {"min_lift": 0.23, "floor": 0.25, "small_tenant": 0.35}
 
@@ -29,35 +31,99 @@ def test_a_best_chunk_no_better_than_the_neighbourhood_abstains_with_its_figures
     assert not verdict.answerable and verdict.reason == "weak_evidence"
     assert verdict.facts() == {"best_similarity": 0.333, "background": 0.147,
                                "lift": pytest.approx(0.218, abs=1e-3), "unknown": None,
-                               "coverage": None, "keyword_rank": None}
+                               "coverage": None, "keyword_rank": None, "missing_names": [],
+                               "passages": []}
+
+
+def passage(similarity, *, coverage=1.0, keyword_rank=1, missing=()):
+    return evidence.Passage(uuid.uuid4(), similarity, coverage, keyword_rank, tuple(missing))
 
 
 def test_a_near_miss_fails_the_test_it_fails_and_says_which():
-    rule = evidence.Rule(0.23, 0.25, 0.35, min_coverage=0.5, max_keyword_rank=3)
+    rule = evidence.Rule(0.23, 0.25, 0.35, min_coverage=0.5, max_keyword_rank=3, names=True)
     lifted = evidence.judge(neighbours(0.6, 0.2), **RULE)
     assert lifted.answerable
-    uncovered = evidence.decide(lifted, coverage=0.3, keyword_rank=1, rule=rule)
+    uncovered = evidence.decide(lifted, [passage(0.6, coverage=0.3)], unknown=0.0, rule=rule)
     assert (uncovered.answerable, uncovered.reason) == (False, "question_not_covered")
-    assert uncovered.facts()["coverage"] == 0.3
-    apart = evidence.decide(lifted, coverage=0.8, keyword_rank=7, rule=rule)
+    assert uncovered.facts()["coverage"] == 0.3 and uncovered.cited == ()
+    apart = evidence.decide(lifted, [passage(0.6, keyword_rank=7)], unknown=0.0, rule=rule)
     assert (apart.answerable, apart.reason) == (False, "keywords_disagree")
-    assert evidence.decide(lifted, coverage=0.8, keyword_rank=None, rule=rule).reason == \
-        "keywords_disagree"
-    assert evidence.decide(lifted, coverage=0.8, keyword_rank=3, rule=rule).answerable
+    assert evidence.decide(lifted, [passage(0.6, keyword_rank=None)], unknown=0.0,
+                           rule=rule).reason == "keywords_disagree"
+    assert evidence.decide(lifted, [passage(0.6, keyword_rank=3)], unknown=0.0,
+                           rule=rule).answerable
     # The lift test comes first: its reason stands whatever the others say.
     weak = evidence.judge(neighbours(0.333, 0.147), **RULE)
-    assert evidence.decide(weak, coverage=0.0, keyword_rank=None, rule=rule).reason == \
-        "weak_evidence"
-    # Words no document holds come first among the near-miss tests.
-    strict = evidence.Rule(0.23, 0.25, 0.35, min_coverage=0.5, max_keyword_rank=3,
-                           max_unknown=0.1)
-    unknown = evidence.decide(lifted, coverage=0.8, keyword_rank=1, unknown=0.25, rule=strict)
+    assert evidence.decide(weak, [passage(0.333, coverage=0.0, keyword_rank=None,
+                                          missing=["Iceland"])],
+                           unknown=0.9, rule=rule).reason == "weak_evidence"
+    # Words no document holds come next, then names.
+    strict = replace(rule, max_unknown=0.1)
+    unknown = evidence.decide(lifted, [passage(0.6, missing=["Iceland"])], unknown=0.25,
+                              rule=strict)
     assert (unknown.reason, unknown.facts()["unknown"]) == ("unknown_words", 0.25)
-    assert evidence.decide(lifted, coverage=0.8, keyword_rank=1, unknown=0.1,
-                           rule=strict).answerable
+    assert evidence.decide(lifted, [passage(0.6)], unknown=0.1, rule=strict).answerable
     # The keyword test off (0): any rank passes.
-    off = evidence.Rule(0.23, 0.25, 0.35, min_coverage=0.5)
-    assert evidence.decide(lifted, coverage=0.8, keyword_rank=None, rule=off).answerable
+    off = replace(rule, max_keyword_rank=0)
+    assert evidence.decide(lifted, [passage(0.6, keyword_rank=None)], unknown=0.0,
+                           rule=off).answerable
+
+
+def test_evidence_must_name_the_questions_names_and_only_what_does_is_cited():
+    # "Which Coen Brothers film was shot in Iceland?" over abstracts of Coen Brothers films.
+    rule = evidence.Rule(0.23, 0.25, 0.35, names=True)
+    lifted = evidence.judge(neighbours(0.68, 0.25), **RULE)
+    films = [passage(0.68, missing=["Iceland"]), passage(0.62, missing=["Iceland"])]
+    verdict = evidence.decide(lifted, films, unknown=0.0, rule=rule)
+    assert (verdict.answerable, verdict.reason, verdict.cited) == (False, "names_not_found", ())
+    assert verdict.facts()["missing_names"] == ["Iceland"]
+    assert [p["missing"] for p in verdict.facts()["passages"]] == [["Iceland"], ["Iceland"]]
+    # A passage that names it is cited first, though less similar; one under the lift's bar
+    # is no evidence, whatever it names.
+    named, faint = passage(0.55), passage(0.30)
+    verdict = evidence.decide(lifted, [*films, named, faint], unknown=0.0, rule=rule)
+    assert verdict.answerable and verdict.cited == (named.chunk_id,)
+    # With the test off, every passage over the bar is cited, most similar first.
+    verdict = evidence.decide(lifted, [*films, faint], unknown=0.0, rule=replace(rule, names=False))
+    assert verdict.cited == tuple(p.chunk_id for p in films)
+    # A tenant too small for a background keeps the absolute rule: no word tests.
+    small = evidence.judge([0.5, 0.1, 0.1], **RULE)
+    verdict = evidence.decide(small, [passage(0.5, missing=["Iceland"])], unknown=1.0, rule=rule)
+    assert verdict.answerable and len(verdict.cited) == 1
+
+
+@pytest.mark.parametrize(("token", "first", "name"), [
+    ("Iceland", False, True), ("Which", True, False), ("John", True, False), ("UK", True, True),
+    ("AML", False, True), ("McDouble", False, True), ("1973", False, True), ("787", True, True),
+    ("female", False, False), ("ww1", False, True), ("A", False, True), ("I", True, False)])
+def test_names_and_numbers_of_a_question(token, first, name):
+    assert terms.is_name(token, first=first) is name
+
+
+def words(*items):
+    return [terms.Word(alias, token, lexeme, df) for alias, token, lexeme, df in items]
+
+
+def test_question_terms_weigh_parts_not_compounds_and_keep_names_as_written():
+    found = terms.question_terms(words(
+        ("asciiword", "Which", None, 0), ("blank", " ", None, 0),
+        ("asciihword", "Silver-Tongued", "silver-tongu", 0),
+        ("hword_asciipart", "Silver", "silver", 2), ("blank", "-", None, 0),
+        ("hword_asciipart", "Tongued", "tongu", 2), ("blank", " ", None, 0),
+        ("asciiword", "actors", "actor", 35), ("blank", " ", None, 0),
+        ("asciiword", "Germany", "germani", 34), ("blank", " ", None, 0),
+        ("asciiword", "Bollywood", "bollywood", 0)), total=1200)
+    # The compound, which no chunk holds, is not weighed: only the unknown name is.
+    assert found.unknown == pytest.approx(terms.idf(0, 1200) / (
+        terms.idf(0, 1200) + 2 * terms.idf(2, 1200) + terms.idf(35, 1200) + terms.idf(34, 1200)))
+    assert found.names == {"silver": "Silver", "tongu": "Tongued", "germani": "Germany",
+                           "bollywood": "Bollywood"}
+    assert set(found.weights) == {"silver", "tongu", "actor", "germani"}
+    # "German" names Germany (the first five letters agree); nothing here names Bollywood.
+    assert found.missing({"silver", "tongu", "german", "actor"}) == ("Bollywood",)
+    assert found.coverage({"actor", "german"}) == pytest.approx(
+        terms.idf(35, 1200) / sum(found.weights.values()))
+    assert terms.question_terms([], total=0) == terms.Terms({}, 0.0, {})
 
 
 def test_the_floor_holds_even_when_everything_else_is_far():
