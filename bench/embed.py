@@ -326,7 +326,7 @@ def _describe(stats: embed.QueueStats, took: float) -> str:
             f"{stats.documents / passes:.1f} documents a pass, padding "
             f"{100 * (1 - stats.tokens / max(1, stats.padded_tokens)):.0f} %; forward thread: "
             f"{100 * stats.forward_s / took:.0f} % in forward, "
-            f"{1000 * stats.deliver_s / passes:.2f} ms delivering a pass, "
+            f"{1000 * stats.deliver_s / passes:.2f} ms delivering a pass (its own thread), "
             f"{100 * stats.starved_s / took:.0f} % waiting for a pass; prep "
             f"{1000 * stats.prep_s / passes:.1f} ms a pass")
 

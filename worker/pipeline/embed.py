@@ -7,9 +7,9 @@ waiter, no thread per document needed). A prep thread takes a window of what is 
 (oldest documents first, an equal share each, so a small document is not stuck behind a big
 one), sorts it by length, cuts it into passes of at most EMBED_BATCH_TOKENS padded tokens and
 pads them with numpy from each document's ids packed once at submit; a forward thread runs the
-passes and hands each document its own rows. Padding the next pass, running this one and the
-documents' database writes all overlap, so the model never waits for Postgres, and the forward
-thread's own Python work per pass is a few numpy calls per document in it.
+passes, and a delivering thread hands each document its own rows while the next pass runs.
+Padding the next pass, running this one, delivering the last one and the documents' database
+writes all overlap, so the model never waits for Postgres or for a document's callbacks.
 
 A pass that fails is run again per document, so one document's bad member fails that
 document's run only. A document that stops waiting (lease lost, shutdown) cancels its future
@@ -46,7 +46,7 @@ WINDOW_PASSES = 4
 class Request(concurrent.futures.Future):  # type: ignore[type-arg]
     """One document's ids and the future of its vectors (float32, one row per sequence).
 
-    Its callbacks run on the queue's forward thread: they must hand off, never block.
+    Its callbacks run on the queue's delivering thread: they must hand off, never block.
     """
 
     def __init__(self, sequences: Sequence[Sequence[int]], dim: int, width: int = 0) -> None:
@@ -59,7 +59,7 @@ class Request(concurrent.futures.Future):  # type: ignore[type-arg]
         self.cum = [0, *itertools.accumulate(len(s) for s in sequences)]
         self.vectors = np.empty((self.size, dim), dtype=np.float32)
         self.next = 0  # ids [0, next) are taken by the prep thread
-        self.remaining = self.size  # ids without a vector yet (forward thread only)
+        self.remaining = self.size  # ids without a vector yet (delivering thread only)
 
     def fraction(self) -> float:
         return 1 - self.remaining / max(1, self.size)
@@ -91,7 +91,7 @@ class QueueStats:
     tokens: int = 0
     padded_tokens: int = 0
     forward_s: float = 0.0     # inside Embedder.forward
-    deliver_s: float = 0.0     # handing documents their rows, waking them
+    deliver_s: float = 0.0     # handing documents their rows, waking them (its own thread)
     starved_s: float = 0.0     # the forward thread waiting for a prepared pass
     prep_s: float = 0.0        # the prep thread taking, sorting, cutting and padding
     isolated_passes: int = 0
@@ -126,6 +126,10 @@ class EmbedQueue:
         self._work = threading.Condition(self._lock)  # only the prep thread waits on it
         self._waiting: list[Request] = []  # oldest first, each with ids not yet taken
         self._ready: stdqueue.SimpleQueue[Pass | None] = stdqueue.SimpleQueue()
+        # Passes run, with their vectors, for the delivering thread (which wakes the documents:
+        # the forward thread never waits for a document's callbacks).
+        self._delivering: stdqueue.SimpleQueue[tuple[Pass, np.ndarray] | None] = (
+            stdqueue.SimpleQueue())
         # Held by the prep thread from taking a window until the forward thread starts that
         # window's last pass.
         self._window_room = threading.Semaphore(1)
@@ -186,7 +190,9 @@ class EmbedQueue:
             self._threads = [threading.Thread(target=self._prepare_forever, daemon=True,
                                               name="embed-prep"),
                              threading.Thread(target=self._forward_forever, daemon=True,
-                                              name="embed-forward")]
+                                              name="embed-forward"),
+                             threading.Thread(target=self._deliver_forever, daemon=True,
+                                              name="embed-deliver")]
             for thread in self._threads:
                 thread.start()
 
@@ -292,6 +298,7 @@ class EmbedQueue:
             prepared = self._ready.get()
             self.stats.starved_s += time.perf_counter() - waited
             if prepared is None:
+                self._delivering.put(None)
                 return
             if prepared.last_of_window:
                 self._window_room.release()  # the next window is taken while this pass runs
@@ -315,10 +322,24 @@ class EmbedQueue:
             self.stats.isolated_passes += 1
             self._isolate(prepared)
             return
-        done = time.perf_counter()
-        self._count(prepared, done - started)
-        _deliver(prepared.segments, vectors)
-        self.stats.deliver_s += time.perf_counter() - done
+        self._count(prepared, time.perf_counter() - started)
+        # Handed on: the next pass starts while this one's documents get their rows.
+        self._delivering.put((prepared, vectors))
+
+    def _deliver_forever(self) -> None:
+        while True:
+            item = self._delivering.get()
+            if item is None:
+                return
+            prepared, vectors = item
+            started = time.perf_counter()
+            try:
+                _deliver(prepared.segments, vectors)
+            except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the pass
+                log.exception("embedding pass could not be delivered")
+                for request, *_ in prepared.segments:
+                    request.fail(exc)
+            self.stats.deliver_s += time.perf_counter() - started
 
     def _isolate(self, prepared: Pass) -> None:
         """Each document's members of a failed pass, alone: only the failing one fails."""
@@ -332,7 +353,9 @@ class EmbedQueue:
                     width = int(lengths[part].max())
                     mask = (np.arange(width) < lengths[part][:, None]).astype(np.int64)
                     ids = request.packed.ids[mine, :width]
-                    _deliver([(request, mine, 0, len(mine))], self.embedder.forward(ids, mask))
+                    alone = Pass([(request, mine, 0, len(mine))], ids, mask, 0)
+                    # Through the delivering thread too: it alone counts a document's rows.
+                    self._delivering.put((alone, self.embedder.forward(ids, mask)))
             except Exception as exc:  # noqa: BLE001 - this document's run fails with it
                 request.fail(exc)
 
