@@ -215,6 +215,23 @@ def test_a_cancelled_document_is_never_delivered_and_the_others_are():
     queue.close()
 
 
+def test_a_held_back_pass_keeps_only_its_own_documents():
+    # Given a window of three documents' ids, of which the third document's are held back
+    requests = [embed.Request(document(seed, chunks=3), 4, 64) for seed in range(3)]
+    window = embed._window([(r, 0, r.size) for r in requests])
+
+    # When those ids are selected (a carry to the next window)
+    carry = embed._select(window, window.who == 2)
+
+    # Then the carry names its one document only, and its rows still point at that document
+    assert carry.requests == [requests[2]]
+    assert carry.who.tolist() == [0, 0, 0]
+    np.testing.assert_array_equal(carry.ids, requests[2].packed.ids)
+    # and merged with the next window, the requests do not pile up window after window
+    merged = embed._merge(carry, embed._window([(requests[0], 0, 3)]))
+    assert embed._select(merged, merged.who == 1).requests == [requests[0]]
+
+
 def _wait_for(predicate, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

@@ -419,8 +419,12 @@ def _window(taken: list[tuple[Request, int, int]]) -> _Window:
 
 
 def _select(window: _Window, which: np.ndarray) -> _Window:
-    return _Window(window.requests, window.ids[which], window.who[which], window.rows[which],
-                   window.lengths[which], window.carried[which].copy())
+    """The ``which`` ids of ``window``, naming only their own requests (oldest first still): a
+    held-back carry that kept its whole window's requests would grow them window by window."""
+    used, who = np.unique(window.who[which], return_inverse=True)
+    return _Window([window.requests[k] for k in used.tolist()], window.ids[which],
+                   who.reshape(-1).astype(np.int64), window.rows[which], window.lengths[which],
+                   window.carried[which].copy())
 
 
 def _merge(first: _Window, second: _Window) -> _Window:
