@@ -349,10 +349,6 @@ class WorkerSettings(CommonSettings):
     # promote at once across all workers; another waits in the outbox (not the queue) this long.
     records_tenant_slots: int = Field(default=3, ge=1, le=100)
     records_slot_wait_s: int = Field(default=30, ge=1)
-    # Processes that validate a large records file's rows beside the one that reads and stages
-    # it (worker/records/validate.py, docs/decisions/0184); 0 or 1: validate in the job's own
-    # thread. A file under 4 MiB is always validated there.
-    records_validate_processes: int = Field(default=2, ge=0, le=64)
     # Event ledger apply (worker/ledger/, docs/decisions/0139-0141): a thread of this process
     # beside the SQS consumer claims due pending events, LEDGER_APPLY_BATCH per claim, each
     # claim hiding its rows for the lease; failures back off with full jitter (base × 2^n, cap)

@@ -19,7 +19,6 @@ from worker.consumer import Consumer
 from worker.handler import IngestHandler
 from worker.ledger import applier as ledger
 from worker.pipeline.runner import Pipeline
-from worker.records import validate
 from worker.records.pipeline import RecordsPipeline
 from worker.webhooks import dispatcher as webhooks
 
@@ -100,7 +99,6 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
         alerter.close(timeout=2)
         handler.connections.close()
         pool.close()
-        validate.shutdown()  # its processes would outlive the worker's os._exit
 
 
 def documents_in_flight(settings: WorkerSettings) -> int:

@@ -15,6 +15,7 @@ from shared.contracts.model import (
     AMBIGUOUS,
     INVALID,
     UNREADABLE,
+    Cell,
     Column,
     Contract,
     HeaderMatch,
@@ -33,6 +34,7 @@ from shared.contracts.model import (
     match_header,
     meaningful,
     natural_key,
+    read_cell,
     sample_csv,
     unstorable,
     validate_row,
@@ -41,7 +43,7 @@ from shared.contracts.model import (
 from shared.contracts.plaintiffs import PLAINTIFFS
 
 __all__ = [
-    "AD_METRICS", "AMBIGUOUS", "CONTRACTS", "INVALID", "UNREADABLE", "hygiene_rules",
+    "AD_METRICS", "AMBIGUOUS", "CONTRACTS", "Cell", "read_cell", "INVALID", "UNREADABLE", "hygiene_rules",
     "meaningful", "unstorable", "JUDGMENTS", "PLAINTIFFS", "Column", "Contract", "HeaderMatch",
     "Issue", "NaturalKey", "RowResult", "RowRule", "Rule", "Severity", "Target",
     "UnknownContract", "ad_metrics", "codes", "describe", "duplicate_issue", "get", "header_issues",

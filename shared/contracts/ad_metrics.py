@@ -19,14 +19,16 @@ Rows that differ only in a breakdown (Age, Gender, Placement…) are slices of o
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
 from shared import errors
 from shared.contracts import codes
+from shared.contracts import columnar as c
 from shared.contracts import normalise as n
+from shared.contracts.judgments import too_long
 from shared.contracts.model import (
     Column,
     Contract,
@@ -63,10 +65,6 @@ class UnknownPlatform(errors.InvalidRequest):
     code = "unknown_platform"
 
 
-def _too_long(limit: int) -> Callable[[str], bool]:
-    return lambda value: len(value) > limit
-
-
 def _plain_id(text: str) -> Any:
     value = n.external_id(text)
     if value is n.INVALID or not value:
@@ -79,23 +77,23 @@ def _id(field: str, label: str) -> Column:
     return Column(
         field, (field,), f"The platform's id of the {label}, as text (digits kept exactly); "
         "optional: without it the name path identifies it.", normalise=_plain_id,
+        read_column=c.external_id,
         invalid=Rule(f"AD_METRIC_{upper}_INVALID", CRITICAL,
                      f"The {label} id was rewritten as a number in scientific notation (e.g. "
                      "by a spreadsheet) or holds control characters, and its digits are lost; "
                      "export it again as text."),
-        checks=(Rule(f"AD_METRIC_{upper}_TOO_LONG", CRITICAL,
-                     f"The {label} id is longer than {ID_LIMIT} characters.",
-                     broken=_too_long(ID_LIMIT)),))
+        checks=(too_long(f"AD_METRIC_{upper}_TOO_LONG", CRITICAL,
+                         f"The {label} id is longer than {ID_LIMIT} characters.", ID_LIMIT,
+                         truncate=False),))
 
 
 def _name(field: str, label: str) -> Column:
     return Column(
         field, (field,), f"The {label}'s name as the platform shows it (spaces collapsed).",
-        normalise=n.name,
-        checks=(Rule(f"AD_METRIC_{field.upper()}_TOO_LONG", WARNING,
-                     f"The {label} name is longer than {NAME_LIMIT} characters and was "
-                     f"truncated to {NAME_LIMIT}.",
-                     broken=_too_long(NAME_LIMIT), repair=lambda v: v[:NAME_LIMIT]),))
+        normalise=n.name, read_column=c.name,
+        checks=(too_long(f"AD_METRIC_{field.upper()}_TOO_LONG", WARNING,
+                         f"The {label} name is longer than {NAME_LIMIT} characters and was "
+                         f"truncated to {NAME_LIMIT}.", NAME_LIMIT, truncate=True),))
 
 
 def _ambiguous(field: str, label: str) -> Rule:
@@ -109,7 +107,8 @@ def _count(field: str, label: str) -> Column:
     return Column(
         field, (field,), f"{label}: a whole number, 0 or more; thousands separators allowed; "
         "an empty cell is 0, a column the export lacks is no value (NULL).", normalise=n.count,
-        number=True, default=0, ambiguous=_ambiguous(field, label),
+        number=True, default=0, ambiguous=_ambiguous(field, label), kind=c.COUNT,
+        read_column=c.count,
         invalid=Rule(f"AD_METRIC_{upper}_INVALID", CRITICAL,
                      f"{label} must be a whole number such as 12,345."),
         checks=(Rule(f"AD_METRIC_{upper}_NEGATIVE", CRITICAL, f"{label} cannot be negative.",
@@ -123,7 +122,8 @@ def _measure(field: str, label: str, description: str) -> Column:
     upper = field.upper()
     return Column(
         field, (field,), description, normalise=n.decimal_number, number=True,
-        default=Decimal(0), ambiguous=_ambiguous(field, label),
+        default=Decimal(0), ambiguous=_ambiguous(field, label), kind=c.DECIMAL,
+        read_column=c.decimal_number,
         invalid=Rule(f"AD_METRIC_{upper}_INVALID", CRITICAL,
                      f"{label} must be a number such as 12 or 3.5."),
         checks=(Rule(f"AD_METRIC_{upper}_NEGATIVE", CRITICAL, f"{label} cannot be negative.",
@@ -136,7 +136,7 @@ def _measure(field: str, label: str, description: str) -> Column:
 def _breakdown(field: str, label: str) -> Column:
     return Column(field, (field,), f"{label}: a breakdown; rows differing only in breakdowns "
                   "are slices of one fact and are summed.", normalise=_breakdown_value,
-                  breakdown=True,
+                  breakdown=True, read_column=lambda cells: c.breakdown(cells, NAME_LIMIT),
                   invalid=Rule(f"AD_METRIC_{field.upper()}_INVALID", CRITICAL,
                                f"{label} holds control characters or is longer than "
                                f"{NAME_LIMIT} characters."))
@@ -166,7 +166,7 @@ COLUMNS = (
     Column("metric_date", ("metric_date",), "The day the metrics are for (the account's time "
            "zone, as the platform reports it). Without a Day column, the report's range "
            "(Meta's Reporting starts/ends, Google's title line) makes the row a period.",
-           normalise=_report_day, invalid=_DATE_INVALID,
+           normalise=_report_day, invalid=_DATE_INVALID, kind=c.DATE, read_column=c.report_date,
            checks=(
                # The account's day can be ahead of UTC by up to 14 hours: today+1 is allowed.
                Rule("AD_METRIC_METRIC_DATE_FUTURE", CRITICAL,
@@ -180,7 +180,8 @@ COLUMNS = (
            "cents; currency signs and the file's thousands convention allowed; the column is "
            "required, an empty cell is 0.",
            normalise=n.money, unit_field="currency", default=Decimal("0.00"),
-           number=True, ambiguous=_ambiguous("spend", "Spend"),
+           number=True, ambiguous=_ambiguous("spend", "Spend"), kind=c.MONEY,
+           read_column=c.money,
            invalid=Rule("AD_METRIC_SPEND_INVALID", CRITICAL,
                         "Spend must be a number such as 1,234.56."),
            checks=(Rule("AD_METRIC_SPEND_NEGATIVE", CRITICAL, "Spend cannot be negative.",
@@ -197,23 +198,23 @@ COLUMNS = (
              "whatever it is (see result_indicator)."),
     Column("result_indicator", ("result_indicator",), "What Results counts (Meta's Result "
            "indicator or Result type, e.g. actions:offsite_conversion.fb_pixel_purchase).",
-           normalise=n.name,
-           checks=(Rule("AD_METRIC_RESULT_INDICATOR_TOO_LONG", WARNING,
-                        f"The result indicator is longer than {INDICATOR_LIMIT} characters and "
-                        f"was truncated.", broken=_too_long(INDICATOR_LIMIT),
-                        repair=lambda v: v[:INDICATOR_LIMIT]),)),
+           normalise=n.name, read_column=c.name,
+           checks=(too_long("AD_METRIC_RESULT_INDICATOR_TOO_LONG", WARNING,
+                            f"The result indicator is longer than {INDICATOR_LIMIT} characters "
+                            "and was truncated.", INDICATOR_LIMIT, truncate=True),)),
     Column("currency", ("currency",), "ISO 4217 code of the spend, from this column or the "
            "spend header's unit, e.g. `Amount spent (USD)`; empty when the export names none.",
-           normalise=n.currency,
+           normalise=n.currency, read_column=c.currency,
            invalid=Rule("AD_METRIC_CURRENCY_INVALID", CRITICAL,
                         "Currency must be a three-letter ISO 4217 code such as USD.")),
     # Meta writes the report's range beside each row; with the Day breakdown it is the day.
     Column("reporting_starts", ("reporting_starts",), "First day of the report's range "
-           "(Meta): the period of a row without a day.", normalise=_report_day,
+           "(Meta): the period of a row without a day.", normalise=_report_day, kind=c.DATE,
+           read_column=c.report_date,
            invalid=Rule("AD_METRIC_REPORTING_STARTS_INVALID", CRITICAL,
                         "Reporting starts is not a date.")),
     Column("reporting_ends", ("reporting_ends",), "Last day of the report's range (Meta).",
-           normalise=_report_day,
+           normalise=_report_day, kind=c.DATE, read_column=c.report_date,
            invalid=Rule("AD_METRIC_REPORTING_ENDS_INVALID", CRITICAL,
                         "Reporting ends is not a date.")),
     _breakdown("age", "Age"),
@@ -236,7 +237,9 @@ ROW_RULES = (
     RowRule(Rule("AD_METRIC_METRIC_DATE_OUTSIDE_REPORTING_RANGE", CRITICAL,
                  "The day lies outside the row's reporting range; export with the Day "
                  "breakdown so each row is one day."),
-            ("metric_date", "reporting_starts", "reporting_ends"), _outside_range),
+            ("metric_date", "reporting_starts", "reporting_ends"), _outside_range,
+            lambda v: (v["metric_date"] < v["reporting_starts"])
+            | (v["metric_date"] > v["reporting_ends"])),
     RowRule(Rule("AD_METRIC_REPORTING_RANGE_INVALID", CRITICAL,
                  "Reporting starts is after Reporting ends."),
             ("reporting_starts", "reporting_ends"),
@@ -248,7 +251,8 @@ ROW_RULES = (
     RowRule(Rule("AD_METRIC_AD_SET_EXTERNAL_ID_MISSING", WARNING,
                  "The row names an ad by id but not its ad set; the ad is stored without one."),
             ("ad_external_id",), lambda v: v.get("ad_set_external_id") is None
-            and v.get("ad_set_name") is None),
+            and v.get("ad_set_name") is None,
+            lambda v: v["ad_set_external_id"].is_null() & v["ad_set_name"].is_null()),
 )
 
 
@@ -396,6 +400,123 @@ def compose_key(values: Mapping[str, Any]) -> str:
     return fact + BREAKDOWN + (values.get("breakdown") or "")
 
 
+# ── the same over whole columns (worker/records/columns.py, docs/decisions/0271) ──────────
+def _path_hash(path: str) -> str:
+    return hashlib.sha256(path.encode()).hexdigest()
+
+
+def derive_columns(frame: Any, context: Mapping[str, Any]) -> tuple[Any, list[tuple[Rule, str | None, Any]]]:
+    """``derive`` over a frame of rows without errors (typed columns of every field, and
+    ``row``): the frame with the day or period, name paths, breakdown and conversions, and
+    the issues as (rule, field, boolean column)."""
+    import polars as pl
+
+    # A platform's export lacks some fields (Google has no Objective): they are NULL.
+    frame = frame.with_columns(pl.lit(None, c.dtype(column.kind)).alias(column.name)
+                               for column in COLUMNS if column.name not in frame.columns)
+    frame, issues = _grain_columns(pl, frame, context)
+    frame = _path_columns(pl, frame)
+    unnamed = _unnamed_column(pl, context.get("fields"))
+    parts = [pl.when(pl.col(b).is_not_null() & (pl.col(b) != ""))
+             .then(pl.concat_str([pl.lit(f"{b}="), pl.col(b)])) for b in BREAKDOWNS]
+    parts.append(pl.when(unnamed).then(pl.concat_str([pl.lit("row="),
+                                                      pl.col("row").cast(pl.String)])))
+    breakdown = pl.concat_str(parts, separator=PART, ignore_nulls=True)
+    frame = frame.with_columns(
+        pl.when(breakdown == "").then(None).otherwise(breakdown).alias("breakdown"),
+        unnamed.alias("_unnamed"))
+    issues.append((UNNAMED, None, frame["_unnamed"]))
+    converting = c.map_rows(frame, ("result_indicator", "objective"), is_conversion,
+                            pl.Boolean)
+    frame = frame.with_columns(
+        pl.when(pl.col("conversions").is_null() & pl.col("results").is_not_null()
+                & converting).then(pl.col("results")).otherwise(pl.col("conversions"))
+        .alias("conversions")).drop("_unnamed")
+    return frame, issues
+
+
+def _grain_columns(pl: Any, frame: Any, context: Mapping[str, Any]) -> tuple[Any, list[Any]]:
+    """``_grain`` over columns: grain, metric_date, period_start and period_end."""
+    starts, ends, day = pl.col("reporting_starts"), pl.col("reporting_ends"), pl.col("metric_date")
+    both = starts.is_not_null() & ends.is_not_null()
+    day = pl.when(day.is_null() & both & (starts == ends)).then(starts).otherwise(day)
+    period = context.get("period")
+    first, last = starts, ends
+    grain = pl.when(day.is_not_null()).then(pl.lit("day"))
+    if isinstance(period, tuple) and period[0] == period[1]:
+        # a one-day title range makes the row that day
+        grain = grain.when(both).then(pl.lit("period")).otherwise(pl.lit("day"))
+        day = pl.when(day.is_null() & ~both).then(pl.lit(period[0])).otherwise(day)
+    elif isinstance(period, tuple):
+        first = pl.when(both).then(starts).otherwise(pl.lit(period[0]))
+        last = pl.when(both).then(ends).otherwise(pl.lit(period[1]))
+        grain = grain.otherwise(pl.lit("period"))
+    elif period == n.ALL_TIME:
+        grain = grain.when(both).then(pl.lit("period")).otherwise(pl.lit("all_time"))
+    else:
+        grain = grain.when(both).then(pl.lit("period"))
+    frame = frame.with_columns(grain.alias("grain"), day.alias("metric_date"),
+                               first.alias("_first"), last.alias("_last"))
+    is_period = pl.col("grain") == "period"
+    too_old = is_period & ((pl.col("_first") < EARLIEST)
+                           | (pl.col("_last") > n.today() + timedelta(days=1)))
+    frame = frame.with_columns(pl.col("grain").is_null().alias("_day_missing"),
+                               too_old.fill_null(False).alias("_too_old"))
+    frame = frame.with_columns(
+        pl.when(is_period).then(pl.col("_first")).alias("period_start"),
+        pl.when(is_period).then(pl.col("_last")).alias("period_end"))
+    issues = [(DAY_MISSING, "metric_date", frame["_day_missing"]),
+              (PERIOD_TOO_OLD, "reporting_starts", frame["_too_old"])]
+    return frame.drop("_first", "_last", "_day_missing", "_too_old"), issues
+
+
+def _path_columns(pl: Any, frame: Any) -> Any:
+    """``_paths`` over columns: each level's name path hashed, once per distinct path."""
+    tokens: list[Any] = []
+    for level, id_field, name_field in LEVELS:
+        folded = c.per_value(frame[name_field], c.fold, n.fold, pl.String)
+        frame = frame.with_columns(folded.fill_null("").alias("_own"))
+        own = pl.col("_own")
+        text = pl.concat_str([*tokens, own], separator=PART)
+        frame = frame.with_columns(pl.when(own != "").then(text).alias("_path"))
+        hashed = c.python_map(frame["_path"], _path_hash, pl.String)
+        frame = frame.with_columns(hashed.alias(f"{level}_path"), pl.when(own != "").then(own)
+                                   .otherwise(pl.when(pl.col(id_field).is_not_null())
+                                              .then(pl.concat_str([pl.lit("#"),
+                                                                   pl.col(id_field)]))
+                                              .otherwise(pl.lit(""))).alias(f"_token_{level}"))
+        tokens.append(pl.col(f"_token_{level}"))
+    return frame.drop("_own", "_path", *(f"_token_{level}" for level, _, _ in LEVELS))
+
+
+def _unnamed_column(pl: Any, fields: frozenset[str] | None) -> Any:
+    """``_unnamed`` over columns (the file's levels are the same for every row)."""
+    levels = [(i, nm) for _, i, nm in LEVELS if fields and (i in fields or nm in fields)]
+    if len(levels) < 2:
+        return pl.lit(False)
+    (deep_id, deep_name), parents = levels[-1], levels[:-1]
+    named = pl.lit(False)
+    for i, nm in parents:
+        named = named | pl.col(i).is_not_null() | pl.col(nm).is_not_null()
+    return pl.col(deep_id).is_null() & pl.col(deep_name).is_null() & named
+
+
+def compose_columns(frame: Any) -> Any:
+    """``compose_key`` over a frame of valid rows."""
+    import polars as pl
+
+    when = pl.when(pl.col("grain") == "day").then(pl.col("metric_date").dt.strftime("%Y-%m-%d")) \
+        .when(pl.col("grain") == "period").then(pl.concat_str([
+            pl.col("period_start").dt.strftime("%Y-%m-%d"), pl.lit(".."),
+            pl.col("period_end").dt.strftime("%Y-%m-%d")])).otherwise(pl.lit("all"))
+    levels = [pl.when(pl.col(i).is_not_null()).then(pl.concat_str([pl.lit("i:"), pl.col(i)]))
+              .when(pl.col(f"{level}_path").is_not_null())
+              .then(pl.concat_str([pl.lit("p:"), pl.col(f"{level}_path")]))
+              .otherwise(pl.lit("")) for level, i, _ in LEVELS]
+    fact = pl.concat_str([when, *levels], separator=PART)
+    return pl.concat_str([fact, pl.lit(BREAKDOWN), pl.col("breakdown").fill_null("")])
+
+
 def fact_key(natural_key: str) -> str:
     return natural_key.partition(BREAKDOWN)[0]
 
@@ -511,7 +632,8 @@ AD_METRICS = Contract(
     key=NaturalKey(("metric_date", "campaign_external_id", "ad_set_external_id",
                     "ad_external_id"),
                    "day or period | campaign | ad set | ad (each by id, else by name path) | "
-                   "breakdown", part=_key_part, compose=compose_key),
+                   "breakdown", part=_key_part, compose=compose_key,
+                   compose_columns=compose_columns),
     targets=(Target("campaigns", ("client_id", "platform", "external_id | path_key")),
              Target("ad_sets", ("client_id", "platform", "external_id | path_key")),
              Target("ads", ("client_id", "platform", "external_id | path_key")),
@@ -525,6 +647,7 @@ AD_METRICS = Contract(
     promotion_rules=PROMOTION_RULES,
     promotion_order=2,
     derive=derive,
+    derive_columns=derive_columns,
     derived_rules=DERIVED_RULES,
     header_check=header_check,
     examples=(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
 
+from shared.contracts import columnar as c
 from shared.contracts import normalise as n
 from shared.contracts.model import (
     Column,
@@ -33,6 +34,16 @@ def _truncate(limit: int) -> Callable[[str], str]:
     return lambda value: value[:limit]
 
 
+def too_long(code: str, severity: Severity, message: str, limit: int, *,
+             truncate: bool) -> Rule:
+    """A text longer than ``limit`` characters (code points, as Python and polars count):
+    refused, or (``truncate``) kept cut to ``limit``."""
+    return Rule(code, severity, message, broken=_too_long(limit),
+                repair=_truncate(limit) if truncate else None,
+                broken_column=lambda values: values.str.len_chars() > limit,
+                repair_column=(lambda values: values.str.slice(0, limit)) if truncate else None)
+
+
 def case_number_text(text: str) -> str:
     """The case number as given (trimmed); empty when it holds no letter or digit to key on."""
     return text if n.case_number_key(text) else ""
@@ -47,37 +58,39 @@ def letters_outside_key(text: str) -> bool:
 def case_number_checks(entity: str) -> tuple[Rule, ...]:
     """A case number's checks, shared with the plaintiffs contract (its link to a judgment)."""
     return (
-        Rule(f"{entity}_CASE_NUMBER_TOO_LONG", CRITICAL,
-             "Case number is longer than 100 characters.", broken=_too_long(100)),
+        too_long(f"{entity}_CASE_NUMBER_TOO_LONG", CRITICAL,
+                 "Case number is longer than 100 characters.", 100, truncate=False),
+        # Column-wise, only ASCII values are judged: one script, letters A–Z once folded.
         Rule(f"{entity}_CASE_NUMBER_MIXED_SCRIPT", CRITICAL,
              "Case number mixes letters of two scripts (e.g. a Cyrillic С among Latin letters), "
              "so it looks like another case number; retype it in one script.",
-             broken=n.mixed_script),
+             broken=n.mixed_script, broken_column=c.never),
         Rule(f"{entity}_CASE_NUMBER_LETTERS_IGNORED", WARNING,
              "Case number has letters outside A–Z (after folding); they are not part of its "
              "key, so numbers differing only in them are the same judgment.",
-             broken=letters_outside_key),
+             broken=letters_outside_key, broken_column=c.never),
     )
 
 
 def _name(field: str, header: str, label: str, code: str) -> Column:
     return Column(
         field, (header,), f"{label} name; stored as given (spaces collapsed).", required=True,
-        normalise=n.name, personal=True,
+        normalise=n.name, personal=True, read_column=c.name,
         missing=Rule(f"JUDGMENT_{code}_MISSING", CRITICAL, f"{label} name is required."),
-        checks=(Rule(f"JUDGMENT_{code}_TOO_LONG", WARNING,
-                     f"{label} name is longer than 500 characters and was truncated to 500.",
-                     broken=_too_long(500), repair=_truncate(500)),),
-        derived=((f"{field}_normalized", n.name_key),))
+        checks=(too_long(f"JUDGMENT_{code}_TOO_LONG", WARNING,
+                         f"{label} name is longer than 500 characters and was truncated to 500.",
+                         500, truncate=True),),
+        derived=((f"{field}_normalized", n.name_key),),
+        derived_columns=((f"{field}_normalized", c.name_key),))
 
 
 def _location(field: str, header: str, label: str, limit: int) -> Column:
     return Column(
         field, (header,), f"{label} name; title case, abbreviations expanded.",
         normalise=n.location,
-        checks=(Rule(f"JUDGMENT_{field.upper()}_TOO_LONG", WARNING,
-                     f"{label} name is longer than {limit} characters and was truncated.",
-                     broken=_too_long(limit), repair=_truncate(limit)),))
+        checks=(too_long(f"JUDGMENT_{field.upper()}_TOO_LONG", WARNING,
+                         f"{label} name is longer than {limit} characters and was truncated.",
+                         limit, truncate=True),))
 
 
 _AMOUNT_INVALID = Rule("JUDGMENT_AMOUNT_INVALID", CRITICAL,
@@ -91,12 +104,14 @@ COLUMNS = (
            missing=Rule("JUDGMENT_CASE_NUMBER_MISSING", CRITICAL,
                         "Case number is required and must contain a letter or digit."),
            checks=case_number_checks("JUDGMENT"),
-           derived=(("case_number_normalized", n.case_number_key),)),
+           derived=(("case_number_normalized", n.case_number_key),),
+           derived_columns=(("case_number_normalized", c.case_key),)),
     _name("plaintiff_name", "Plaintiff", "Plaintiff", "PLAINTIFF"),
     _name("defendant_name", "Defendant", "Defendant", "DEFENDANT"),
     Column("amount", ("Amount",), "Judgment amount in USD, rounded to cents; the file's "
            "decimal separator (`.` or `,`) is detected or named by the upload.", required=True,
            normalise=n.amount, missing=_AMOUNT_INVALID, invalid=_AMOUNT_INVALID, number=True,
+           kind=c.MONEY, read_column=c.money,
            ambiguous=Rule("JUDGMENT_AMOUNT_AMBIGUOUS", CRITICAL,
                           "Amount reads as two different numbers (1,234 is 1234 or 1.234) and "
                           "the file does not say which; upload it with decimal_separator=. or "
@@ -113,6 +128,7 @@ COLUMNS = (
            )),
     Column("filed_date", ("Entry Date",), "Date the judgment was entered.", required=True,
            normalise=n.filed_date, missing=_DATE_INVALID, invalid=_DATE_INVALID,
+           kind=c.DATE, read_column=c.filed_date,
            checks=(
                Rule("JUDGMENT_FILED_DATE_FUTURE", CRITICAL,
                     "Entry date cannot be in the future.", broken=lambda v: v > n.today()),
@@ -137,7 +153,7 @@ JUDGMENTS = Contract(
     columns=COLUMNS,
     key=NaturalKey(("case_number",), "case number upper-cased, only A–Z and 0–9 kept "
                    "(CV-12345 = cv 12345), leading zeros kept",
-                   part=lambda v: n.case_number_key(v) if v else ""),
+                   part=lambda v: n.case_number_key(v) if v else "", part_column=c.case_key),
     targets=(Target("judgments", ("case_number_normalized",)),),
     duplicate=Rule("JUDGMENT_DUPLICATE", WARNING, "The case number already appeared earlier "
                    "in this file; the row is counted as a duplicate and not promoted."),

@@ -84,6 +84,15 @@ class Column:
     # A breakdown of an ad report (Age, Gender, Placement…): rows that differ only in it are
     # slices of one fact, summed (shared/contracts/ad_metrics.py).
     breakdown: bool = False
+    # The type of the values (shared/contracts/columnar.py: text, date, money, decimal, count):
+    # the stage's column and the worker's column-wise reading follow it.
+    kind: str = "text"
+    # ``normalise`` over a whole column (shared/contracts/columnar.py): trimmed printable ASCII
+    # cells → (values, states), a state PYTHON where only ``normalise`` can judge the cell.
+    # None: ``normalise`` reads every cell, once per distinct text (courts, e-mails, phones).
+    read_column: Callable[..., Any] | None = None
+    # ``derived`` over a whole column of printable ASCII values, by name.
+    derived_columns: tuple[tuple[str, Callable[[Any], Any]], ...] = ()
 
     def rules(self) -> tuple[Rule, ...]:
         seen: dict[str, Rule] = {}
@@ -104,6 +113,10 @@ class NaturalKey:
     separator: str = "|"
     # The whole key from the row's values, when it is more than its parts joined.
     compose: Callable[[Mapping[str, Any]], str] | None = None
+    # ``part`` over a whole column of printable ASCII values (None: ``part`` per value), and
+    # ``compose`` over a frame of valid rows (polars DataFrame → expression).
+    part_column: Callable[[Any], Any] | None = None
+    compose_columns: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +170,10 @@ class Contract:
     header_check: Callable[[Any, Any], Any] | None = None
     # Rules ``derive`` may raise, published with the row rules.
     derived_rules: tuple[tuple[str | None, Rule], ...] = ()
+    # ``derive`` over a frame of the rows without errors (worker/records/columns.py): the frame
+    # with the derived columns, and each issue as (rule, field, a boolean column of the rows).
+    derive_columns: Callable[[Any, Mapping[str, Any]], tuple[Any, list[tuple[Rule, str | None,
+                                                                       Any]]]] | None = None
     # Header key → column position in ``columns``; built once, see ``header_key``.
     _by_header: dict[str, int] = field(init=False, repr=False, compare=False)
 
@@ -405,48 +422,15 @@ def validate_row(contract: Contract, raw: Sequence[str] | Mapping[str, Any],
             if (raw[first].strip() if first < width else "") != \
                     (raw[position].strip() if position < width else ""):
                 _add(hygiene["COLUMN_CONFLICT"], row_number, name, errors, warnings)
-    empty = contract.empty_markers
     values: dict[str, Any] = {}
     for column, text, given in zip(contract.columns, texts, present, strict=True):
-        text = text.strip() if text else ""
-        if (empty and text in empty) or (text and not meaningful(text)):
-            text = ""
-        value: Any = None
-        if text and unstorable(text):
-            _add(hygiene["TEXT_UNSTORABLE"], row_number, column.name, errors, warnings)
-        elif not text:
-            if column.required and column.missing is not None:
-                _add(column.missing, row_number, column.name, errors, warnings)
-            # An empty cell of a column the file has is its default (a metric's 0); a column
-            # the file does not have is no value at all (NULL, never 0).
-            value = column.default if given else None
-        else:
-            value = _normalised(column, text, "." if column.name in numbers else decimal)
-            if value is INVALID or value is AMBIGUOUS:
-                rule = column.ambiguous if value is AMBIGUOUS and column.ambiguous else \
-                    column.invalid
-                assert rule is not None, f"{column.name}: no rule for {value!r}"
-                _add(rule, row_number, column.name, errors, warnings)
-                value = None
-            elif value is None or value == "":
-                # Text that normalises to nothing (a case number of punctuation only): as
-                # good as missing when the field is required, NULL when it is optional.
-                value = None
-                if column.missing is not None:
-                    _add(column.missing, row_number, column.name, errors, warnings)
-            else:
-                for rule in column.checks:
-                    if rule.broken is not None and rule.broken(value):
-                        if _add(rule, row_number, column.name, errors, warnings):
-                            # The value is not kept (the raw row is), and further checks
-                            # would only add noise.
-                            value = None
-                            break
-                        if rule.repair is not None:
-                            value = rule.repair(value)
-        values[column.name] = value
+        cell = read_cell(contract, column, text, given,
+                         "." if column.name in numbers else decimal)
+        for rule in cell.rules:
+            _add(rule, row_number, column.name, errors, warnings)
+        values[column.name] = cell.value
         for name, derive in column.derived:
-            values[name] = derive(value) if value is not None else None
+            values[name] = derive(cell.value) if cell.value is not None else None
     for row_rule in contract.row_rules:
         if all(values.get(f) is not None for f in row_rule.fields) and row_rule.broken(values):
             _add(row_rule.rule, row_number, None, errors, warnings)
@@ -455,6 +439,53 @@ def validate_row(contract: Contract, raw: Sequence[str] | Mapping[str, Any],
         for rule, field_name in contract.derive(values, context, row_number):
             _add(rule, row_number, field_name, errors, warnings)
     return RowResult(row_number, values, errors, warnings)
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One cell read: its value (None when it holds none, or broke a critical rule) and the
+    rules it broke, in the order they were found."""
+
+    value: Any
+    rules: tuple[Rule, ...] = ()
+
+
+def read_cell(contract: Contract, column: Column, text: str | None, given: bool,
+              decimal: str | None) -> Cell:
+    """One cell of ``column`` read as ``validate_row`` reads it: trimmed, normalised and
+    checked. ``given``: the file has the column (an empty cell of one it lacks is NULL, never
+    its default). The worker reads the cells its column forms cannot judge with this."""
+    text = text.strip() if text else ""
+    empty = contract.empty_markers
+    if (empty and text in empty) or (text and not meaningful(text)):
+        text = ""
+    if text and unstorable(text):
+        return Cell(None, (contract.hygiene()["TEXT_UNSTORABLE"],))
+    if not text:
+        missing = (column.missing,) if column.required and column.missing is not None else ()
+        # An empty cell of a column the file has is its default (a metric's 0); a column the
+        # file does not have is no value at all (NULL, never 0).
+        return Cell(column.default if given else None, missing)
+    value = _normalised(column, text, decimal)
+    if value is INVALID or value is AMBIGUOUS:
+        rule = column.ambiguous if value is AMBIGUOUS and column.ambiguous else column.invalid
+        assert rule is not None, f"{column.name}: no rule for {value!r}"
+        return Cell(None, (rule,))
+    if value is None or value == "":
+        # Text that normalises to nothing (a case number of punctuation only): as good as
+        # missing when the field is required, NULL when it is optional.
+        return Cell(None, (column.missing,) if column.missing is not None else ())
+    broken: list[Rule] = []
+    for rule in column.checks:
+        if rule.broken is not None and rule.broken(value):
+            broken.append(rule)
+            if rule.severity is Severity.CRITICAL:
+                # The value is not kept (the raw row is), and further checks would only add
+                # noise.
+                return Cell(None, tuple(broken))
+            if rule.repair is not None:
+                value = rule.repair(value)
+    return Cell(value, tuple(broken))
 
 
 def _normalised(column: Column, text: str, decimal: str | None) -> Any:

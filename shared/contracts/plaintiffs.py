@@ -7,8 +7,9 @@ stored as NULL, so one typo in a phone number does not lose the plaintiff."""
 
 from __future__ import annotations
 
+from shared.contracts import columnar as c
 from shared.contracts import normalise as n
-from shared.contracts.judgments import case_number_checks, case_number_text
+from shared.contracts.judgments import case_number_checks, case_number_text, too_long
 from shared.contracts.model import Column, Contract, NaturalKey, Rule, Severity, Target
 
 CRITICAL, WARNING = Severity.CRITICAL, Severity.WARNING
@@ -16,33 +17,36 @@ TEXT_LIMIT = 500
 
 
 def _truncated(code: str, label: str) -> Rule:
-    return Rule(code, WARNING, f"{label} is longer than {TEXT_LIMIT} characters and was "
-                f"truncated to {TEXT_LIMIT}.", broken=lambda v: len(v) > TEXT_LIMIT,
-                repair=lambda v: v[:TEXT_LIMIT])
+    return too_long(code, WARNING, f"{label} is longer than {TEXT_LIMIT} characters and was "
+                    f"truncated to {TEXT_LIMIT}.", TEXT_LIMIT, truncate=True)
 
 COLUMNS = (
     Column("case_number", ("File #",), "Case number of the judgment this plaintiff belongs to.",
-           required=True, normalise=case_number_text,
+           required=True, normalise=case_number_text, read_column=c.case_number_text,
            missing=Rule("PLAINTIFF_CASE_NUMBER_MISSING", CRITICAL,
                         "Case number is required and must contain a letter or digit."),
            checks=case_number_checks("PLAINTIFF"),
-           derived=(("case_number_normalized", n.case_number_key),)),
+           derived=(("case_number_normalized", n.case_number_key),),
+           derived_columns=(("case_number_normalized", c.case_key),)),
     Column("name", ("Plaintiff",), "Legal name; stored as given (spaces collapsed).",
-           required=True, normalise=n.name, personal=True,
+           required=True, normalise=n.name, personal=True, read_column=c.name,
            missing=Rule("PLAINTIFF_NAME_MISSING", CRITICAL, "Plaintiff name is required."),
-           checks=(Rule("PLAINTIFF_NAME_TOO_LONG", WARNING,
-                        "Plaintiff name is longer than 500 characters and was truncated to 500.",
-                        broken=lambda v: len(v) > 500, repair=lambda v: v[:500]),),
-           derived=(("name_normalized", n.name_key),)),
+           checks=(too_long("PLAINTIFF_NAME_TOO_LONG", WARNING,
+                            "Plaintiff name is longer than 500 characters and was truncated "
+                            "to 500.", 500, truncate=True),),
+           derived=(("name_normalized", n.name_key),),
+           derived_columns=(("name_normalized", c.name_key),)),
     Column("address_line1", ("Address",), "Street address.", normalise=n.name, personal=True,
+           read_column=c.name,
            checks=(_truncated("PLAINTIFF_ADDRESS_LINE1_TOO_LONG", "Address"),)),
-    Column("city", ("City",), "City name.", normalise=n.name,
+    Column("city", ("City",), "City name.", normalise=n.name, read_column=c.name,
            checks=(_truncated("PLAINTIFF_CITY_TOO_LONG", "City"),)),
     Column("state", ("State",), "2-letter USPS state code, upper case.", normalise=n.state,
+           read_column=c.usps_state,
            invalid=Rule("PLAINTIFF_STATE_INVALID", WARNING,
                         "State is not a 2-letter US state code; it was left empty.")),
     Column("zip", ("ZIP",), "5-digit ZIP or ZIP+4 (12345-6789); leading zeros kept.",
-           normalise=n.zip_code,
+           normalise=n.zip_code, read_column=c.zip_code,
            invalid=Rule("PLAINTIFF_ZIP_INVALID", CRITICAL,
                         "ZIP must be 5 digits or ZIP+4 (12345-6789).")),
     Column("phone", ("Phone",), "Phone number, stored as E.164 (+12125551234).",
@@ -54,7 +58,7 @@ COLUMNS = (
            invalid=Rule("PLAINTIFF_EMAIL_INVALID", WARNING,
                         "Email is not a valid e-mail address; it was left empty.")),
     Column("contact_name", ("Contact Person",), "Primary contact.", normalise=n.name,
-           personal=True, checks=(_truncated("PLAINTIFF_CONTACT_NAME_TOO_LONG", "Contact"),)),
+           personal=True, read_column=c.name, checks=(_truncated("PLAINTIFF_CONTACT_NAME_TOO_LONG", "Contact"),)),
     Column("status", ("Status",), "One of " + ", ".join(n.PLAINTIFF_STATUSES)
            + " (vendor words such as Open or Settled are mapped); empty means active.",
            normalise=n.status,
@@ -80,7 +84,7 @@ PLAINTIFFS = Contract(
     key=NaturalKey(("name", "address_line1", "zip"),
                    "name | address line 1 | ZIP, each trimmed and folded (NFKC, full case "
                    "folding, upper case: Café Ünited = CAFÉ ÜNITED)",
-                   part=lambda v: n.fold(v) if v else ""),
+                   part=lambda v: n.fold(v) if v else "", part_column=c.fold),
     # The plaintiff first, then its link to the judgment with the same normalised case number.
     targets=(Target("plaintiffs", ("dedupe_key",)),
              Target("plaintiff_judgments", ("plaintiff_id", "judgment_id"))),

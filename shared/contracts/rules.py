@@ -26,6 +26,23 @@ class Rule:
     broken: Callable[[Any], bool] | None = None
     # For a warning that still keeps the value: what to keep (e.g. the text truncated).
     repair: Callable[[Any], Any] | None = None
+    # The same over a whole column of values (polars expressions), for the worker's column-wise
+    # validation (worker/records/columns.py). Without them, ``broken`` and ``repair`` are
+    # called with the column's expression: a comparison (`v < 0`) is both forms at once.
+    broken_column: Callable[[Any], Any] | None = None
+    repair_column: Callable[[Any], Any] | None = None
+
+    def broken_over(self, values: Any) -> Any:
+        """Where the rule is broken, over a column of values."""
+        check = self.broken_column or self.broken
+        assert check is not None, f"{self.code} checks nothing"
+        return check(values)
+
+    def repaired_over(self, values: Any) -> Any:
+        """What is kept of a column of values that broke the rule."""
+        repair = self.repair_column or self.repair
+        assert repair is not None, f"{self.code} repairs nothing"
+        return repair(values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +52,11 @@ class RowRule:
     rule: Rule
     fields: tuple[str, ...]
     broken: Callable[[Mapping[str, Any]], bool]
+    # Over whole columns (field → polars expression); without it ``broken`` is called so.
+    broken_columns: Callable[[Mapping[str, Any]], Any] | None = None
+
+    def broken_over(self, columns: Mapping[str, Any]) -> Any:
+        return (self.broken_columns or self.broken)(columns)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,9 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-import orjson
 import pytest
 
+from tests.support import staging
 from worker.records import ad_promote
 from worker.records.stage import Target
 
@@ -37,13 +37,10 @@ def row(campaign: str = "c1", ad_set: str | None = "s1", ad: str | None = "a1", 
 
 
 def stage(conn, tenant_id, batch_id, rows: list[dict]) -> None:
-    with conn.cursor().copy("COPY import_staged_rows (batch_id, tenant_id, row_number, "
-                            "natural_key, data, entity_type) FROM STDIN") as copy:
-        for number, data in enumerate(rows, start=1):
-            key = "|".join(str(data.get(k) or "") for k in (
-                "metric_date", "campaign_external_id", "ad_set_external_id", "ad_external_id"))
-            copy.write_row((batch_id, tenant_id, number, key, orjson.dumps(data).decode(),
-                            "daily_metric"))
+    staging.stage_rows(conn, "ad_metrics", tenant_id, batch_id, [
+        {"natural_key": "|".join(str(data.get(k) or "") for k in (
+            "metric_date", "campaign_external_id", "ad_set_external_id", "ad_external_id")),
+         **data} for data in rows])
 
 
 def promote(conn, tenant_id, batch_id, *, client_id=None, platform="meta",
@@ -243,11 +240,8 @@ def test_prepare_rejects_repeats_and_overflows_and_sums_slices_once(conn, tenant
             ("B\x1eage=18", row(spend="9000000000000")),
             ("B\x1eage=25", row(spend="2000000000000")),
             ("C\x1eage=18", row()), ("C\x1eage=18", row()), ("D", row())]
-    with conn.cursor().copy("COPY import_staged_rows (batch_id, tenant_id, row_number, "
-                            "natural_key, data, entity_type) FROM STDIN") as copy:
-        for number, (key, data) in enumerate(rows, start=1):
-            copy.write_row((batch, tenant, number, key, orjson.dumps(data).decode(),
-                            "daily_metric"))
+    staging.stage_rows(conn, "ad_metrics", tenant, batch,
+                       [{"natural_key": key, **data} for key, data in rows])
     target = Target(batch_id=batch, tenant_id=tenant, run_id=uuid.uuid4(), fence=0)
 
     # When the file is prepared, twice
@@ -266,10 +260,10 @@ def test_prepare_rejects_repeats_and_overflows_and_sums_slices_once(conn, tenant
         (3, "spend", "AD_METRIC_TOTAL_OUT_OF_RANGE"), (4, "spend", "AD_METRIC_TOTAL_OUT_OF_RANGE"),
         (5, None, "AD_METRIC_REPEATED_ROW"), (6, None, "AD_METRIC_REPEATED_ROW")]
     staged = {r["row_number"]: r for r in conn.execute(
-        "SELECT row_number, is_duplicate, data FROM import_staged_rows WHERE batch_id = %s",
-        (batch,))}
+        "SELECT row_number, is_duplicate, spend, impressions, slices, breakdown "
+        "FROM import_staged_ad_metrics WHERE batch_id = %s", (batch,))}
     assert sorted(staged) == [1, 2, 7]
     assert [staged[n]["is_duplicate"] for n in (1, 2, 7)] == [False, True, False]
-    merged = staged[1]["data"]
+    merged = staged[1]
     assert (merged["spend"], merged["impressions"], merged["slices"], merged["breakdown"]) == (
-        "3.75", 30, 2, None)
+        Decimal("3.75"), 30, 2, None)

@@ -18,16 +18,19 @@ import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import orjson
 import pytest
 
+from tests.support import staging
 from worker.records import ad_promote, promote
 
 RQ, AQ = promote.Q, ad_promote.Q
 # The tables whose size grows with the data: rescanning one of them per row is the bug.
-LARGE = ("import_staged_rows", "import_row_errors", "judgments", "plaintiffs",
+LARGE = ("import_staged_rows", "import_staged_judgments", "import_staged_plaintiffs",
+         "import_staged_ad_metrics", "import_row_errors", "judgments", "plaintiffs",
          "plaintiff_judgments", "campaigns", "ad_sets", "ads", "daily_metrics")
 # Columns an inner index scan must pin with `=` to be a probe of one key (or a handful).
 # path_lookup (migrations/0030) is one name path: unique among name-only entities, and shared
@@ -111,11 +114,9 @@ def new_batch(conn, tenant_id, contract: str = "judgments", *, status: str = "pr
          platform)).fetchone()["batch_id"]
 
 
-def stage(conn, tenant_id, batch_id, rows: list[dict[str, Any]], keys: list[str]) -> None:
-    with conn.cursor().copy("COPY import_staged_rows (batch_id, tenant_id, row_number, "
-                            "natural_key, data) FROM STDIN") as copy:
-        for number, (data, key) in enumerate(zip(rows, keys, strict=True), start=1):
-            copy.write_row((batch_id, tenant_id, number, key, orjson.dumps(data).decode()))
+def stage(conn, tenant_id, batch_id, contract: str, rows: list[dict[str, Any]]) -> None:
+    """The rows in the contract's typed stage, keyed as the worker keys them."""
+    staging.stage_rows(conn, contract, tenant_id, batch_id, rows)
 
 
 def judgment(i: int) -> dict[str, Any]:
@@ -159,9 +160,19 @@ def world(request, conn, tenants) -> dict[str, Any]:
     other = tenants.user("other").tenant_id
     old = new_batch(conn, other, status="completed")
     conn.execute(
-        "INSERT INTO import_staged_rows (batch_id, tenant_id, row_number, natural_key, data)"
-        " SELECT %s, %s, i, 'OLD' || i, jsonb_build_object('case_number', 'OLD-' || i)"
-        " FROM generate_series(1, %s) i", (old, other, OTHER))
+        "INSERT INTO import_staged_judgments (batch_id, tenant_id, row_number, natural_key, "
+        "case_number, plaintiff_name, defendant_name, amount, filed_date) SELECT %s, %s, i, "
+        "'OLD' || i, 'OLD-' || i, 'P', 'D', 1, date '2024-01-01' FROM generate_series(1, %s) i",
+        (old, other, OTHER))
+    conn.execute(
+        "INSERT INTO import_staged_plaintiffs (batch_id, tenant_id, row_number, natural_key, "
+        "case_number, name) SELECT %s, %s, i, 'OLD' || i, 'OLD-' || i, 'P' || i "
+        "FROM generate_series(1, %s) i", (old, other, OTHER))
+    conn.execute(
+        "INSERT INTO import_staged_ad_metrics (batch_id, tenant_id, row_number, natural_key, "
+        "campaign_external_id, metric_date, spend, grain) SELECT %s, %s, i, 'OLD' || i, "
+        "'c' || (i %% 50), date '2026-01-01', 1, 'day' FROM generate_series(1, %s) i",
+        (old, other, OTHER))
     store_dimensions(conn, other, OTHER_DIMENSIONS)
     if state == "stale":
         conn.execute("ANALYZE")
@@ -170,11 +181,11 @@ def world(request, conn, tenants) -> dict[str, Any]:
     for contract, make in (("judgments", judgment), ("plaintiffs", plaintiff)):
         batch_id = new_batch(conn, tenant, contract)
         rows = [make(i % (STAGED - 100)) for i in range(STAGED)]  # the last 100 repeat keys
-        stage(conn, tenant, batch_id, rows, [str(i % (STAGED - 100)) for i in range(STAGED)])
+        stage(conn, tenant, batch_id, contract, rows)
         batches[contract] = batch_id
     ad_batch = new_batch(conn, tenant, "ad_metrics", platform="meta")
     rows = [ad_row(i % (STAGED - 100)) for i in range(STAGED)]
-    stage(conn, tenant, ad_batch, rows, [ad_key(r) for r in rows])
+    stage(conn, tenant, ad_batch, "ad_metrics", [{**r, "natural_key": ad_key(r)} for r in rows])
     batches["ad_metrics"] = ad_batch
     if state == "fresh":
         conn.execute("ANALYZE")
@@ -244,23 +255,24 @@ def records_statements(world: dict[str, Any], contract: str) -> list[tuple[str, 
         ("forget_errors_after", RQ["forget_errors_after"], {**keys, "last": STAGED // 2}),
         ("advance_counter", RQ["advance_counter"], {**keys, **run, "previous": 0,
                                                     "last": STAGED}),
-        (promote.REPEATS[contract], RQ[promote.REPEATS[contract]], keys),
-        ("flag_duplicates", RQ["flag_duplicates"], {**keys, **warn, "rows": rows}),
+        (promote.REPEATS[contract][0], RQ[promote.REPEATS[contract][0]], keys),
+        (promote.REPEATS[contract][1], RQ[promote.REPEATS[contract][1]],
+         {**keys, **warn, "rows": rows}),
         ("staging_complete", RQ["staging_complete"], {**keys, **run, "total": STAGED,
                                                       "invalid": 0, "duplicate": 100,
                                                       "parse_ms": 1}),
         ("begin_promotion", RQ["begin_promotion"], {**keys, **run}),
         ("forget_promoted", RQ["forget_promoted"], keys),
-        ("mark_amends", RQ["mark_amends"], {**keys, "rows": rows}),
         ("advance_promotion", RQ["advance_promotion"], {**slice_, "inserted": 10}),
         ("finish_batch", RQ["finish_batch"], {**keys, "status": "completed", "inserted": 1,
                                               "updated": 1, "distinct": STAGED, "db_ms": 1,
                                               "finished_at": datetime.now(UTC)}),
     ]
     statements = promote.PROMOTIONS[contract]
-    out += [(name, RQ[name], slice_) for name in (statements.insert, statements.keys,
+    out += [(name, RQ[name], slice_) for name in (statements.insert, statements.amends,
                                                   statements.upsert)]
-    out.append((statements.amends, RQ[statements.amends], {**slice_, "rows": rows}))
+    out.append((statements.refuse, RQ[statements.refuse],
+                {**keys, "row": 7, "field": None, **warn}))
     if statements.links:
         out += [("link_plaintiffs", RQ["link_plaintiffs"], slice_),
                 ("unlinked_plaintiffs", RQ["unlinked_plaintiffs"], {**slice_, **warn})]
@@ -281,17 +293,19 @@ def ad_statements(world: dict[str, Any]) -> list[tuple[str, str, dict]]:
                  for query in queries]
     per_group += [(query, AQ[query], {**group, **notes}) for _, query in ad_promote.FACTS]
     return [
-        ("staged_repeats", RQ["staged_repeats"], keys),
-        ("flag_duplicates", RQ["flag_duplicates"], {**keys, "code": "X", "message": "m",
-                                                    "rows": list(range(1, STAGED, 40))}),
+        ("ad_metric_repeats", RQ["ad_metric_repeats"], keys),
+        ("flag_ad_metric_duplicates", RQ["flag_ad_metric_duplicates"],
+         {**keys, "code": "X", "message": "m", "rows": list(range(1, STAGED, 40))}),
         ("repeated_facts", AQ["repeated_facts"], keys),
         ("overflowing_facts", AQ["overflowing_facts"], keys),
         ("reject_rows", AQ["reject_rows"], {**keys, "field": None, "code": "X", "message": "m",
                                             "rows": list(range(1, STAGED, 40))}),
         ("slice_sums", AQ["slice_sums"], keys),
-        ("merge_slices", AQ["merge_slices"], {**keys, "firsts": list(range(1, STAGED, 40)),
-                                              "patches": ['{"slices": 2}'] * (STAGED // 40),
-                                              "aside": list(range(2, STAGED, 40))}),
+        ("merge_slices", AQ["merge_slices"], {
+            **keys, "firsts": list(range(1, STAGED, 40)),
+            **{name: [Decimal(1)] * (STAGED // 40) for name in ad_promote.SUMMED},
+            "indicators": [None] * (STAGED // 40), "slices": [2] * (STAGED // 40),
+            "aside": list(range(2, STAGED, 40))}),
         ("groups", AQ["groups"], {**keys, "group_rows": ad_promote.GROUP_ROWS}),
         *per_group,
         ("affected_dates", AQ["affected_dates"], keys),
@@ -321,8 +335,9 @@ def test_the_check_catches_a_nested_loop_over_staged_rows(conn, world):
     keys = {"batch_id": world["batches"]["judgments"], "tenant_id": world["tenant_id"]}
     conn.execute("SET enable_hashjoin = off")
     conn.execute("SET enable_mergejoin = off")
-    plan = explain(conn, "SELECT count(*) FROM import_staged_rows a JOIN import_staged_rows b "
-                         "ON b.batch_id = a.batch_id AND b.data = a.data "
+    plan = explain(conn, "SELECT count(*) FROM import_staged_judgments a "
+                         "JOIN import_staged_judgments b "
+                         "ON b.batch_id = a.batch_id AND b.case_number = a.case_number "
                          "AND b.row_number < a.row_number WHERE a.batch_id = %(batch_id)s "
                          "AND a.tenant_id = %(tenant_id)s", keys)
     assert quadratic(plan), orjson.dumps(plan).decode()

@@ -16,6 +16,7 @@ import pytest
 
 from gateway.records import service
 from shared import contracts, db
+from tests.support import staging
 from worker import runs
 from worker.ledger import apply
 from worker.records import promote
@@ -52,10 +53,7 @@ def staged_batch(conn, tenant_id, contract: str, rows: list[dict[str, Any]]) -> 
     run_id = uuid.uuid4()
     conn.execute("INSERT INTO ingestion_runs (run_id, tenant_id, status, run_type, batch_id) "
                  "VALUES (%s, %s, 'running', 'records_import', %s)", (run_id, tenant_id, batch_id))
-    with conn.cursor().copy("COPY import_staged_rows (batch_id, tenant_id, row_number, "
-                            "natural_key, data) FROM STDIN") as copy:
-        for number, data in enumerate(rows, start=1):
-            copy.write_row((batch_id, tenant_id, number, str(number), orjson.dumps(data).decode()))
+    staging.stage_rows(conn, contract, tenant_id, batch_id, rows)
     target = Target(batch_id, tenant_id, run_id, 0)
     counts = promote.finish_staging(conn, target, contracts.get(contract), len(rows), 1)
     assert counts.total == len(rows)

@@ -32,10 +32,13 @@ CONTEXT = ("platform", "client_id")  # beside the row, as an upload names them
 _STATEMENTS = db.load_queries(Path(ad_promote.__file__).with_name("ad_metrics.sql"))
 # Where ad_metrics.sql reads a group of staged rows, and the warnings it files on the batch.
 _GROUP = """WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), """
+# One event's row, read as a row of the typed stage (migrations/0070).
+_ONE_ROW = ("WITH grp AS (SELECT * FROM jsonb_populate_record(NULL::import_staged_ad_metrics, "
+            "%(data)s::jsonb || '{\"row_number\": 1}')), ")
 _WARNINGS_START, _WARNINGS_END = "), warned AS (", "), resolved AS ("
 
 
@@ -46,7 +49,7 @@ def _one_row(name: str) -> str:
     if _GROUP not in text:
         raise RuntimeError(f"ad_metrics.sql {name} no longer reads its group as "
                            "worker/ledger/ad_events.py expects; update it with the statement")
-    text = text.replace(_GROUP, "WITH grp AS (SELECT 1 AS row_number, %(data)s::jsonb AS data), ")
+    text = text.replace(_GROUP, _ONE_ROW)
     if _WARNINGS_START in text:
         head, _, rest = text.partition(_WARNINGS_START)
         _, sep, tail = rest.partition(_WARNINGS_END)

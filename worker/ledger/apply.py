@@ -29,19 +29,21 @@ _RECORDS = db.load_queries(Path(stage.__file__).with_name("records.sql"))
 _WRITE_PART = "), written AS ("
 
 
-def _one_row(name: str) -> str:
-    """records.sql's set-based upsert with its staging-table source replaced by one JSON row.
-    Fails at import if the statement stops having that shape, rather than drifting apart."""
+def _one_row(name: str, stage: str) -> str:
+    """records.sql's set-based upsert with its staging-table source replaced by one JSON row,
+    read as a row of that contract's typed stage (migrations/0070). Fails at import if the
+    statement stops having that shape, rather than drifting apart."""
     text = _RECORDS[name]
     head, sep, tail = text.partition(_WRITE_PART)
-    if not sep or "WITH src AS (" not in head:
-        raise RuntimeError(f"records.sql {name} no longer reads `WITH src AS (…), written AS (`;"
-                           " update worker/ledger/apply.py with it")
-    return "WITH src AS (SELECT %(data)s::jsonb AS data" + sep + tail
+    if not sep or "WITH src AS (" not in head or stage not in head:
+        raise RuntimeError(f"records.sql {name} no longer reads `WITH src AS (… {stage} …), "
+                           "written AS (`; update worker/ledger/apply.py with it")
+    return (f"WITH src AS (SELECT * FROM jsonb_populate_record(NULL::{stage}, %(data)s::jsonb)"
+            + sep + tail)
 
 
-UPSERT_JUDGMENT = _one_row("upsert_judgments")
-UPSERT_PLAINTIFF = _one_row("upsert_plaintiffs")
+UPSERT_JUDGMENT = _one_row("upsert_judgments", stage.STAGES["judgments"])
+UPSERT_PLAINTIFF = _one_row("upsert_plaintiffs", stage.STAGES["plaintiffs"])
 # The vendors judgments and plaintiffs may name (their tables' CHECK); another source system's
 # events are stored as 'manual', with the event named in source_reference.
 RECORD_SOURCES = ("simplicity", "jbi", "manual")

@@ -24,7 +24,7 @@
 -- read once per repeated row (issue 21, docs/decisions/0187).
 SELECT row_number FROM (
     SELECT row_number, count(*) OVER (PARTITION BY natural_key) AS n
-    FROM import_staged_rows
+    FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate) w
 WHERE n > 1;
 
@@ -33,12 +33,12 @@ WHERE n > 1;
 -- (reject_rows, field spend).
 SELECT row_number FROM (
     SELECT row_number,
-           sum((data->>'spend')::numeric) OVER w AS spend,
-           sum((data->>'impressions')::numeric) OVER w AS impressions,
-           sum((data->>'clicks')::numeric) OVER w AS clicks,
-           sum((data->>'conversions')::numeric) OVER w AS conversions,
-           sum((data->>'results')::numeric) OVER w AS results
-    FROM import_staged_rows
+           sum(spend) OVER w AS spend,
+           sum(impressions) OVER w AS impressions,
+           sum(clicks) OVER w AS clicks,
+           sum(conversions) OVER w AS conversions,
+           sum(results) OVER w AS results
+    FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
     WINDOW w AS (PARTITION BY split_part(natural_key, chr(30), 1))) facts
 WHERE spend >= 1e13 OR impressions >= 9e18 OR clicks >= 9e18 OR conversions >= 1e13
@@ -51,62 +51,62 @@ WHERE spend >= 1e13 OR impressions >= 9e18 OR clicks >= 9e18 OR conversions >= 1
 -- to the stage by row_number instead, a stage without statistics ("the batch is one row") read
 -- the whole list once per staged row (docs/decisions/0187).
 WITH gone AS (
-    DELETE FROM import_staged_rows s
+    DELETE FROM import_staged_ad_metrics s
     WHERE s.ctid = ANY (ARRAY(
         SELECT x.ctid
         FROM unnest(%(rows)s::int[]) AS r (row_number)
         CROSS JOIN LATERAL (
-            SELECT x.ctid FROM import_staged_rows x
+            SELECT x.ctid FROM import_staged_ad_metrics x
             WHERE x.batch_id = %(batch_id)s AND x.row_number = r.row_number
               AND x.tenant_id = %(tenant_id)s
             OFFSET 0) x))
-    RETURNING s.row_number, s.data
+    RETURNING s.row_number, staged_values(to_jsonb(s)) AS raw
 )
 INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
-SELECT %(tenant_id)s, %(batch_id)s, row_number, %(field)s, %(code)s, 'critical', %(message)s, data
+SELECT %(tenant_id)s, %(batch_id)s, row_number, %(field)s, %(code)s, 'critical', %(message)s, raw
 FROM gone;
 
 -- name: slice_sums
 -- Rows of one fact that differ in their breakdown (Age, Gender, Placement…) are slices of it:
--- the first row takes their sums (the patch) and the others are set aside (is_duplicate, not
--- counted as duplicates), so promotion sees one row per fact whatever group the slices fell
--- in. A metric no slice has stays NULL; indicators that differ become "mixed". One window and
--- one aggregate over the batch; merge_slices writes what it returns. Run once, before the
--- budget; running it again finds one row per fact and returns nothing.
-SELECT first_row, patch::text AS patch, others
+-- the first row takes their sums and the others are set aside (is_duplicate, not counted as
+-- duplicates), so promotion sees one row per fact whatever group the slices fell in. A metric
+-- no slice has stays NULL; indicators that differ become "mixed". One window and one aggregate
+-- over the batch; merge_slices writes what it returns. Run once, before the budget; running it
+-- again finds one row per fact and returns nothing.
+SELECT first_row, sum(spend) AS spend, sum(impressions) AS impressions, sum(clicks) AS clicks,
+       sum(conversions) AS conversions, sum(results) AS results,
+       CASE WHEN count(DISTINCT result_indicator) > 1 THEN 'mixed'
+            ELSE min(result_indicator) END AS result_indicator,
+       count(*) AS slices,
+       array_agg(row_number) FILTER (WHERE row_number <> first_row) AS others
 FROM (
-    SELECT first_row,
-           jsonb_build_object(
-               'spend', sum((data->>'spend')::numeric)::text,
-               'impressions', sum((data->>'impressions')::numeric),
-               'clicks', sum((data->>'clicks')::numeric),
-               'conversions', sum((data->>'conversions')::numeric)::text,
-               'results', sum((data->>'results')::numeric)::text,
-               'result_indicator',
-               CASE WHEN count(DISTINCT data->>'result_indicator') > 1 THEN 'mixed'
-                    ELSE min(data->>'result_indicator') END,
-               'breakdown', NULL, 'slices', count(*)) AS patch,
-           array_agg(row_number) FILTER (WHERE row_number <> first_row) AS others
-    FROM (
-        SELECT row_number, data, min(row_number) OVER w AS first_row, count(*) OVER w AS n
-        FROM import_staged_rows
-        WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
-        WINDOW w AS (PARTITION BY split_part(natural_key, chr(30), 1))) slices
-    WHERE n > 1
-    GROUP BY first_row) sums
+    SELECT row_number, spend, impressions, clicks, conversions, results, result_indicator,
+           min(row_number) OVER w AS first_row, count(*) OVER w AS n
+    FROM import_staged_ad_metrics
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
+    WINDOW w AS (PARTITION BY split_part(natural_key, chr(30), 1))) slices
+WHERE n > 1
+GROUP BY first_row
 ORDER BY first_row;
 
 -- name: merge_slices
--- What slice_sums returned: each fact's first row takes its patch, the other slices are set
+-- What slice_sums returned: each fact's first row takes its sums, the other slices are set
 -- aside. The rows are found as in reject_rows (a probe of the primary key per listed row) and
--- written by ctid: the patch joins its row on the ctid (a TID probe, or one hash over the
+-- written by ctid: the sums join their row on the ctid (a TID probe, or one hash over the
 -- stage), never the list read once per staged row.
 WITH merged AS (
-    UPDATE import_staged_rows s SET data = s.data || m.patch
-    FROM (SELECT x.ctid AS tid, m.patch::jsonb AS patch
-          FROM unnest(%(firsts)s::int[], %(patches)s::text[]) AS m (row_number, patch)
+    UPDATE import_staged_ad_metrics s
+    SET spend = m.spend, impressions = m.impressions, clicks = m.clicks,
+        conversions = m.conversions, results = m.results, result_indicator = m.result_indicator,
+        breakdown = NULL, slices = m.slices
+    FROM (SELECT x.ctid AS tid, m.*
+          FROM unnest(%(firsts)s::int[], %(spend)s::numeric[], %(impressions)s::numeric[],
+                      %(clicks)s::numeric[], %(conversions)s::numeric[], %(results)s::numeric[],
+                      %(indicators)s::text[], %(slices)s::int[])
+               AS m (row_number, spend, impressions, clicks, conversions, results,
+                     result_indicator, slices)
           CROSS JOIN LATERAL (
-              SELECT x.ctid FROM import_staged_rows x
+              SELECT x.ctid FROM import_staged_ad_metrics x
               WHERE x.batch_id = %(batch_id)s AND x.row_number = m.row_number
                 AND x.tenant_id = %(tenant_id)s
               OFFSET 0) x
@@ -114,12 +114,12 @@ WITH merged AS (
     WHERE s.ctid = m.tid
     RETURNING 1
 ), aside AS (
-    UPDATE import_staged_rows s SET is_duplicate = true
+    UPDATE import_staged_ad_metrics s SET is_duplicate = true
     WHERE s.ctid = ANY (ARRAY(
         SELECT x.ctid
         FROM unnest(%(aside)s::int[]) AS r (row_number)
         CROSS JOIN LATERAL (
-            SELECT x.ctid FROM import_staged_rows x
+            SELECT x.ctid FROM import_staged_ad_metrics x
             WHERE x.batch_id = %(batch_id)s AND x.row_number = r.row_number
               AND x.tenant_id = %(tenant_id)s
             OFFSET 0) x))
@@ -131,7 +131,7 @@ SELECT (SELECT count(*) FROM merged) AS facts, (SELECT count(*) FROM aside) AS s
 -- The last row number of each group of %(group_rows)s staged rows, in order.
 SELECT max(row_number) AS upto
 FROM (SELECT row_number, (row_number() OVER (ORDER BY row_number) - 1) / %(group_rows)s AS g
-      FROM import_staged_rows
+      FROM import_staged_ad_metrics
       WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate) s
 GROUP BY g ORDER BY g;
 
@@ -140,16 +140,16 @@ GROUP BY g ORDER BY g;
 -- An id seen later attaches to the entity the names made: a name-only campaign whose path a
 -- row names together with an id no campaign has yet takes that id. Each id and each path once.
 WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), src AS (
     SELECT DISTINCT ON (path_key) external_id, path_key FROM (
-        SELECT DISTINCT ON (data->>'campaign_external_id')
-               data->>'campaign_external_id' AS external_id, data->>'campaign_path' AS path_key
+        SELECT DISTINCT ON (campaign_external_id)
+               campaign_external_id AS external_id, campaign_path AS path_key
         FROM grp
-        WHERE data->>'campaign_external_id' IS NOT NULL AND data->>'campaign_path' IS NOT NULL
-        ORDER BY data->>'campaign_external_id', data->>'campaign_path') by_id
+        WHERE campaign_external_id IS NOT NULL AND campaign_path IS NOT NULL
+        ORDER BY campaign_external_id, campaign_path) by_id
     ORDER BY path_key, external_id
 ), written AS (
     UPDATE campaigns c SET external_id = hit.external_id, batch_id = %(batch_id)s::uuid,
@@ -177,16 +177,16 @@ SELECT count(*) AS n FROM written;
 -- wins; a row without a name never erases a stored one. Only a campaign whose name or path
 -- changes is written, and counted.
 WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), src AS (
-    SELECT DISTINCT ON (data->>'campaign_external_id')
-           data->>'campaign_external_id' AS external_id, data->>'campaign_name' AS name,
-           data->>'campaign_path' AS path_key
+    SELECT DISTINCT ON (campaign_external_id)
+           campaign_external_id AS external_id, campaign_name AS name,
+           campaign_path AS path_key
     FROM grp
-    WHERE data->>'campaign_external_id' IS NOT NULL
-    ORDER BY data->>'campaign_external_id', (data->>'campaign_name') IS NULL, row_number DESC
+    WHERE campaign_external_id IS NOT NULL
+    ORDER BY campaign_external_id, campaign_name IS NULL, row_number DESC
 ), written AS (
     INSERT INTO campaigns AS c (tenant_id, client_id, platform, external_id, name, path_key,
                                 batch_id)
@@ -206,15 +206,15 @@ SELECT count(*) AS n FROM written;
 -- A row naming its campaign by name only: the campaign of that name path, made now (without an
 -- id) when no campaign, with an id or not, has the path yet.
 WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), src AS (
-    SELECT DISTINCT ON (data->>'campaign_path')
-           data->>'campaign_path' AS path_key, data->>'campaign_name' AS name
+    SELECT DISTINCT ON (campaign_path)
+           campaign_path AS path_key, campaign_name AS name
     FROM grp
-    WHERE data->>'campaign_external_id' IS NULL AND data->>'campaign_path' IS NOT NULL
-    ORDER BY data->>'campaign_path', row_number DESC
+    WHERE campaign_external_id IS NULL AND campaign_path IS NOT NULL
+    ORDER BY campaign_path, row_number DESC
 ), written AS (
     INSERT INTO campaigns (tenant_id, client_id, platform, external_id, name, path_key, batch_id)
     SELECT %(tenant_id)s::uuid, %(client_id)s::uuid, %(platform)s::text, NULL, name, path_key,
@@ -232,16 +232,16 @@ SELECT count(*) AS n FROM written;
 -- ── ad sets ──────────────────────────────────────────────────────────────────────────────────
 -- name: adopt_ad_set_ids
 WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), src AS (
     SELECT DISTINCT ON (path_key) external_id, path_key FROM (
-        SELECT DISTINCT ON (data->>'ad_set_external_id')
-               data->>'ad_set_external_id' AS external_id, data->>'ad_set_path' AS path_key
+        SELECT DISTINCT ON (ad_set_external_id)
+               ad_set_external_id AS external_id, ad_set_path AS path_key
         FROM grp
-        WHERE data->>'ad_set_external_id' IS NOT NULL AND data->>'ad_set_path' IS NOT NULL
-        ORDER BY data->>'ad_set_external_id', data->>'ad_set_path') by_id
+        WHERE ad_set_external_id IS NOT NULL AND ad_set_path IS NOT NULL
+        ORDER BY ad_set_external_id, ad_set_path) by_id
     ORDER BY path_key, external_id
 ), written AS (
     UPDATE ad_sets a SET external_id = hit.external_id, batch_id = %(batch_id)s::uuid,
@@ -268,17 +268,17 @@ SELECT count(*) AS n FROM written;
 -- only the id refers to an ad set that must already exist (else the warning below). Its
 -- campaign resolves by id, else by name path (one campaign of that path, else none).
 WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), src AS (
-    SELECT DISTINCT ON (data->>'ad_set_external_id')
-           data->>'ad_set_external_id' AS external_id, data->>'ad_set_name' AS name,
-           data->>'ad_set_path' AS path_key, data->>'campaign_external_id' AS campaign_id_text,
-           data->>'campaign_path' AS campaign_path
+    SELECT DISTINCT ON (ad_set_external_id)
+           ad_set_external_id AS external_id, ad_set_name AS name,
+           ad_set_path AS path_key, campaign_external_id AS campaign_id_text,
+           campaign_path AS campaign_path
     FROM grp
-    WHERE data->>'ad_set_external_id' IS NOT NULL AND data->>'ad_set_name' IS NOT NULL
-    ORDER BY data->>'ad_set_external_id', row_number DESC
+    WHERE ad_set_external_id IS NOT NULL AND ad_set_name IS NOT NULL
+    ORDER BY ad_set_external_id, row_number DESC
 ), written AS (
     INSERT INTO ad_sets AS a (tenant_id, client_id, platform, external_id, name, path_key,
                               campaign_id, batch_id)
@@ -305,17 +305,17 @@ SELECT count(*) AS n FROM written;
 
 -- name: insert_named_ad_sets
 WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), src AS (
-    SELECT DISTINCT ON (data->>'ad_set_path')
-           data->>'ad_set_path' AS path_key, data->>'ad_set_name' AS name,
-           data->>'campaign_external_id' AS campaign_id_text,
-           data->>'campaign_path' AS campaign_path
+    SELECT DISTINCT ON (ad_set_path)
+           ad_set_path AS path_key, ad_set_name AS name,
+           campaign_external_id AS campaign_id_text,
+           campaign_path AS campaign_path
     FROM grp
-    WHERE data->>'ad_set_external_id' IS NULL AND data->>'ad_set_path' IS NOT NULL
-    ORDER BY data->>'ad_set_path', row_number DESC
+    WHERE ad_set_external_id IS NULL AND ad_set_path IS NOT NULL
+    ORDER BY ad_set_path, row_number DESC
 ), written AS (
     INSERT INTO ad_sets (tenant_id, client_id, platform, external_id, name, path_key,
                          campaign_id, batch_id)
@@ -341,16 +341,16 @@ SELECT count(*) AS n FROM written;
 -- ── ads ──────────────────────────────────────────────────────────────────────────────────────
 -- name: adopt_ad_ids
 WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), src AS (
     SELECT DISTINCT ON (path_key) external_id, path_key FROM (
-        SELECT DISTINCT ON (data->>'ad_external_id')
-               data->>'ad_external_id' AS external_id, data->>'ad_path' AS path_key
+        SELECT DISTINCT ON (ad_external_id)
+               ad_external_id AS external_id, ad_path AS path_key
         FROM grp
-        WHERE data->>'ad_external_id' IS NOT NULL AND data->>'ad_path' IS NOT NULL
-        ORDER BY data->>'ad_external_id', data->>'ad_path') by_id
+        WHERE ad_external_id IS NOT NULL AND ad_path IS NOT NULL
+        ORDER BY ad_external_id, ad_path) by_id
     ORDER BY path_key, external_id
 ), written AS (
     UPDATE ads a SET external_id = hit.external_id, batch_id = %(batch_id)s::uuid,
@@ -374,18 +374,18 @@ SELECT count(*) AS n FROM written;
 
 -- name: upsert_ads
 WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), src AS (
-    SELECT DISTINCT ON (data->>'ad_external_id')
-           data->>'ad_external_id' AS external_id, data->>'ad_name' AS name,
-           data->>'ad_path' AS path_key, data->>'campaign_external_id' AS campaign_id_text,
-           data->>'campaign_path' AS campaign_path,
-           data->>'ad_set_external_id' AS ad_set_id_text, data->>'ad_set_path' AS ad_set_path
+    SELECT DISTINCT ON (ad_external_id)
+           ad_external_id AS external_id, ad_name AS name,
+           ad_path AS path_key, campaign_external_id AS campaign_id_text,
+           campaign_path AS campaign_path,
+           ad_set_external_id AS ad_set_id_text, ad_set_path AS ad_set_path
     FROM grp
-    WHERE data->>'ad_external_id' IS NOT NULL AND data->>'ad_name' IS NOT NULL
-    ORDER BY data->>'ad_external_id', row_number DESC
+    WHERE ad_external_id IS NOT NULL AND ad_name IS NOT NULL
+    ORDER BY ad_external_id, row_number DESC
 ), written AS (
     INSERT INTO ads AS a (tenant_id, client_id, platform, external_id, name, path_key,
                           campaign_id, ad_set_id, batch_id)
@@ -421,18 +421,18 @@ SELECT count(*) AS n FROM written;
 
 -- name: insert_named_ads
 WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), src AS (
-    SELECT DISTINCT ON (data->>'ad_path')
-           data->>'ad_path' AS path_key, data->>'ad_name' AS name,
-           data->>'campaign_external_id' AS campaign_id_text,
-           data->>'campaign_path' AS campaign_path,
-           data->>'ad_set_external_id' AS ad_set_id_text, data->>'ad_set_path' AS ad_set_path
+    SELECT DISTINCT ON (ad_path)
+           ad_path AS path_key, ad_name AS name,
+           campaign_external_id AS campaign_id_text,
+           campaign_path AS campaign_path,
+           ad_set_external_id AS ad_set_id_text, ad_set_path AS ad_set_path
     FROM grp
-    WHERE data->>'ad_external_id' IS NULL AND data->>'ad_path' IS NOT NULL
-    ORDER BY data->>'ad_path', row_number DESC
+    WHERE ad_external_id IS NULL AND ad_path IS NOT NULL
+    ORDER BY ad_path, row_number DESC
 ), written AS (
     INSERT INTO ads (tenant_id, client_id, platform, external_id, name, path_key, campaign_id,
                      ad_set_id, batch_id)
@@ -473,60 +473,60 @@ SELECT count(*) AS n FROM written;
 -- fact whose figures change is written; xmax = 0 marks an insert. A metric the export lacks
 -- stays NULL.
 WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), looked AS (
-    SELECT g.row_number, (g.data->>'metric_date')::date AS metric_date,
-           c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id, g.data,
-           (g.data->>'campaign_external_id' IS NULL AND g.data->>'campaign_path' IS NOT NULL
+    SELECT g.*, c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id,
+           staged_values(to_jsonb(g)) AS evidence,
+           (g.campaign_external_id IS NULL AND g.campaign_path IS NOT NULL
             AND c.id IS NULL)
-           OR (g.data->>'ad_set_external_id' IS NULL AND g.data->>'ad_set_path' IS NOT NULL
+           OR (g.ad_set_external_id IS NULL AND g.ad_set_path IS NOT NULL
                AND s.id IS NULL)
-           OR (g.data->>'ad_external_id' IS NULL AND g.data->>'ad_path' IS NOT NULL
+           OR (g.ad_external_id IS NULL AND g.ad_path IS NOT NULL
                AND a.id IS NULL) AS ambiguous,
-           row_number() OVER (PARTITION BY (g.data->>'metric_date')::date, c.id, s.id, a.id
+           row_number() OVER (PARTITION BY g.metric_date, c.id, s.id, a.id
                               ORDER BY g.row_number) AS nth
     FROM grp g
     LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.data->>'campaign_external_id' IS NOT NULL THEN
+        SELECT CASE WHEN g.campaign_external_id IS NOT NULL THEN
                     (SELECT id FROM campaigns
-                     WHERE lookup_key = %(key_prefix)s::text || (g.data->>'campaign_external_id'))
-               WHEN g.data->>'campaign_path' IS NOT NULL THEN
+                     WHERE lookup_key = %(key_prefix)s::text || g.campaign_external_id)
+               WHEN g.campaign_path IS NOT NULL THEN
                     (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM campaigns
-                     WHERE path_lookup = %(key_prefix)s::text || (g.data->>'campaign_path'))
+                     WHERE path_lookup = %(key_prefix)s::text || g.campaign_path)
                END AS id
     ) c ON true
     LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.data->>'ad_set_external_id' IS NOT NULL THEN
+        SELECT CASE WHEN g.ad_set_external_id IS NOT NULL THEN
                     (SELECT id FROM ad_sets
-                     WHERE lookup_key = %(key_prefix)s::text || (g.data->>'ad_set_external_id'))
-               WHEN g.data->>'ad_set_path' IS NOT NULL THEN
+                     WHERE lookup_key = %(key_prefix)s::text || g.ad_set_external_id)
+               WHEN g.ad_set_path IS NOT NULL THEN
                     (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM ad_sets
-                     WHERE path_lookup = %(key_prefix)s::text || (g.data->>'ad_set_path'))
+                     WHERE path_lookup = %(key_prefix)s::text || g.ad_set_path)
                END AS id
     ) s ON true
     LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.data->>'ad_external_id' IS NOT NULL THEN
+        SELECT CASE WHEN g.ad_external_id IS NOT NULL THEN
                     (SELECT id FROM ads
-                     WHERE lookup_key = %(key_prefix)s::text || (g.data->>'ad_external_id'))
-               WHEN g.data->>'ad_path' IS NOT NULL THEN
+                     WHERE lookup_key = %(key_prefix)s::text || g.ad_external_id)
+               WHEN g.ad_path IS NOT NULL THEN
                     (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM ads
-                     WHERE path_lookup = %(key_prefix)s::text || (g.data->>'ad_path'))
+                     WHERE path_lookup = %(key_prefix)s::text || g.ad_path)
                END AS id
     ) a ON true
-    WHERE COALESCE(g.data->>'grain', 'day') = 'day'
+    WHERE COALESCE(g.grain, 'day') = 'day'
 ), warned AS (
     INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
                                    message, raw)
     SELECT %(tenant_id)s, %(batch_id)s, l.row_number, x.field, x.code, x.severity, x.message,
-           l.data
+           l.evidence
     FROM looked l
     CROSS JOIN LATERAL (VALUES
         ('ad_set_external_id', %(ad_set_code)s::text, 'warning', %(ad_set_message)s::text,
-         l.data->>'ad_set_external_id' IS NOT NULL AND l.ad_set_id IS NULL),
+         l.ad_set_external_id IS NOT NULL AND l.ad_set_id IS NULL),
         ('ad_external_id', %(ad_code)s::text, 'warning', %(ad_message)s::text,
-         l.data->>'ad_external_id' IS NOT NULL AND l.ad_id IS NULL),
+         l.ad_external_id IS NOT NULL AND l.ad_id IS NULL),
         (NULL, %(ambiguous_code)s::text, 'critical', %(ambiguous_message)s::text, l.ambiguous),
         (NULL, %(repeated_code)s::text, 'critical', %(repeated_message)s::text,
          NOT l.ambiguous AND l.nth > 1))
@@ -540,10 +540,8 @@ WITH grp AS (
                                     ad_set_id, ad_id, spend, impressions, clicks, conversions,
                                     results, result_indicator, currency, batch_id)
     SELECT %(tenant_id)s::uuid, %(client_id)s::uuid, %(platform)s::text, metric_date,
-           campaign_id, ad_set_id, ad_id, COALESCE((data->>'spend')::numeric, 0),
-           (data->>'impressions')::bigint, (data->>'clicks')::bigint,
-           (data->>'conversions')::numeric, (data->>'results')::numeric,
-           data->>'result_indicator', data->>'currency', %(batch_id)s::uuid
+           campaign_id, ad_set_id, ad_id, COALESCE(spend, 0), impressions, clicks, conversions,
+           results, result_indicator, currency, %(batch_id)s::uuid
     FROM resolved
     ON CONFLICT ON CONSTRAINT daily_metrics_natural_key DO UPDATE
     SET spend = EXCLUDED.spend, impressions = EXCLUDED.impressions, clicks = EXCLUDED.clicks,
@@ -567,62 +565,61 @@ FROM written;
 -- The group's rows of a period (a report without a Day column): as upsert_daily_metrics, keyed
 -- by the period's first and last day (both NULL: "All time").
 WITH grp AS (
-    SELECT row_number, data FROM import_staged_rows
+    SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), looked AS (
-    SELECT g.row_number, (g.data->>'period_start')::date AS period_start,
-           (g.data->>'period_end')::date AS period_end,
-           c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id, g.data,
-           (g.data->>'campaign_external_id' IS NULL AND g.data->>'campaign_path' IS NOT NULL
+    SELECT g.*, c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id,
+           staged_values(to_jsonb(g)) AS evidence,
+           (g.campaign_external_id IS NULL AND g.campaign_path IS NOT NULL
             AND c.id IS NULL)
-           OR (g.data->>'ad_set_external_id' IS NULL AND g.data->>'ad_set_path' IS NOT NULL
+           OR (g.ad_set_external_id IS NULL AND g.ad_set_path IS NOT NULL
                AND s.id IS NULL)
-           OR (g.data->>'ad_external_id' IS NULL AND g.data->>'ad_path' IS NOT NULL
+           OR (g.ad_external_id IS NULL AND g.ad_path IS NOT NULL
                AND a.id IS NULL) AS ambiguous,
-           row_number() OVER (PARTITION BY (g.data->>'period_start')::date,
-                                           (g.data->>'period_end')::date, c.id, s.id, a.id
+           row_number() OVER (PARTITION BY g.period_start,
+                                           g.period_end, c.id, s.id, a.id
                               ORDER BY g.row_number) AS nth
     FROM grp g
     LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.data->>'campaign_external_id' IS NOT NULL THEN
+        SELECT CASE WHEN g.campaign_external_id IS NOT NULL THEN
                     (SELECT id FROM campaigns
-                     WHERE lookup_key = %(key_prefix)s::text || (g.data->>'campaign_external_id'))
-               WHEN g.data->>'campaign_path' IS NOT NULL THEN
+                     WHERE lookup_key = %(key_prefix)s::text || g.campaign_external_id)
+               WHEN g.campaign_path IS NOT NULL THEN
                     (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM campaigns
-                     WHERE path_lookup = %(key_prefix)s::text || (g.data->>'campaign_path'))
+                     WHERE path_lookup = %(key_prefix)s::text || g.campaign_path)
                END AS id
     ) c ON true
     LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.data->>'ad_set_external_id' IS NOT NULL THEN
+        SELECT CASE WHEN g.ad_set_external_id IS NOT NULL THEN
                     (SELECT id FROM ad_sets
-                     WHERE lookup_key = %(key_prefix)s::text || (g.data->>'ad_set_external_id'))
-               WHEN g.data->>'ad_set_path' IS NOT NULL THEN
+                     WHERE lookup_key = %(key_prefix)s::text || g.ad_set_external_id)
+               WHEN g.ad_set_path IS NOT NULL THEN
                     (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM ad_sets
-                     WHERE path_lookup = %(key_prefix)s::text || (g.data->>'ad_set_path'))
+                     WHERE path_lookup = %(key_prefix)s::text || g.ad_set_path)
                END AS id
     ) s ON true
     LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.data->>'ad_external_id' IS NOT NULL THEN
+        SELECT CASE WHEN g.ad_external_id IS NOT NULL THEN
                     (SELECT id FROM ads
-                     WHERE lookup_key = %(key_prefix)s::text || (g.data->>'ad_external_id'))
-               WHEN g.data->>'ad_path' IS NOT NULL THEN
+                     WHERE lookup_key = %(key_prefix)s::text || g.ad_external_id)
+               WHEN g.ad_path IS NOT NULL THEN
                     (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM ads
-                     WHERE path_lookup = %(key_prefix)s::text || (g.data->>'ad_path'))
+                     WHERE path_lookup = %(key_prefix)s::text || g.ad_path)
                END AS id
     ) a ON true
-    WHERE g.data->>'grain' IN ('period', 'all_time')
+    WHERE g.grain IN ('period', 'all_time')
 ), warned AS (
     INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
                                    message, raw)
     SELECT %(tenant_id)s, %(batch_id)s, l.row_number, x.field, x.code, x.severity, x.message,
-           l.data
+           l.evidence
     FROM looked l
     CROSS JOIN LATERAL (VALUES
         ('ad_set_external_id', %(ad_set_code)s::text, 'warning', %(ad_set_message)s::text,
-         l.data->>'ad_set_external_id' IS NOT NULL AND l.ad_set_id IS NULL),
+         l.ad_set_external_id IS NOT NULL AND l.ad_set_id IS NULL),
         ('ad_external_id', %(ad_code)s::text, 'warning', %(ad_message)s::text,
-         l.data->>'ad_external_id' IS NOT NULL AND l.ad_id IS NULL),
+         l.ad_external_id IS NOT NULL AND l.ad_id IS NULL),
         (NULL, %(ambiguous_code)s::text, 'critical', %(ambiguous_message)s::text, l.ambiguous),
         (NULL, %(repeated_code)s::text, 'critical', %(repeated_message)s::text,
          NOT l.ambiguous AND l.nth > 1))
@@ -636,10 +633,10 @@ WITH grp AS (
                                      campaign_id, ad_set_id, ad_id, spend, impressions, clicks,
                                      conversions, results, result_indicator, currency, batch_id)
     SELECT %(tenant_id)s::uuid, %(client_id)s::uuid, %(platform)s::text, period_start,
-           period_end, campaign_id, ad_set_id, ad_id, COALESCE((data->>'spend')::numeric, 0),
-           (data->>'impressions')::bigint, (data->>'clicks')::bigint,
-           (data->>'conversions')::numeric, (data->>'results')::numeric,
-           data->>'result_indicator', data->>'currency', %(batch_id)s::uuid
+           period_end, campaign_id, ad_set_id, ad_id, COALESCE(spend, 0),
+           impressions, clicks,
+           conversions, results,
+           result_indicator, currency, %(batch_id)s::uuid
     FROM resolved
     ON CONFLICT ON CONSTRAINT period_metrics_natural_key DO UPDATE
     SET spend = EXCLUDED.spend, impressions = EXCLUDED.impressions, clicks = EXCLUDED.clicks,
@@ -661,11 +658,10 @@ FROM written;
 
 -- name: affected_dates
 -- The days the batch's promoted day rows carry: the event's affected_dates.
-SELECT COALESCE(array_agg(DISTINCT (data->>'metric_date')::date
-                          ORDER BY (data->>'metric_date')::date), '{}') AS dates
-FROM import_staged_rows
+SELECT COALESCE(array_agg(DISTINCT metric_date ORDER BY metric_date), '{}') AS dates
+FROM import_staged_ad_metrics
 WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
-  AND data->>'metric_date' IS NOT NULL;
+  AND metric_date IS NOT NULL;
 
 -- name: finish_batch
 -- completed_at is the commit's time (the caller reads clock_timestamp() last thing before it

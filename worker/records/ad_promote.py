@@ -33,6 +33,8 @@ from worker.records.stage import Target
 Q = db.load_queries(Path(__file__).with_name("ad_metrics.sql"))
 RQ = db.load_queries(Path(__file__).with_name("records.sql"))
 
+# A fact's figures that its slices add up to (ad_metrics.sql slice_sums).
+SUMMED = ("spend", "impressions", "clicks", "conversions", "results")
 # The spec's "batch size for promotion" (§5.3): bounds each statement's working set.
 GROUP_ROWS = 1000
 
@@ -62,7 +64,9 @@ def prepare(conn: db.Conn, target: Target) -> dict[str, int]:
         sums = conn.execute(Q["slice_sums"], params).fetchall()
         merged = _one(conn.execute(Q["merge_slices"], {
             **params, "firsts": [s["first_row"] for s in sums],
-            "patches": [s["patch"] for s in sums],
+            **{name: [s[name] for s in sums] for name in SUMMED},
+            "indicators": [s["result_indicator"] for s in sums],
+            "slices": [s["slices"] for s in sums],
             "aside": [row for s in sums for row in s["others"]]}).fetchone()) \
             if sums else {"facts": 0, "slices": 0}
     return {"repeated_rows": repeated, "overflowing_rows": overflowing,
@@ -122,7 +126,8 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
         done = conn.execute(RQ["succeed_run"], {
             "run_id": target.run_id, "tenant_id": target.tenant_id, "fence": target.fence,
             "finished_at": finished_at,
-            "stats": Jsonb({**stats, **result, "status": status, "rows_total": counts.total,
+            "stats": Jsonb({**stats, **result, "status": status,
+                            "promote_ms": db_ms - db_ms_before, "rows_total": counts.total,
                             "rows_invalid": counts.invalid, "rows_duplicate": counts.duplicate,
                             "rows_rejected_at_promotion": rejected,
                             "affected_dates": [d.isoformat() for d in dates]})}).fetchone()

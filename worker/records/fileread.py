@@ -1,29 +1,28 @@
 """What the batch says about how its file was read (issue 20, docs/decisions/0170): the
 encoding, delimiter and decimal separator the parse used, the rows it skipped as export
 furniture with their reasons, and for ad metrics whether entities were keyed by ids or names
-and the report's grain (day, period, all time). The pipeline calls ``rows`` around the parse
-and ``finish`` after it; both are idempotent, so a takeover reading the file again records the
+and the report's grain (day, period, all time). The pipeline calls ``opened`` to read the
+header and ``finish`` after the rows; both are idempotent, so a takeover reading the file again records the
 same.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from shared import db
+from shared import contracts, db
 from shared.contracts import ad_metrics, codes
 from worker.records import parse
 from worker.records.stage import Target
 
 log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("fileread.sql"))
-Row = tuple[int, Sequence[str] | Mapping[str, Any], Mapping[str, Any]]
 
 
 def decimal_option(conn: db.Conn, target: Target) -> str | None:
@@ -32,23 +31,34 @@ def decimal_option(conn: db.Conn, target: Target) -> str | None:
     return None if row is None else row["decimal_separator"]
 
 
-def rows(conn: db.Conn, target: Target, reader: parse.Reader) -> Iterator[Row]:
-    """The reader's rows; how the file was read is recorded once the header is known, and
-    also when the file is refused (a failed batch says what was read too)."""
-    recorded = False
+class Source(Protocol):
+    """A file being read: a CSV's Table (worker/records/table.py) or JSON lines."""
+
+    contract: contracts.Contract
+    encoding: parse.Encoding
+    last: int
+
+    @property
+    def parsed(self) -> parse.ParsedFile | None: ...
+
+    def open(self) -> parse.ParsedFile: ...
+
+    def position(self) -> float: ...
+
+
+def opened(conn: db.Conn, target: Target, source: Source) -> parse.ParsedFile:
+    """The file's header read; how the file was read is recorded then, and also when the file
+    is refused (a failed batch says what was read too)."""
     try:
-        for row in reader.rows():
-            if not recorded:
-                record(conn, target, reader)
-                recorded = True
-            yield row
+        parsed = source.open()
     except parse.BatchRejected:
-        if not recorded:
-            _best_effort(conn, target, reader)
+        _best_effort(conn, target, source)
         raise
+    record(conn, target, source)
+    return parsed
 
 
-def record(conn: db.Conn, target: Target, reader: parse.Reader) -> None:
+def record(conn: db.Conn, target: Target, reader: Source) -> None:
     parsed = reader.parsed
     delimiter = parsed.delimiter if parsed is not None else None
     conn.execute(Q["record_read"], {
@@ -59,7 +69,7 @@ def record(conn: db.Conn, target: Target, reader: parse.Reader) -> None:
                         if parsed is not None and reader.contract.name == "ad_metrics" else None)})
 
 
-def _best_effort(conn: db.Conn, target: Target, reader: parse.Reader) -> None:
+def _best_effort(conn: db.Conn, target: Target, reader: Source) -> None:
     try:
         record(conn, target, reader)
     except psycopg.Error as exc:  # the failure itself is what matters; it is written next
@@ -67,7 +77,7 @@ def _best_effort(conn: db.Conn, target: Target, reader: parse.Reader) -> None:
                     extra={"error": type(exc).__name__})
 
 
-def finish(conn: db.Conn, target: Target, reader: parse.Reader) -> None:
+def finish(conn: db.Conn, target: Target, reader: Source) -> None:
     """After the whole file was read: the rows skipped, by reason (one batch warning), and the
     grain of the rows staged."""
     skipped: Mapping[str, int] = reader.parsed.skipped if reader.parsed is not None else {}

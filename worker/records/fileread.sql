@@ -25,10 +25,10 @@ WITH warned AS (
         WHERE batch_id = %(batch_id)s AND row_number = 0 AND code = %(code)s)
     RETURNING 1
 ), grain AS (
-    SELECT mode() WITHIN GROUP (ORDER BY data->>'grain') AS grain,
-           min((data->>'period_start')::date) AS first, max((data->>'period_end')::date) AS last
-    FROM import_staged_rows
-    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND data ? 'grain'
+    SELECT mode() WITHIN GROUP (ORDER BY grain) AS grain, min(period_start) AS first,
+           max(period_end) AS last
+    FROM import_staged_ad_metrics
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
 )
 UPDATE import_batches b
 SET rows_skipped = %(skipped)s, skipped_reasons = %(reasons)s, report_grain = g.grain,

@@ -190,7 +190,7 @@ class Reader:
                 skipped[reason] += 1
                 continue
             row_number += 1
-            yield row_number, cells, _raw(header, cells)
+            yield row_number, cells, raw_row(header, cells)
         if row_number == 0:
             raise _empty(skipped)
 
@@ -222,44 +222,8 @@ class Reader:
         return lines[best], titles
 
     def _furniture_test(self) -> Callable[[Sequence[str]], str | None] | None:
-        """Why a row is no record (a total, the export's summary, a note), or None."""
-        contract = self.contract
-        if not contract.summary_prefixes and not contract.furniture:
-            return None
         assert self.parsed is not None
-        match = self.parsed.match
-        empty = contract.empty_markers
-        dimensions = [match.index[c.name] for c in contract.columns
-                      if c.name in match.index and _is_dimension(c)]
-        wide = match.width >= 3
-
-        def blank(text: str) -> bool:
-            text = text.strip()
-            return not text or text in empty
-
-        def named(cells: Sequence[str]) -> list[str]:
-            return [cells[p].strip().casefold() for p in dimensions
-                    if p < len(cells) and not blank(cells[p])]
-
-        def reason(cells: Sequence[str]) -> str | None:
-            filled = [c.strip() for c in cells if not blank(c)]
-            first = filled[0].casefold() if filled else ""
-            if contract.summary_prefixes and (
-                    first.startswith(TOTAL_PREFIXES)
-                    # a segmented report's totals follow the segment (`Computers,Total: Display`)
-                    or any(name.startswith(TOTAL_PREFIXES) for name in named(cells))
-                    or (first in TOTAL_WORDS and named(cells) in ([], [first]))):
-                return "total row"
-            if not contract.furniture:
-                return None
-            if wide and len(filled) == 1:
-                return "note"
-            if dimensions and all(blank(cells[p]) if p < len(cells) else True
-                                  for p in dimensions):
-                return "summary row"
-            return None
-
-        return reason
+        return furniture_test(self.contract, self.parsed.match)
 
     def _learn_decimal(self, rows: list[list[str]]) -> None:
         """The file's decimal separator: the upload's, else the one the numbers of the first
@@ -308,22 +272,69 @@ class Reader:
 
     def _accept_header(self, header: Sequence[str], delimiter: str | None,
                        titles: Sequence[str]) -> None:
-        match = contracts.match_header(self.contract, header)
-        period = next((p for t in titles if (p := n.report_period(t)) is not None), None)
-        match = replace(match, context={"period": period, "titles": tuple(titles),
-                                        "fields": frozenset(match.index)})
-        issues = contracts.header_issues(self.contract, match) if header else []
-        critical = [i for i in issues if i.severity is contracts.Severity.CRITICAL]
-        if critical:
-            first = critical[0]
-            raise BatchRejected(first.message, stage="parse", code=first.code, issues=critical)
-        if header and self.contract.header_check is not None:
-            refused = self.contract.header_check(self.contract, match)
-            if refused is not None:
-                raise BatchRejected(refused.message, stage="parse", code=refused.code,
-                                    issues=[refused])
-        self.parsed = ParsedFile(match, tuple(header), _encoding_issue(self.encoding) + issues,
-                                 self.encoding.label, delimiter)
+        self.parsed = accept_header(self.contract, header, delimiter, titles, self.encoding)
+
+
+def accept_header(contract: contracts.Contract, header: Sequence[str], delimiter: str | None,
+                  titles: Sequence[str], encoding: Encoding) -> ParsedFile:
+    """The file's header matched to the contract, its title lines read for a period, and its
+    batch-level issues; BatchRejected when the header cannot be imported."""
+    match = contracts.match_header(contract, header)
+    period = next((p for t in titles if (p := n.report_period(t)) is not None), None)
+    match = replace(match, context={"period": period, "titles": tuple(titles),
+                                    "fields": frozenset(match.index)})
+    issues = contracts.header_issues(contract, match) if header else []
+    critical = [i for i in issues if i.severity is contracts.Severity.CRITICAL]
+    if critical:
+        first = critical[0]
+        raise BatchRejected(first.message, stage="parse", code=first.code, issues=critical)
+    if header and contract.header_check is not None:
+        refused = contract.header_check(contract, match)
+        if refused is not None:
+            raise BatchRejected(refused.message, stage="parse", code=refused.code,
+                                issues=[refused])
+    return ParsedFile(match, tuple(header), _encoding_issue(encoding) + issues,
+                      encoding.label, delimiter)
+
+
+def furniture_test(contract: contracts.Contract,
+                   match: contracts.HeaderMatch) -> Callable[[Sequence[str]], str | None] | None:
+    """Why a row is no record (a total, the export's summary, a note), or None; None when the
+    contract's exports have no such rows. (worker/records/table.py asks it of whole columns.)"""
+    if not contract.summary_prefixes and not contract.furniture:
+        return None
+    empty = contract.empty_markers
+    dimensions = [match.index[c.name] for c in contract.columns
+                  if c.name in match.index and is_dimension(c)]
+    wide = match.width >= 3
+
+    def blank(text: str) -> bool:
+        text = text.strip()
+        return not text or text in empty
+
+    def named(cells: Sequence[str]) -> list[str]:
+        return [cells[p].strip().casefold() for p in dimensions
+                if p < len(cells) and not blank(cells[p])]
+
+    def reason(cells: Sequence[str]) -> str | None:
+        filled = [c.strip() for c in cells if not blank(c)]
+        first = filled[0].casefold() if filled else ""
+        if contract.summary_prefixes and (
+                first.startswith(TOTAL_PREFIXES)
+                # a segmented report's totals follow the segment (`Computers,Total: Display`)
+                or any(name.startswith(TOTAL_PREFIXES) for name in named(cells))
+                or (first in TOTAL_WORDS and named(cells) in ([], [first]))):
+            return "total row"
+        if not contract.furniture:
+            return None
+        if wide and len(filled) == 1:
+            return "note"
+        if dimensions and all(blank(cells[p]) if p < len(cells) else True
+                              for p in dimensions):
+            return "summary row"
+        return None
+
+    return reason
 
 
 # ── the file's dialect and conventions ────────────────────────────────────────────────────
@@ -387,7 +398,7 @@ def decimal_of(contract: contracts.Contract, match: contracts.HeaderMatch,
     return votes.most_common(1)[0][0]
 
 
-def _is_dimension(column: contracts.Column) -> bool:
+def is_dimension(column: contracts.Column) -> bool:
     return column.breakdown or column.name.endswith(("_name", "_external_id"))
 
 
@@ -409,7 +420,7 @@ def _bounded(text: str) -> str:
     return text
 
 
-def _raw(header: Sequence[str], cells: Sequence[str]) -> dict[str, Any]:
+def raw_row(header: Sequence[str], cells: Sequence[str]) -> dict[str, Any]:
     raw: dict[str, Any] = {}
     for i, cell in enumerate(cells[:RAW_COLUMNS]):
         name = _bounded(header[i]) if i < len(header) else f"(column {i + 1})"

@@ -5,6 +5,7 @@ staging_complete: budget, then promote; promoting: promote again (idempotent).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -19,10 +20,11 @@ from uuid import UUID
 import psycopg
 
 from shared import contracts, db, jobs, objectstore
+from shared.contracts import ad_metrics
 from shared.settings import WorkerSettings
 from worker import runs
 from worker.pipeline import read
-from worker.records import ad_promote, fileread, parse, promote, rowlog, stage, validate
+from worker.records import ad_promote, fileread, jsonrows, promote, rowlog, stage, table
 from worker.records.parse import BatchRejected
 
 log = logging.getLogger(__name__)
@@ -42,8 +44,16 @@ def tenant_key(tenant_id: UUID) -> int:
     return int.from_bytes(tenant_id.bytes[:4], "big", signed=True)
 
 
-# The batch's contract (an ad-metrics batch reads its platform's export headers).
-contract_for = validate.contract_for
+
+
+def contract_for(name: str, platform: str | None) -> contracts.Contract:
+    """The batch's contract: an ad-metrics batch reads its platform's export headers."""
+    if name == "ad_metrics":
+        if platform is None:
+            raise BatchRejected("The ad-metrics batch names no platform.", stage="parse",
+                                code="batch_missing")
+        return ad_metrics.for_platform(platform)
+    return contracts.get(name)
 
 
 class RecordsPipeline:
@@ -100,20 +110,21 @@ class RecordsPipeline:
             contract = contract_for(job.contract, batch["platform"])
             target = stage.Target(job.batch_id, job.tenant_id, job.run_id, lease.fence,
                                   stage.entity_type(contract))
-            status, db_ms = batch["status"], 0
+            status, times = batch["status"], Times()
             if status == "pending":
                 conn.execute(Q["start_batch"], target.keys)
                 status = "processing"
             if status == "processing":
-                counts, parse_ms, db_ms = self._stage(conn, job, contract, target, batch, check)
-                stats["parse_ms"] = parse_ms
+                counts = self._stage(conn, job, contract, target, batch, check, times)
                 status = "staging_complete"
             else:
                 counts = promote.Counts(batch["rows_total"], batch["rows_invalid"],
                                         batch["rows_duplicate"])
-                stats["parse_ms"] = batch["parse_duration_ms"] or 0
+            parse_ms = times.ms("read", "validate") or batch["parse_duration_ms"] or 0
+            db_ms = times.ms("stage")
             stats.update(rows_total=counts.total, rows_invalid=counts.invalid,
-                         rows_duplicate=counts.duplicate)
+                         rows_duplicate=counts.duplicate, parse_ms=parse_ms,
+                         **times.stats())
             if status == "staging_complete":
                 promote.check_budget(counts, batch["error_threshold_percent"],
                                      batch["force_partial"])
@@ -132,15 +143,17 @@ class RecordsPipeline:
                 result = promote.promote(
                     *promotion_args, **promotion_kwargs,
                     tick=lambda done: check.progress("promote", 0.92 + 0.07 * done))
-        stats.update(result, db_ms=db_ms + round((time.monotonic() - promoted_at) * 1000),
+        promote_ms = round((time.monotonic() - promoted_at) * 1000)
+        stats.update(result, db_ms=db_ms + promote_ms, promote_ms=promote_ms,
                      duration_ms=round((time.monotonic() - started) * 1000))
         self._remove_upload(job)
         return RecordsResult(stats)
 
     def _stage(self, conn: db.Conn, job: jobs.RecordsJob,
                contract: contracts.Contract, target: stage.Target, batch: dict[str, Any],
-               check: _Check) -> tuple[promote.Counts, int, int]:
-        started, db_s = time.monotonic(), 0.0
+               check: _Check, times: Times) -> promote.Counts:
+        """Read, validate and stage the file after the last staged row (issue 31: a chunk of
+        rows at a time, as columns), then processing → staging_complete."""
         resume = stage.resume_point(conn, target, batch["last_staged_row"])
         if resume:
             log.info("records import resumes after the last staged row",
@@ -148,36 +161,50 @@ class RecordsPipeline:
                             "worker_id": self.worker_id})
         check.progress("parse", 0.02)
         issues_log = rowlog.RowIssueLog(job.batch_id)
-        with read.open_upload(self._upload(job), self.s3) as path, \
-                parse.Reader(path, contract, job.file_format,
-                             decimal=fileread.decimal_option(conn, target)) as reader:
-            # fileread.rows records how the file was read once its header is known.
-            read_rows = _After(fileread.rows(conn, target, reader), resume)
-            pool = validate.pool(self.settings.records_validate_processes, reader.size)
-            chunk = stage.Chunk(previous=resume)
-            if resume == 0:
-                chunk.add_batch_issues(_batch_warnings(reader, read_rows))
-            for row in validate.encoded(read_rows, contract, (job.contract, batch["platform"]),
-                                        lambda: _match(reader), pool, lambda: _header(reader)):
-                chunk.extend(row)
-                if len(chunk) >= stage.CHUNK_ROWS:
-                    db_s += _timed(stage.write, conn, target, chunk)
-                    issues_log.chunk(chunk)
-                    chunk = stage.Chunk(previous=chunk.last)
-                    check.progress("parse", 0.05 + 0.85 * reader.position())
-                    check.hold("parse")
-            if len(chunk) or chunk.issues:
-                db_s += _timed(stage.write, conn, target, chunk)
-                issues_log.chunk(chunk)
-            total = read_rows.last
-            db_s += _timed(fileread.finish, conn, target, reader)
-        if contract.name == "ad_metrics":  # repeats and slices, before the budget counts
-            db_s += _timed(ad_promote.prepare, conn, target)
-        staged_at = time.monotonic()
-        parse_ms = round((staged_at - started - db_s) * 1000)
-        counts = promote.finish_staging(conn, target, contract, total, parse_ms)
-        db_ms = round((db_s + time.monotonic() - staged_at) * 1000)
-        return counts, parse_ms, db_ms
+        reading: type[table.Table | jsonrows.JsonLines] = \
+            jsonrows.JsonLines if job.file_format == "jsonl" else table.Table
+        with read.open_upload(self._upload(job), self.s3) as path:
+            with times.read():
+                source = reading(path, contract, fileread.decimal_option(conn, target))
+            staged_rows = self._stage_rows(conn, target, contract, source, resume, check,
+                                           times, issues_log)
+        with times.stage():
+            if contract.name == "ad_metrics":  # repeats and slices, before the budget counts
+                ad_promote.prepare(conn, target)
+            return promote.finish_staging(conn, target, contract, staged_rows,
+                                          times.ms("read", "validate"))
+
+    def _stage_rows(self, conn: db.Conn, target: stage.Target, contract: contracts.Contract,
+                    source: table.Table | jsonrows.JsonLines, resume: int, check: _Check,
+                    times: Times, issues_log: rowlog.RowIssueLog) -> int:
+        """Each chunk after ``resume`` validated and staged; the number of the file's last
+        row."""
+        with source:
+            with times.read():
+                parsed = fileread.opened(conn, target, source)
+            warnings = list(parsed.warnings) if resume == 0 else []
+            chunks: Iterator[table.Chunk | jsonrows.Part] = source.chunks(stage.CHUNK_ROWS,
+                                                                          after=resume)
+            while True:
+                with times.read():
+                    chunk = next(chunks, None)
+                if chunk is None:
+                    break
+                with times.validate():
+                    validated, raw = chunk.validated(contract, parsed.match)
+                    staged = stage.Staged(chunk.previous, chunk.last, validated.values,
+                                          stage.issue_rows(validated.issues, raw))
+                    staged.add_batch_issues(warnings)
+                    warnings = []
+                with times.stage():
+                    stage.write(conn, target, contract, staged)
+                issues_log.chunk(staged)
+                check.progress("parse", 0.05 + 0.85 * source.position())
+                if chunk.last - chunk.previous >= stage.CHUNK_ROWS:
+                    check.hold("parse")  # a full chunk, as before: a small file is never held
+            with times.stage():
+                fileread.finish(conn, target, source)
+            return source.last
 
     def _connect(self) -> db.Conn:
         """A connection of this job's own, in autocommit: each ``transaction()`` block is a
@@ -259,50 +286,37 @@ def _hold_before_fail(pause: tuple[str, Path] | None) -> None:
         time.sleep(0.05)
 
 
-class _After:
-    """The reader's rows after ``resume`` (those up to it were staged before a takeover), and
-    the number of the last row read, skipped or not. Peeking reads the first row early (so
-    the header, and with it the file's warnings, are known before anything is staged)."""
+class Times:
+    """Where a job's time goes, by stage (read, validate, stage, promote), for its run's stats
+    and the benches' shares (bench/records.py, bench/ad_metrics.py)."""
 
-    def __init__(self, rows: Iterator[tuple[int, Any, Any]], resume: int) -> None:
-        self.rows, self.resume, self.last = rows, resume, 0
-        self._peeked: list[tuple[int, Any, Any]] = []
+    STAGES = ("read", "validate", "stage", "promote")
 
-    def peek(self) -> None:
-        if not self._peeked:
-            self._peeked = list(self._take(1))
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(self.STAGES, 0.0)
 
-    def _take(self, limit: int) -> Iterator[tuple[int, Any, Any]]:
-        for row in self.rows:
-            self.last = row[0]
-            if row[0] > self.resume:
-                yield row
-                limit -= 1
-                if limit == 0:
-                    return
+    @contextlib.contextmanager
+    def _timing(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.monotonic() - started
 
-    def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
-        yield from self._peeked
-        self._peeked = []
-        yield from self._take(-1)
+    def read(self) -> contextlib.AbstractContextManager[None]:
+        return self._timing("read")
 
+    def validate(self) -> contextlib.AbstractContextManager[None]:
+        return self._timing("validate")
 
-def _batch_warnings(reader: parse.Reader, rows: _After) -> list[contracts.Issue]:
-    """The file-level warnings (encoding, extra columns), known once the header is read."""
-    rows.peek()
-    return list(reader.parsed.warnings) if reader.parsed is not None else []
+    def stage(self) -> contextlib.AbstractContextManager[None]:
+        return self._timing("stage")
 
+    def promote(self) -> contextlib.AbstractContextManager[None]:
+        return self._timing("promote")
 
-def _match(reader: parse.Reader) -> contracts.HeaderMatch | None:
-    return reader.parsed.match if reader.parsed is not None else None
+    def ms(self, *names: str) -> int:
+        return round(sum(self.seconds[n] for n in names) * 1000)
 
-
-def _header(reader: parse.Reader) -> tuple[str, ...] | None:
-    return reader.parsed.header if reader.parsed is not None else None
-
-
-def _timed(fn: Any, *args: Any) -> float:
-    started = time.monotonic()
-    fn(*args)
-    return time.monotonic() - started
-
+    def stats(self) -> dict[str, int]:
+        return {f"{name}_ms": self.ms(name) for name in self.STAGES}

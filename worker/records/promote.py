@@ -43,8 +43,10 @@ BUDGET_CODE = codes.BATCH_ERROR_BUDGET_EXCEEDED
 # Row numbers per slice transaction: a few seconds of index work on a table that holds
 # millions of rows, so no transaction over live tables lasts long (docs/decisions/0180).
 SLICE_ROWS = 10_000
-# Which within-file duplicate statement keys each contract's rows (records.sql).
-REPEATS = {"judgments": "judgment_repeats", "plaintiffs": "plaintiff_repeats"}
+# Each contract's within-file duplicates (records.sql): the rows, then their flags and warnings.
+REPEATS = {"judgments": ("judgment_repeats", "flag_judgment_duplicates"),
+           "plaintiffs": ("plaintiff_repeats", "flag_plaintiff_duplicates"),
+           "ad_metrics": ("ad_metric_repeats", "flag_ad_metric_duplicates")}
 
 
 @dataclass(frozen=True)
@@ -61,23 +63,23 @@ class Counts:
 
 @dataclass(frozen=True)
 class Statements:
-    """A records contract's promotion: its slice insert, its amends finder, its flip upsert,
-    the table they write, and the rule of a row that table refuses."""
+    """A records contract's promotion: its slice insert, its amends marker, its flip upsert,
+    the table they write, the rule of a row that table refuses and how it is refused."""
 
     insert: str
-    keys: str
     amends: str
     upsert: str
     table: str
     refused: contracts.Rule
+    refuse: str
     links: bool = False
 
 
 PROMOTIONS = {
-    "judgments": Statements("insert_judgments", "judgment_keys", "judgment_amends",
-                            "upsert_judgments", "judgments", judgments.NOT_STORED),
-    "plaintiffs": Statements("insert_plaintiffs", "plaintiff_keys", "plaintiff_amends",
-                             "upsert_plaintiffs", "plaintiffs", plaintiffs.NOT_STORED,
+    "judgments": Statements("insert_judgments", "judgment_amends", "upsert_judgments",
+                            "judgments", judgments.NOT_STORED, "refuse_judgment_row"),
+    "plaintiffs": Statements("insert_plaintiffs", "plaintiff_amends", "upsert_plaintiffs",
+                             "plaintiffs", plaintiffs.NOT_STORED, "refuse_plaintiff_row",
                              links=True),
 }
 # What the database says of one row's values (a check, a NOT NULL, a number too large, a
@@ -90,12 +92,12 @@ def finish_staging(conn: db.Conn, target: Target, contract: contracts.Contract,
     """processing → staging_complete with the file's counts, and the within-file duplicates
     flagged and recorded as warnings, in one transaction (so a takeover never records them
     twice)."""
-    repeats = REPEATS.get(contract.name, "staged_repeats")
+    repeats, flag = REPEATS[contract.name]
     with conn.transaction():
         invalid = _one(conn.execute(Q["count_invalid"], target.keys).fetchone())["invalid"]
         rows = [r["row_number"] for r in conn.execute(Q[repeats], target.keys)]
         if rows:
-            conn.execute(Q["flag_duplicates"], {
+            conn.execute(Q[flag], {
                 **target.keys, "rows": rows, "code": contract.duplicate.code,
                 "message": contract.duplicate.message})
         done = conn.execute(Q["staging_complete"], {
@@ -189,7 +191,8 @@ def _flip(conn: db.Conn, target: Target, contract: contracts.Contract, statement
         done = conn.execute(Q["succeed_run"], {
             "run_id": target.run_id, "tenant_id": target.tenant_id, "fence": target.fence,
             "finished_at": finished_at,
-            "stats": Jsonb({**stats, **result, "status": status, "rows_total": counts.total,
+            "stats": Jsonb({**stats, **result, "status": status,
+                            "promote_ms": db_ms - db_ms_before, "rows_total": counts.total,
                             "rows_invalid": counts.invalid,
                             "rows_duplicate": counts.duplicate})}).fetchone()
         if done is None:
@@ -231,14 +234,8 @@ def _slice_once(conn: db.Conn, statements: Statements, params: dict[str, Any]) -
     with conn.transaction():
         counted = _one(conn.execute(Q[statements.insert], params).fetchone())
         if counted["inserted"] < counted["candidates"]:
-            # Only the rows whose key the insert did not write are looked up.
-            written = set(counted["keys"])
-            left = [r["row_number"] for r in conn.execute(Q[statements.keys], params)
-                    if r["key"] not in written]
-            rows = [r["row_number"] for r in conn.execute(Q[statements.amends],
-                                                          {**params, "rows": left})]
-            if rows:
-                conn.execute(Q["mark_amends"], {**params, "rows": rows})
+            # Some keys were stored already: those rows are compared for the flip.
+            conn.execute(Q[statements.amends], params)
         if statements.links:
             conn.execute(Q["link_plaintiffs"], params)
             conn.execute(Q["unlinked_plaintiffs"], {
@@ -333,7 +330,7 @@ def _refuse(conn: db.Conn, contract: contracts.Contract, statements: Statements,
         field = None
     rule = statements.refused
     why = f" ({constraint})" if constraint else ""
-    conn.execute(Q["refuse_row"], {
+    conn.execute(Q[statements.refuse], {
         "batch_id": params["batch_id"], "tenant_id": params["tenant_id"], "row": row,
         "field": field, "code": rule.code, "message": rule.message.replace(
             "table)", f"table{why})", 1)})

@@ -95,49 +95,73 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND severity = 'crit
   AND row_number > 0;
 
 -- name: judgment_repeats
--- The rows whose case number an earlier row of the same file had (docs/decisions/0096), keyed
--- with the judgments table's own generated expression, so what promotion writes on and what
--- counts as a duplicate can never disagree. One pass over the batch (a window, no join): its
--- plan is linear whatever the statistics say (docs/decisions/0183).
+-- The rows whose case number an earlier row of the same file had (docs/decisions/0096), by the
+-- staged key: the worker keys exactly as the judgments table's generated column does
+-- (tests/integration/test_records_any_text.py holds the two to each other). One pass over the
+-- batch (a window, no join): its plan is linear whatever the statistics say
+-- (docs/decisions/0183).
 SELECT row_number FROM (
     SELECT row_number,
-           row_number() OVER (PARTITION BY records_case_key(data->>'case_number')
-                              ORDER BY row_number) AS seen
-    FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
+           row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS seen
+    FROM import_staged_judgments
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
 WHERE seen > 1;
 
 -- name: plaintiff_repeats
--- The same plaintiff (the plaintiffs table's dedupe key) at an earlier row of the file. Such a
--- row is not written again but still links its case number (one plaintiff, many judgments).
+-- The same plaintiff (name | address line 1 | ZIP folded: the plaintiffs table's dedupe key is
+-- its md5) at an earlier row of the file. Such a row is not written again but still links its
+-- case number (one plaintiff, many judgments).
 SELECT row_number FROM (
     SELECT row_number,
-           row_number() OVER (PARTITION BY plaintiff_dedupe_key(
-               data->>'name', data->>'address_line1', data->>'zip')
-               ORDER BY row_number) AS seen
-    FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
+           row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS seen
+    FROM import_staged_plaintiffs
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
 WHERE seen > 1;
 
--- name: staged_repeats
--- A natural key (the contract's, as staged) seen at an earlier row of the same file. Ad
--- metrics (docs/decisions/0149): the flag is what makes each promotion group's upserts see
--- one row per key.
-SELECT row_number FROM (
-    SELECT row_number, row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS seen
-    FROM import_staged_rows WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
-WHERE seen > 1;
-
--- name: flag_duplicates
--- The repeats found above are flagged (promotion skips them) and warned. By primary key from
--- the list the caller passes: joined to a window over the batch instead, a stage without
--- statistics was scanned once per row (issue 21).
+-- name: flag_judgment_duplicates
+-- The repeats found above are flagged (promotion skips them) and warned, with the row's values
+-- as evidence. By primary key from the list the caller passes: joined to a window over the
+-- batch instead, a stage without statistics was scanned once per row (issue 21).
 WITH flagged AS (
-    UPDATE import_staged_rows s SET is_duplicate = true
+    UPDATE import_staged_judgments s SET is_duplicate = true
     FROM unnest(%(rows)s::int[]) AS r (row_number)
     WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
-    RETURNING s.batch_id, s.row_number, s.data
+    RETURNING s.batch_id, s.row_number, staged_values(to_jsonb(s)) AS raw
 )
 INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
-SELECT %(tenant_id)s, batch_id, row_number, NULL, %(code)s, 'warning', %(message)s, data
+SELECT %(tenant_id)s, batch_id, row_number, NULL, %(code)s, 'warning', %(message)s, raw
+FROM flagged;
+
+-- name: flag_plaintiff_duplicates
+WITH flagged AS (
+    UPDATE import_staged_plaintiffs s SET is_duplicate = true
+    FROM unnest(%(rows)s::int[]) AS r (row_number)
+    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
+    RETURNING s.batch_id, s.row_number, staged_values(to_jsonb(s)) AS raw
+)
+INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
+SELECT %(tenant_id)s, batch_id, row_number, NULL, %(code)s, 'warning', %(message)s, raw
+FROM flagged;
+
+-- name: ad_metric_repeats
+-- A natural key (the contract's: day or period, each level by id or name path, breakdown) seen
+-- at an earlier row of the same file. Ad metrics (docs/decisions/0149): the flag is what makes
+-- each promotion group's upserts see one row per key.
+SELECT row_number FROM (
+    SELECT row_number, row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS seen
+    FROM import_staged_ad_metrics
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
+WHERE seen > 1;
+
+-- name: flag_ad_metric_duplicates
+WITH flagged AS (
+    UPDATE import_staged_ad_metrics s SET is_duplicate = true
+    FROM unnest(%(rows)s::int[]) AS r (row_number)
+    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
+    RETURNING s.batch_id, s.row_number, staged_values(to_jsonb(s)) AS raw
+)
+INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
+SELECT %(tenant_id)s, batch_id, row_number, NULL, %(code)s, 'warning', %(message)s, raw
 FROM flagged;
 
 -- name: staging_complete
@@ -191,126 +215,103 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'promot
 
 -- name: insert_judgments
 -- One slice's judgments whose case number no stored row has: inserted, in key order (each
--- unique-index insert lands next to the previous one). A key that is stored already is left
--- as it is (DO NOTHING): judgment_amends finds those rows for the flip.
+-- unique-index insert lands next to the previous one), straight from the typed stage. A key
+-- that is stored already is left as it is (DO NOTHING): judgment_amends finds those rows for
+-- the flip, and only when the slice had any (inserted < candidates).
 WITH src AS (
-    SELECT data FROM import_staged_rows
+    SELECT natural_key, case_number, plaintiff_name, defendant_name, amount, filed_date, court,
+           county
+    FROM import_staged_judgments
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
       AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate
 ), inserted AS (
     INSERT INTO judgments (tenant_id, case_number, plaintiff_name, defendant_name, amount,
                            filed_date, court, county, source, source_reference, batch_id)
-    SELECT %(tenant_id)s, data->>'case_number', data->>'plaintiff_name', data->>'defendant_name',
-           (data->>'amount')::numeric, (data->>'filed_date')::date, data->>'court',
-           data->>'county', %(source)s, %(source_reference)s, %(batch_id)s
+    SELECT %(tenant_id)s, case_number, plaintiff_name, defendant_name, amount, filed_date,
+           court, county, %(source)s, %(source_reference)s, %(batch_id)s
     FROM src
-    ORDER BY records_case_key(data->>'case_number')
+    ORDER BY natural_key
     ON CONFLICT (tenant_id, case_number_normalized) DO NOTHING
-    RETURNING case_number_normalized AS key
+    RETURNING 1
 )
-SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted,
-       CASE WHEN (SELECT count(*) FROM src) > (SELECT count(*) FROM inserted)
-            THEN ARRAY(SELECT key FROM inserted) END AS keys;
-
--- name: judgment_keys
--- A slice's rows and their keys: those the insert above did not write are the candidates of
--- judgment_amends (the worker compares the keys; nothing here joins the slice to itself).
-SELECT row_number, records_case_key(data->>'case_number') AS key
-FROM import_staged_rows
-WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
-  AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate;
+SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted;
 
 -- name: judgment_amends
--- Of the slice's rows the insert did not write (%(rows)s), those whose case number a row other
--- than this batch's holds with other values, or holds for a batch nobody sees yet: the flip
--- writes them (upsert_judgments). A row that changes nothing is left alone. Each row looks its key up once: LATERAL (… OFFSET 0) cannot
--- be flattened into a join the planner could turn around, so it is a nested loop over the
--- slice into the unique index, by shape, whatever the statistics (docs/decisions/0183). The
--- tenant is the staged row's, not a constant: priced against a constant, a tenant the
--- statistics have not met yet (its first import) is "one row", and any index that starts with
--- tenant_id looks as good as the unique one, and is walked whole for every row. Not LIMIT 1
--- either: priced for its first row, it made the same choice.
-SELECT s.row_number
-FROM unnest(%(rows)s::int[]) AS r (row_number)
-CROSS JOIN LATERAL (
-    SELECT s.row_number, s.tenant_id, s.data FROM import_staged_rows s
-    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
-    OFFSET 0) s
-CROSS JOIN LATERAL (
-    SELECT j.case_number, j.plaintiff_name, j.defendant_name, j.amount, j.filed_date, j.court,
-           j.county, j.batch_id
-    FROM judgments j
-    WHERE j.tenant_id = s.tenant_id
-      AND j.case_number_normalized = records_case_key(s.data->>'case_number')
-      AND j.batch_id IS DISTINCT FROM %(batch_id)s
-    OFFSET 0) j
-WHERE s.tenant_id = %(tenant_id)s
-  AND ((j.case_number, j.plaintiff_name, j.defendant_name, j.amount, j.filed_date, j.court,
-        j.county)
-       IS DISTINCT FROM
-       (s.data->>'case_number', s.data->>'plaintiff_name', s.data->>'defendant_name',
-        (s.data->>'amount')::numeric, (s.data->>'filed_date')::date, s.data->>'court',
-        s.data->>'county')
-       OR NOT (j.batch_id IS NULL OR EXISTS (
-           SELECT 1 FROM import_batches v
-           WHERE v.batch_id = j.batch_id AND v.status IN ('completed', 'partial'))));
-
--- name: mark_amends
-UPDATE import_staged_rows s SET amends = true
-FROM unnest(%(rows)s::int[]) AS r (row_number)
-WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number;
+-- The slice's rows whose case number a row other than this batch's holds with other values, or
+-- holds for a batch nobody sees yet, are marked for the flip (upsert_judgments); a row that
+-- changes nothing is left alone. Run after the slice's insert, in its transaction: the rows the
+-- insert wrote are this batch's, so only the stored rows it did not write are compared. Each
+-- staged row looks its key up once: LATERAL (… OFFSET 0) cannot be flattened into a join the
+-- planner could turn around, so it is a nested loop over the slice into the unique index, by
+-- shape, whatever the statistics (docs/decisions/0183). The tenant is the staged row's, not a
+-- constant: priced against a constant, a tenant the statistics have not met yet (its first
+-- import) is "one row", and any index that starts with tenant_id looks as good as the unique
+-- one, and is walked whole for every row. Not LIMIT 1 either: priced for its first row, it made
+-- the same choice. The rows found are marked by their ctid, the list evaluated once (a TID
+-- scan): joined back by row_number, stale statistics made the slice's scan the inner side.
+UPDATE import_staged_judgments m SET amends = true
+WHERE m.ctid = ANY (ARRAY(
+    SELECT s.ctid
+    FROM import_staged_judgments s
+    CROSS JOIN LATERAL (
+        SELECT j.case_number, j.plaintiff_name, j.defendant_name, j.amount, j.filed_date,
+               j.court, j.county, j.batch_id
+        FROM judgments j
+        WHERE j.tenant_id = s.tenant_id AND j.case_number_normalized = s.natural_key
+          AND j.batch_id IS DISTINCT FROM %(batch_id)s
+        OFFSET 0) j
+    WHERE s.batch_id = %(batch_id)s AND s.tenant_id = %(tenant_id)s
+      AND s.row_number > %(after)s AND s.row_number <= %(upto)s AND NOT s.is_duplicate
+      AND ((j.case_number, j.plaintiff_name, j.defendant_name, j.amount, j.filed_date, j.court,
+            j.county)
+           IS DISTINCT FROM
+           (s.case_number, s.plaintiff_name, s.defendant_name, s.amount, s.filed_date, s.court,
+            s.county)
+           OR NOT (j.batch_id IS NULL OR EXISTS (
+               SELECT 1 FROM import_batches v
+               WHERE v.batch_id = j.batch_id AND v.status IN ('completed', 'partial'))))
+    ));
 
 -- name: insert_plaintiffs
 -- One slice's plaintiffs whose dedupe key no stored row has (see insert_judgments).
 WITH src AS (
-    SELECT data FROM import_staged_rows
+    SELECT name, address_line1, city, state, zip, phone, email, contact_name, status
+    FROM import_staged_plaintiffs
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
       AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate
 ), inserted AS (
     INSERT INTO plaintiffs (tenant_id, name, address_line1, city, state, zip, phone, email,
                             contact_name, status, source, source_reference, batch_id)
-    SELECT %(tenant_id)s, data->>'name', data->>'address_line1', data->>'city',
-           data->>'state', data->>'zip', data->>'phone', data->>'email', data->>'contact_name',
-           COALESCE(data->>'status', 'active'), %(source)s, %(source_reference)s, %(batch_id)s
+    SELECT %(tenant_id)s, name, address_line1, city, state, zip, phone, email, contact_name,
+           COALESCE(status, 'active'), %(source)s, %(source_reference)s, %(batch_id)s
     FROM src
     ON CONFLICT (tenant_id, dedupe_key) DO NOTHING
-    RETURNING dedupe_key AS key
+    RETURNING 1
 )
-SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted,
-       CASE WHEN (SELECT count(*) FROM src) > (SELECT count(*) FROM inserted)
-            THEN ARRAY(SELECT key FROM inserted) END AS keys;
-
--- name: plaintiff_keys
-SELECT row_number, plaintiff_dedupe_key(
-               data->>'name', data->>'address_line1', data->>'zip') AS key
-FROM import_staged_rows
-WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
-  AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate;
+SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted;
 
 -- name: plaintiff_amends
--- As judgment_amends, on the dedupe key and the values upsert_plaintiffs may change.
-SELECT s.row_number
-FROM unnest(%(rows)s::int[]) AS r (row_number)
-CROSS JOIN LATERAL (
-    SELECT s.row_number, s.tenant_id, s.data FROM import_staged_rows s
-    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
-    OFFSET 0) s
-CROSS JOIN LATERAL (
-    SELECT p.city, p.state, p.phone, p.email, p.contact_name, p.status, p.batch_id
-    FROM plaintiffs p
-    WHERE p.tenant_id = s.tenant_id
-      AND p.dedupe_key = plaintiff_dedupe_key(
-               s.data->>'name', s.data->>'address_line1', s.data->>'zip')
-      AND p.batch_id IS DISTINCT FROM %(batch_id)s
-    OFFSET 0) p
-WHERE s.tenant_id = %(tenant_id)s
-  AND ((p.city, p.state, p.phone, p.email, p.contact_name, p.status)
-       IS DISTINCT FROM
-       (s.data->>'city', s.data->>'state', s.data->>'phone', s.data->>'email',
-        s.data->>'contact_name', COALESCE(s.data->>'status', 'active'))
-       OR NOT (p.batch_id IS NULL OR EXISTS (
-           SELECT 1 FROM import_batches v
-           WHERE v.batch_id = p.batch_id AND v.status IN ('completed', 'partial'))));
+-- As judgment_amends, on the dedupe key (the md5 of the staged key) and the values
+-- upsert_plaintiffs may change.
+UPDATE import_staged_plaintiffs m SET amends = true
+WHERE m.ctid = ANY (ARRAY(
+    SELECT s.ctid
+    FROM import_staged_plaintiffs s
+    CROSS JOIN LATERAL (
+        SELECT p.city, p.state, p.phone, p.email, p.contact_name, p.status, p.batch_id
+        FROM plaintiffs p
+        WHERE p.tenant_id = s.tenant_id AND p.dedupe_key = md5(s.natural_key)
+          AND p.batch_id IS DISTINCT FROM %(batch_id)s
+        OFFSET 0) p
+    WHERE s.batch_id = %(batch_id)s AND s.tenant_id = %(tenant_id)s
+      AND s.row_number > %(after)s AND s.row_number <= %(upto)s AND NOT s.is_duplicate
+      AND ((p.city, p.state, p.phone, p.email, p.contact_name, p.status)
+           IS DISTINCT FROM
+           (s.city, s.state, s.phone, s.email, s.contact_name, COALESCE(s.status, 'active'))
+           OR NOT (p.batch_id IS NULL OR EXISTS (
+               SELECT 1 FROM import_batches v
+               WHERE v.batch_id = p.batch_id AND v.status IN ('completed', 'partial'))))
+    ));
 
 -- name: link_plaintiffs
 -- Every staged plaintiff row of the slice (duplicates too) links its plaintiff to the tenant's
@@ -319,17 +320,15 @@ WHERE s.tenant_id = %(tenant_id)s
 -- batch's now. Each side is looked up by its unique key (LATERAL … OFFSET 0, by shape).
 INSERT INTO plaintiff_judgments AS l (tenant_id, plaintiff_id, judgment_id, batch_id)
 SELECT DISTINCT %(tenant_id)s::uuid, p.id, j.id, %(batch_id)s::uuid
-FROM import_staged_rows s
+FROM import_staged_plaintiffs s
 CROSS JOIN LATERAL (
     SELECT p.id FROM plaintiffs p
-    WHERE p.tenant_id = s.tenant_id
-      AND p.dedupe_key = plaintiff_dedupe_key(
-               s.data->>'name', s.data->>'address_line1', s.data->>'zip')
+    WHERE p.tenant_id = s.tenant_id AND p.dedupe_key = md5(s.natural_key)
     OFFSET 0) p
 CROSS JOIN LATERAL (
     SELECT j.id FROM judgments j
     WHERE j.tenant_id = s.tenant_id
-      AND j.case_number_normalized = records_case_key(s.data->>'case_number')
+      AND j.case_number_normalized = records_case_key(s.case_number)
     OFFSET 0) j
 WHERE s.batch_id = %(batch_id)s AND s.tenant_id = %(tenant_id)s
   AND s.row_number > %(after)s AND s.row_number <= %(upto)s
@@ -344,12 +343,12 @@ WHERE l.batch_id IS DISTINCT FROM EXCLUDED.batch_id AND l.batch_id IS NOT NULL
 -- takeover writes it again only if the slice rolled back.
 INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
 SELECT %(tenant_id)s, s.batch_id, s.row_number, 'case_number', %(code)s, 'warning', %(message)s,
-       s.data
-FROM import_staged_rows s
+       staged_values(to_jsonb(s))
+FROM import_staged_plaintiffs s
 LEFT JOIN LATERAL (
     SELECT true AS found FROM judgments j
     WHERE j.tenant_id = s.tenant_id
-      AND j.case_number_normalized = records_case_key(s.data->>'case_number')
+      AND j.case_number_normalized = records_case_key(s.case_number)
     OFFSET 0) j ON true
 WHERE s.batch_id = %(batch_id)s AND s.tenant_id = %(tenant_id)s
   AND s.row_number > %(after)s AND s.row_number <= %(upto)s AND j.found IS NULL;
@@ -366,18 +365,35 @@ WHERE b.batch_id = %(batch_id)s AND b.tenant_id = %(tenant_id)s AND b.status = '
                 AND r.status = 'running' AND r.takeover_count = %(fence)s)
 RETURNING promoted_upto;
 
--- name: refuse_row
+-- name: refuse_judgment_row
 -- A staged row the database refused at promotion (docs/decisions/0186): no longer staged (the
 -- stage holds valid rows), an error of its own with its values, and counted invalid.
 WITH gone AS (
-    DELETE FROM import_staged_rows
+    DELETE FROM import_staged_judgments s
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND row_number = %(row)s
-    RETURNING row_number, data
+    RETURNING row_number, staged_values(to_jsonb(s)) AS raw
 ), recorded AS (
     INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
                                    message, raw)
     SELECT %(tenant_id)s, %(batch_id)s, row_number, %(field)s, %(code)s, 'critical',
-           %(message)s, data
+           %(message)s, raw
+    FROM gone
+)
+UPDATE import_batches
+SET rows_invalid = rows_invalid + (SELECT count(*) FROM gone),
+    rows_valid = rows_valid - (SELECT count(*) FROM gone), updated_at = now()
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
+
+-- name: refuse_plaintiff_row
+WITH gone AS (
+    DELETE FROM import_staged_plaintiffs s
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND row_number = %(row)s
+    RETURNING row_number, staged_values(to_jsonb(s)) AS raw
+), recorded AS (
+    INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
+                                   message, raw)
+    SELECT %(tenant_id)s, %(batch_id)s, row_number, %(field)s, %(code)s, 'critical',
+           %(message)s, raw
     FROM gone
 )
 UPDATE import_batches
@@ -406,17 +422,18 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
 -- amended-judgment rule), or when only a batch nobody sees wrote it (a batch that failed
 -- after its slices, or one still promoting): then it is this writer's. The ledger applies an
 -- event with this same statement over a one-row source (worker/ledger/apply.py), so a file
--- and an event follow one rule. xmax = 0 marks a row this statement inserted.
+-- and an event follow one rule (its source is then one JSON row read as this stage's row type).
+-- xmax = 0 marks a row this statement inserted.
 WITH src AS (
-    SELECT data FROM import_staged_rows
+    SELECT case_number, plaintiff_name, defendant_name, amount, filed_date, court, county
+    FROM import_staged_judgments
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND amends AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), written AS (
     INSERT INTO judgments AS j (tenant_id, case_number, plaintiff_name, defendant_name, amount,
                                 filed_date, court, county, source, source_reference, batch_id)
-    SELECT %(tenant_id)s, data->>'case_number', data->>'plaintiff_name', data->>'defendant_name',
-           (data->>'amount')::numeric, (data->>'filed_date')::date, data->>'court',
-           data->>'county', %(source)s, %(source_reference)s, %(batch_id)s
+    SELECT %(tenant_id)s, case_number, plaintiff_name, defendant_name, amount, filed_date,
+           court, county, %(source)s, %(source_reference)s, %(batch_id)s
     FROM src
     ON CONFLICT (tenant_id, case_number_normalized) DO UPDATE
     SET case_number = EXCLUDED.case_number, plaintiff_name = EXCLUDED.plaintiff_name,
@@ -442,15 +459,15 @@ FROM written;
 -- name: upsert_plaintiffs
 -- The flip's plaintiffs (see upsert_judgments); the ledger's one-row statement too.
 WITH src AS (
-    SELECT data FROM import_staged_rows
+    SELECT name, address_line1, city, state, zip, phone, email, contact_name, status
+    FROM import_staged_plaintiffs
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND amends AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), written AS (
     INSERT INTO plaintiffs AS p (tenant_id, name, address_line1, city, state, zip, phone, email,
                                  contact_name, status, source, source_reference, batch_id)
-    SELECT %(tenant_id)s, data->>'name', data->>'address_line1', data->>'city',
-           data->>'state', data->>'zip', data->>'phone', data->>'email', data->>'contact_name',
-           COALESCE(data->>'status', 'active'), %(source)s, %(source_reference)s, %(batch_id)s
+    SELECT %(tenant_id)s, name, address_line1, city, state, zip, phone, email, contact_name,
+           COALESCE(status, 'active'), %(source)s, %(source_reference)s, %(batch_id)s
     FROM src
     ON CONFLICT (tenant_id, dedupe_key) DO UPDATE
     SET city = EXCLUDED.city, state = EXCLUDED.state, phone = EXCLUDED.phone,

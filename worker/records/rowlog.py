@@ -13,7 +13,7 @@ import logging
 from collections import Counter
 from uuid import UUID
 
-from worker.records.stage import Chunk
+from worker.records.stage import Staged
 
 log = logging.getLogger(__name__)
 # Enough to see the pattern of a bad file; the batch's errors API has the rest.
@@ -26,7 +26,7 @@ class RowIssueLog:
         self.limit = limit
         self.logged = 0
 
-    def chunk(self, chunk: Chunk) -> None:
+    def chunk(self, chunk: Staged) -> None:
         """Log a chunk's issues once the chunk has committed."""
         rest: Counter[str] = Counter()
         for row, field, code, severity, _message, _raw in chunk.issues:
