@@ -173,7 +173,7 @@ def product(gateway: stack.Process, conn, token: str, data: bytes) -> tuple[floa
     response.raise_for_status()
     batch_id = response.json()["batch_id"]
     while True:
-        row = conn.execute("SELECT status, rows_total, rows_invalid, daily_metrics_upserted, "
+        row = conn.execute("SELECT batch_id, status, rows_total, rows_invalid, daily_metrics_upserted, "
                            "campaigns_upserted, ad_sets_upserted, ads_upserted, "
                            "parse_duration_ms, db_duration_ms, rejection_reason "
                            "FROM import_batches WHERE batch_id = %s", (batch_id,)).fetchone()
@@ -215,9 +215,9 @@ def main() -> None:
                 conn.execute("ANALYZE")
                 rss = common.RssPeak(worker.proc.pid)
                 if args.statistics:
-                    statistics(conn, gateway, user.token(), days)
+                    statistics(conn, gateway, user.token(), days, worker)
                 else:
-                    compare(root, url, conn, gateway, user.token(), bare_tenant, days)
+                    compare(root, url, conn, gateway, user.token(), bare_tenant, days, worker)
                 print(rss.stop())
                 print(common.load_average())
             finally:
@@ -226,7 +226,9 @@ def main() -> None:
 
 
 def compare(root: Path, url: str, conn, gateway: stack.Process, token: str,  # type: ignore[no-untyped-def]
-            bare_tenant: uuid.UUID, days: int) -> None:
+            bare_tenant: uuid.UUID, days: int, worker: stack.Process) -> None:
+    from records import stage_shares
+
     facts = ad_exports.grid(50, 500, 5000, days)
     data = ad_exports.meta(facts)
     path = root / "meta-export.csv"
@@ -245,13 +247,15 @@ def compare(root: Path, url: str, conn, gateway: stack.Process, token: str,  # t
           f"{product_s / bare_s:>6.2f} {row['parse_duration_ms']:>9} {row['db_duration_ms']:>7} "
           f"{row['daily_metrics_upserted']:>8,} {row['campaigns_upserted']:>9} "
           f"{row['ad_sets_upserted']:>8} {row['ads_upserted']:>6}")
+    print(stage_shares(worker, row["batch_id"]))
     assert bare_facts == row["daily_metrics_upserted"] == rows, (bare_facts, row)
 
 
-def statistics(conn, gateway: stack.Process, token: str, days: int) -> None:  # type: ignore[no-untyped-def]
-    from records import IMPORT_TABLES, clear_statistics, stale_stage
+def statistics(conn, gateway: stack.Process, token: str, days: int,  # type: ignore[no-untyped-def]
+               worker: stack.Process) -> None:
+    from records import IMPORT_TABLES, clear_statistics, stage_shares, stale_stage
 
-    tables = (*IMPORT_TABLES, "campaigns", "ad_sets", "ads", "daily_metrics")
+    tables = (*IMPORT_TABLES, "import_staged_ad_metrics", "campaigns", "ad_sets", "ads", "daily_metrics")
     times: dict[str, float] = {}
     for number, mode in enumerate(("none", "fresh", "stale")):
         if mode == "none":
@@ -267,6 +271,7 @@ def statistics(conn, gateway: stack.Process, token: str, days: int) -> None:  # 
         print(f"statistics {mode:>5}: {len(facts):,} rows in {seconds:.1f} s "
               f"({len(facts) / seconds:,.0f} rows/s; parse {row['parse_duration_ms']:,} ms, "
               f"db {row['db_duration_ms']:,} ms)")
+        print(f"  {stage_shares(worker, row['batch_id'])}")
     spread = max(times.values()) / min(times.values()) - 1
     print(f"spread between the three: {spread:.0%} (target: no import time changes by more than "
           f"20 %)")

@@ -30,9 +30,8 @@ reads cleared (pg_clear_relation_stats), right after ANALYZE, and with stale sta
 while the stage held a large batch of another tenant, since deleted), and prints the spread.
 
 --parse times the parse alone (no database): the bare script's reader and plain
-normalisation, the worker's reader and contract validation in its own thread, and the same with
-the worker's validation processes (RECORDS_VALIDATE_PROCESSES), checking that both worker paths
-give the same staged rows and codes.
+normalisation, pyarrow's and polars' CSV readers alone, the per-row worker path of before issue
+31 and the columnar one (ADR 0271), checking that both worker paths give the same row codes.
 
 --options times the ways ADR 0180 weighs to write --rows new judgments onto the seeded table:
 one transaction (the upsert the product used to run), slices of 10,000 rows each committed, COPY
@@ -68,7 +67,8 @@ from tests.support import stack  # noqa: E402
 
 HEADER = "File #,Plaintiff,Defendant,Amount,Entry Date,Court,County\n"
 # Tables an import reads or writes, whose statistics --statistics clears or makes stale.
-IMPORT_TABLES = ("import_staged_rows", "import_row_errors", "import_batches", "judgments")
+IMPORT_TABLES = ("import_staged_rows", "import_staged_judgments", "import_row_errors",
+                 "import_batches", "judgments")
 
 
 def make_csv(rows: int, tag: str, seeded: int) -> bytes:
@@ -190,13 +190,31 @@ def product(gateway: stack.Process, conn, token: str, data: bytes, name: str) ->
     response.raise_for_status()
     batch_id = response.json()["batch_id"]
     while True:
-        row = conn.execute("SELECT status, rows_total, rows_invalid, rows_duplicate, "
+        row = conn.execute("SELECT batch_id, status, rows_total, rows_invalid, rows_duplicate, "
                            "rows_inserted, rows_updated, parse_duration_ms, db_duration_ms, "
                            "rejection_reason FROM import_batches WHERE batch_id = %s",
                            (batch_id,)).fetchone()
         if row["status"] in ("completed", "partial", "failed"):
             return time.monotonic() - started, row
         time.sleep(0.05)
+
+
+def stage_shares(worker: stack.Process, batch_id: Any) -> str:
+    """Where the worker's time went for one batch: the read, validate, stage and promote
+    milliseconds of its `ingest_job_complete` log line (worker/records/pipeline.py Times), as
+    shares of their sum."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for line in worker.logs().splitlines():
+            if str(batch_id) in line and "ingest_job_complete" in line:
+                stats = orjson.loads(line)
+                ms = {name: stats.get(f"{name}_ms") or 0
+                      for name in ("read", "validate", "stage", "promote")}
+                total = sum(ms.values()) or 1
+                return "stages: " + ", ".join(f"{name} {value:,} ms ({value / total:.0%})"
+                                              for name, value in ms.items())
+        time.sleep(0.1)
+    return "stages: the worker logged no completion line for the batch"
 
 
 def main() -> None:
@@ -214,14 +232,12 @@ def main() -> None:
     parser.add_argument("--parse", action="store_true", help="parse alone, rows/s (no database)")
     parser.add_argument("--options", action="store_true",
                         help="the promotion options of ADR 0180, timed on the seeded table")
-    parser.add_argument("--processes", type=int, default=2,
-                        help="validation processes for --parse (default 2)")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.seed = [20_000], 100_000
     if args.parse:
         for rows in args.rows:
-            parse_alone(rows, args.processes)
+            parse_alone(rows)
         return
     with common.stack("bench-records-", durable=True) as (root, pg, moto):
         url = pg.ensure_database("bench")
@@ -252,9 +268,9 @@ def run(root: Path, url: str, env: dict[str, str], args: argparse.Namespace) -> 
         rss = common.RssPeak(worker.proc.pid)
         try:
             if args.statistics:
-                statistics(root, url, conn, gateway, token, args.rows[0], args.seed)
+                statistics(root, url, conn, gateway, token, args.rows[0], args.seed, worker)
             else:
-                compare(root, url, conn, gateway, token, user.tenant_id, args)
+                compare(root, url, conn, gateway, token, user.tenant_id, args, worker)
         finally:
             print(rss.stop())
             print(common.load_average())
@@ -263,7 +279,7 @@ def run(root: Path, url: str, env: dict[str, str], args: argparse.Namespace) -> 
 
 
 def compare(root: Path, url: str, conn, gateway: stack.Process, token: str,  # type: ignore[no-untyped-def]
-            tenant_id: uuid.UUID, args: argparse.Namespace) -> None:
+            tenant_id: uuid.UUID, args: argparse.Namespace, worker: stack.Process) -> None:
     print(f"{'rows':>10} {'bare s':>8} {'bare r/s':>9} {'product s':>10} {'prod r/s':>9} "
           f"{'ratio':>6} {'parse ms':>9} {'db ms':>8} {'inserted':>9} {'updated':>8} "
           f"{'invalid':>8} status")
@@ -281,12 +297,13 @@ def compare(root: Path, url: str, conn, gateway: stack.Process, token: str,  # t
               f"{row['parse_duration_ms']:>9,} {row['db_duration_ms']:>8,} "
               f"{row['rows_inserted']:>9,} {row['rows_updated']:>8,} {row['rows_invalid']:>8,} "
               f"{row['status']}")
+        print(f"{'':>10} {stage_shares(worker, row['batch_id'])}")
         assert (inserted, updated) == (row["rows_inserted"], row["rows_updated"]), (
             "the bare script and the product wrote different rows", inserted, updated, row)
 
 
 def statistics(root: Path, url: str, conn, gateway: stack.Process, token: str,  # type: ignore[no-untyped-def]
-               rows: int, seeded: int) -> None:
+               rows: int, seeded: int, worker: stack.Process) -> None:
     times: dict[str, float] = {}
     for mode in ("none", "fresh", "stale"):
         if mode == "none":
@@ -301,6 +318,7 @@ def statistics(root: Path, url: str, conn, gateway: stack.Process, token: str,  
         times[mode] = seconds
         print(f"statistics {mode:>5}: {rows:,} rows in {seconds:.1f} s ({rows / seconds:,.0f} "
               f"rows/s; parse {row['parse_duration_ms']:,} ms, db {row['db_duration_ms']:,} ms)")
+        print(f"  {stage_shares(worker, row['batch_id'])}")
     spread = max(times.values()) / min(times.values()) - 1
     print(f"spread between the three: {spread:.0%} (target: no import time changes by more than "
           f"20 %)")
@@ -327,8 +345,9 @@ def stale_stage(conn, rows: int) -> None:  # type: ignore[no-untyped-def]
         " 1, 'file:///nowhere', 'manual', 'processing') RETURNING batch_id",
         (other.tenant_id, hashlib.sha256(uuid.uuid4().bytes).hexdigest())).fetchone()["batch_id"]
     conn.execute(
-        "INSERT INTO import_staged_rows (batch_id, tenant_id, row_number, natural_key, data) "
-        "SELECT %s, %s, i, 'STALE' || i, jsonb_build_object('case_number', 'STALE-' || i) "
+        "INSERT INTO import_staged_judgments (batch_id, tenant_id, row_number, natural_key, "
+        "case_number, plaintiff_name, defendant_name, amount, filed_date) "
+        "SELECT %s, %s, i, 'STALE' || i, 'STALE-' || i, 'P', 'D', 1, date '2024-01-01' "
         "FROM generate_series(1, %s) i", (batch_id, other.tenant_id, rows * 2))
     conn.execute("ANALYZE")
     conn.execute("DELETE FROM import_staged_rows WHERE batch_id = %s", (batch_id,))
@@ -426,46 +445,85 @@ def _unlogged_first(conn, params: dict) -> tuple[float, float]:  # type: ignore[
 
 
 # ── parse alone ─────────────────────────────────────────────────────────────────────────────
-def parse_alone(rows: int, processes: int) -> None:
+def parse_alone(rows: int) -> None:
+    """Read and validate alone (no database): the bare script's csv module and plain string
+    operations; the per-row path the worker had before issue 31 (parse.Reader and
+    contracts.validate_row, one row at a time); the columnar path (worker/records/table.py and
+    columns.py); and the file read into string columns by pyarrow and by polars, each alone
+    (the choice of ADR 0271). The two worker paths must agree on every row's codes."""
     from shared import contracts
-    from worker.records import parse, validate
+    from worker.records import parse, table
 
     with tempfile.TemporaryDirectory(prefix="bench-parse-") as tmp:
         path = Path(tmp) / "j.csv"
         path.write_bytes(make_csv(rows, "P", 1_500_000))
-        started, cpu = time.monotonic(), _cpu()
-        bare_valid = sum(1 for _ in bare_rows(path))
-        bare_s, bare_cpu = time.monotonic() - started, _cpu() - cpu
         contract = contracts.get("judgments")
-        timings, cpus, digests = {}, {}, {}
-        for name, size in (("worker, one thread", 0), (f"worker, {processes} processes", processes)):
-            pool = validate.pool(size, validate.POOL_MIN_BYTES)
-            if pool is not None:  # started first: the timing is the work, not the start
-                pool.executor.submit(int).result()
+        timings: dict[str, tuple[float, float]] = {}
+
+        def timed(name: str, job: Any) -> Any:
             started, cpu = time.monotonic(), _cpu()
-            digest = hashlib.sha256()
+            out = job()
+            timings[name] = (time.monotonic() - started, _cpu() - cpu)
+            return out
+
+        def per_row() -> list[tuple[int, str]]:
+            codes = []
             with parse.Reader(path, contract, "csv") as reader:
-                def match(r: parse.Reader = reader) -> contracts.HeaderMatch | None:
-                    return r.parsed.match if r.parsed is not None else None
+                for number, cells, _raw in reader.rows():
+                    assert reader.parsed is not None
+                    result = contracts.validate_row(contract, cells, reader.parsed.match, number)
+                    codes += [(number, i.code) for i in result.errors + result.warnings]
+            return codes
 
-                def header(r: parse.Reader = reader) -> tuple[str, ...] | None:
-                    return r.parsed.header if r.parsed is not None else None
+        def columnar() -> list[tuple[int, str]]:
+            codes = []
+            with table.Table(path, contract) as source:
+                parsed = source.open()
+                for chunk in source.chunks(50_000):
+                    validated, _raw = chunk.validated(contract, parsed.match)
+                    codes += list(zip(validated.issues["row"].to_list(),
+                                      validated.issues["code"].to_list(), strict=True))
+            return codes
 
-                for row in validate.encoded(reader.rows(), contract, ("judgments", None),
-                                            match, pool, header):
-                    digest.update(orjson.dumps([row.staged, row.issues]))
-            timings[name], cpus[name] = time.monotonic() - started, _cpu() - cpu
-            digests[name] = digest.hexdigest()
-        print(f"parse alone, {rows:,} judgment rows ({path.stat().st_size / 2**20:.1f} MiB); "
-              "CPU s = CPU this process and its children used (load moves it less than wall):")
-        print(f"  {'bare script (csv + plain string operations)':<46} {rows / bare_s:>9,.0f} "
-              f"rows/s {bare_cpu:>7.1f} CPU s ({bare_valid:,} valid)")
-        for name, seconds in timings.items():
-            print(f"  {name + ' (read, validate, encode)':<46} {rows / seconds:>9,.0f} "
-                  f"rows/s {cpus[name]:>7.1f} CPU s")
-        assert len(set(digests.values())) == 1, "the pool gave other rows or codes than one thread"
-        print("  both worker paths gave the same staged rows and codes")
+        bare_valid = timed("bare script (csv + plain string operations)",
+                           lambda: sum(1 for _ in bare_rows(path)))
+        timed("pyarrow read alone (string columns)", lambda: _pyarrow_read(path))
+        timed("polars read alone (string columns)", lambda: _polars_read(path))
+        old = timed("per-row worker path (before issue 31)", per_row)
+        new = timed("columnar worker path (read + validate)", columnar)
+        print(f"parse alone, {rows:,} judgment rows ({path.stat().st_size / 2**20:.1f} MiB, "
+              f"{bare_valid:,} valid by the bare script); CPU s = this process's CPU:")
+        for name, (seconds, cpu) in timings.items():
+            print(f"  {name:<46} {rows / seconds:>9,.0f} rows/s {seconds:>6.2f} s "
+                  f"{cpu:>6.1f} CPU s")
+        assert sorted(old) == sorted(new), "the columnar path gave other row codes"
+        print(f"  both worker paths gave the same row codes ({len(new):,} issues)")
         print(f"  {common.load_average()}")
+
+
+def _pyarrow_read(path: Path) -> int:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    names = [f"c{i}" for i in range(HEADER.count(",") + 1)]
+    reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(
+        use_threads=False, block_size=table_block(), skip_rows=1, column_names=names),
+        convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string())))
+    return sum(batch.num_rows for batch in reader)
+
+
+def _polars_read(path: Path) -> int:
+    import polars as pl
+
+    # polars 2 reads a CSV in batches only through its streaming engine.
+    frame = pl.scan_csv(path, infer_schema=False).collect(engine="streaming")
+    return frame.height
+
+
+def table_block() -> int:
+    from worker.records import table
+
+    return table.BLOCK_BYTES
 
 
 def _cpu() -> float:
