@@ -193,7 +193,7 @@ class SmallBench:
         chunks/s from the first finished run to the last (start-up and model load excluded)."""
         submitted = self._submit(count, copies=0)
         done = threading.Event()
-        feeder = threading.Thread(target=self._feed, args=([s.body() for s in submitted], done))
+        feeder = threading.Thread(target=self._feed, args=([s.body for s in submitted], done))
         feeder.start()
         env = {**self.env, "WORKER_MAX_CONCURRENT_JOBS": str(slots), **(extra or {})}
         started = time.monotonic()
