@@ -49,24 +49,52 @@ def add_commands(sub: Any) -> None:
     replay.set_defaults(run=_replay)
 
     discard = actions.add_parser("discard", help="set a pending or dead-letter event aside "
-                                 "for good, on the record")
-    discard.add_argument("ledger_id", type=int)
+                                 "for good (one by id, or every one --matching a filter), "
+                                 "on the record")
+    discard.add_argument("ledger_id", type=int, nargs="?", default=None)
+    discard.add_argument("--matching", action="store_true", help="every pending or dead-letter "
+                         "event matching --state/--source/--type/--error/--since/--until")
+    discard.add_argument("--state", choices=("pending", "dead_letter"), default=None,
+                         help="with --matching: only this state (default both)")
+    _filters(discard)
+    discard.add_argument("--since", default=None, help="with --matching: first seen at or "
+                         "after this ISO 8601 time")
+    discard.add_argument("--until", default=None, help="with --matching: first seen before")
+    discard.add_argument("--preview", action="store_true",
+                         help="with --matching: only count what matches")
+    discard.add_argument("--at-most", type=int, default=None, help="with --matching: refuse "
+                         "if more than this many match (the count you previewed)")
+    _seen(discard)
     _why(discard)
     discard.set_defaults(run=_discard)
 
-    edit = actions.add_parser("edit", help="replace a pending or dead-letter event's payload "
-                              "and apply it again, on the record")
+    edit = actions.add_parser("edit", help="correct a pending or dead-letter event (payload, "
+                              "time, sequence) and apply it again, on the record")
     edit.add_argument("ledger_id", type=int)
-    payload = edit.add_mutually_exclusive_group(required=True)
+    payload = edit.add_mutually_exclusive_group()
     payload.add_argument("--payload", default=None, help="the new payload, a JSON object")
     payload.add_argument("--payload-file", default=None,
                          help="a file holding the new payload ('-': standard input)")
+    edit.add_argument("--emitted-at", default=None, help="the corrected source_emitted_at "
+                      "(ISO 8601 with its offset; 'none' clears it)")
+    edit.add_argument("--sequence", default=None, help="the corrected source_sequence "
+                      "('none' clears it)")
+    _seen(edit)
     _why(edit)
     edit.set_defaults(run=_edit)
 
 
+def _seen(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--if-version", type=int, default=None, help="act only if the event is "
+                        "still at this version (`ingest events show ID` prints it); a retry "
+                        "of an action already taken answers as it did")
+    parser.add_argument("--if-state", choices=("pending", "dead_letter"), default=None,
+                        help="act only if the event is still in this state")
+
+
 def _why(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--reason", required=True, help="why: kept with the action")
+    parser.add_argument("--reason", default=None, help="why: kept with the action "
+                        "(required but for --preview)")
     parser.add_argument("--actor", default=None, help="who acts (default: the OS user)")
     _common(parser)
 
@@ -169,23 +197,80 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _discard(args: argparse.Namespace) -> int:
+    if args.matching == (args.ledger_id is not None):
+        print("Give an event id, or --matching with a filter; not both.", file=sys.stderr)
+        return 2
+    if not args.reason and not (args.matching and args.preview):
+        print("Say why with --reason: it is kept with the action.", file=sys.stderr)
+        return 2
+    if args.matching:
+        return _discard_matching(args)
     return _act(args, lambda replay, conn, tenant_id: replay.discard(
-        conn, args.ledger_id, tenant_id=tenant_id, actor=f"cli:{args.actor or getpass.getuser()}",
-        actor_user_id=None, reason=args.reason))
+        conn, args.ledger_id, tenant_id=tenant_id, actor=_actor(args), actor_user_id=None,
+        reason=args.reason, seen=replay.Seen(args.if_version, args.if_state)))
+
+
+def _discard_matching(args: argparse.Namespace) -> int:
+    result: dict[str, Any] = {}
+
+    def work(replay: Any, conn: Any, tenant_id: Any) -> dict[str, Any]:
+        wanted = replay.Filter.of(state=args.state, source_system=args.source_system,
+                                  type=args.type, error=args.error, since=args.since,
+                                  until=args.until)
+        result.update(replay.discard_matching(
+            conn, tenant_id=tenant_id, wanted=wanted, actor=_actor(args), actor_user_id=None,
+            reason=args.reason or "", preview=args.preview, at_most=args.at_most))
+        return result
+
+    code = _run(args, work)
+    if code != -1:
+        return code
+    if args.preview:
+        print(f"{result['matched']} event(s) match; discard them with the same filter and "
+              f"--at-most {result['matched']}")
+    else:
+        purge = f" (purge {result['purge_id']})" if result["purge_id"] else ""
+        print(f"discarded {result['discarded']} event(s){purge}")
+    return 0
 
 
 def _edit(args: argparse.Namespace) -> int:
+    from gateway.events.replay import UNSET
+
+    changes: dict[str, Any] = {}
     text = args.payload
-    if text is None:
+    if args.payload_file is not None:
         text = sys.stdin.read() if args.payload_file == "-" else Path(args.payload_file).read_text()
-    try:
-        payload = json.loads(text)
-    except ValueError:
-        print("The payload is not valid JSON; give one JSON object.", file=sys.stderr)
-        return 1
+    if text is not None:
+        try:
+            changes["payload"] = json.loads(text)
+        except ValueError:
+            print("The payload is not valid JSON; give one JSON object.", file=sys.stderr)
+            return 1
+    if args.emitted_at is not None:
+        changes["source_emitted_at"] = None if args.emitted_at == "none" else args.emitted_at
+    if args.sequence is not None:
+        try:
+            changes["source_sequence"] = None if args.sequence == "none" else int(args.sequence)
+        except ValueError:
+            print("--sequence must be a whole number, or none.", file=sys.stderr)
+            return 1
+    if not args.reason:
+        print("Say why with --reason: it is kept with the action.", file=sys.stderr)
+        return 2
+    if not changes:
+        print("Say what to correct: --payload/--payload-file, --emitted-at or --sequence.",
+              file=sys.stderr)
+        return 2
     return _act(args, lambda replay, conn, tenant_id: replay.edit(
-        conn, args.ledger_id, tenant_id=tenant_id, actor=f"cli:{args.actor or getpass.getuser()}",
-        actor_user_id=None, reason=args.reason, payload=payload))
+        conn, args.ledger_id, tenant_id=tenant_id, actor=_actor(args), actor_user_id=None,
+        reason=args.reason, seen=replay.Seen(args.if_version, args.if_state),
+        **{k: changes.get(k, UNSET) for k in ("payload", "source_emitted_at",
+                                                 "source_sequence")}))
+
+
+def _actor(args: argparse.Namespace) -> str:
+    return f"cli:{args.actor or getpass.getuser()}"
 
 
 def _act(args: argparse.Namespace, action: Any) -> int:

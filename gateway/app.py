@@ -145,7 +145,8 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     # Its own connections (ADR 0192): a burst of intake never takes the requests' pool.
     writer_pool = db.async_pool(settings.database_url, min_size=1,
                                 max_size=settings.events_writer_connections,
-                                name="event-writer", timeout_s=settings.db_pool_timeout_s)
+                                name="event-writer", timeout_s=settings.db_pool_timeout_s,
+                                configure=event_writer.prepare)
     await writer_pool.open(wait=False)
     ctx.events = event_writer.Writer(
         writer_pool, queue_size=settings.events_queue_size, group_max=settings.events_group_max,

@@ -349,12 +349,14 @@ class WorkerSettings(CommonSettings):
     # promote at once across all workers; another waits in the outbox (not the queue) this long.
     records_tenant_slots: int = Field(default=3, ge=1, le=100)
     records_slot_wait_s: int = Field(default=30, ge=1)
-    # Event ledger apply (worker/ledger/, docs/decisions/0139-0141): a thread of this process
-    # beside the SQS consumer claims due pending events, LEDGER_APPLY_BATCH per claim, each
-    # claim hiding its rows for the lease; failures back off with full jitter (base × 2^n, cap)
-    # and dead-letter after LEDGER_APPLY_MAX_ATTEMPTS. Off: this worker applies nothing.
+    # Event ledger apply (worker/ledger/, docs/decisions/0139-0141, 0281): a thread of this
+    # process beside the SQS consumer claims due pending events, LEDGER_APPLY_BATCH per claim,
+    # each claim hiding its rows for the lease; each tenant's share of a claim is applied in
+    # one transaction, split in halves when it fails; failures back off with full jitter
+    # (base × 2^n, cap) and dead-letter after LEDGER_APPLY_MAX_ATTEMPTS. Off: this worker
+    # applies nothing.
     ledger_apply_enabled: bool = True
-    ledger_apply_batch: int = Field(default=50, ge=1, le=1000)
+    ledger_apply_batch: int = Field(default=500, ge=1, le=5000)
     ledger_apply_poll_s: float = Field(default=1.0, gt=0)
     ledger_apply_lease_s: float = Field(default=60.0, gt=0)
     ledger_apply_max_attempts: int = Field(default=10, ge=1)

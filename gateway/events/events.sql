@@ -1,70 +1,118 @@
 -- Queries of the event ledger's intake side and of API keys (gateway/events/). Every query a
 -- request runs filters by the caller's tenant_id; the writer's upsert carries it per row.
 
--- name: upsert_events
--- One statement per writer group, one row per distinct key (a statement may not touch one key
--- twice). A repeat only bumps the ingest counters, and counts a conflict when it differs from
--- the stored event (payload hash, type, sequence or emitted time); payload, state and apply
--- columns stay the first delivery's (docs/decisions/0135, 0191).
--- Ledger ids are arrival order, which "newest wins" falls back on (ADR 0140): they are drawn in
--- the group's array order (rank 0..n-1; a function scan yields its rows in order), while
--- rows are inserted, and so locked, in key order, as every writer does (fewer deadlocks).
--- The result names each key's rank and the stored envelope, so the writer tells new,
--- duplicate and each kind of conflict apart; the time as whole microseconds, which a stored
--- value outside Python's range cannot break.
-WITH input AS (
-    -- The group as one JSON array of rows (orjson on the gateway): eight Postgres arrays cost
-    -- the gateway more CPU to write, per event, than the rest of the intake path.
-    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
-        AS t (rank int, tenant_id uuid, source_system text, source_event_id text,
-              source_sequence bigint, source_emitted_at timestamptz, type text, payload jsonb,
-              payload_sha256 text)
+-- name: create_intake_table
+-- Each writer connection's staging table (docs/decisions/0280): a group arrives by binary COPY,
+-- one row per delivery in the group's array order (rank), and is gone at commit. Temporary: no
+-- WAL, no catalog churn per group (made once per connection), invisible to other writers.
+CREATE TEMP TABLE IF NOT EXISTS event_intake (
+    rank              int NOT NULL,
+    tenant_id         uuid NOT NULL,
+    source_system     text NOT NULL,
+    source_event_id   text NOT NULL,
+    source_sequence   bigint,
+    source_emitted_at timestamptz,
+    type              text NOT NULL,
+    payload           text NOT NULL,     -- canonical JSON text: cast once, by the INSERT
+    payload_sha256    text NOT NULL
+) ON COMMIT DELETE ROWS;
+
+-- name: intake_group
+-- One statement per writer group, after the group was copied into event_intake: inserts each
+-- new key, counts every repeat delivery, detects conflicts and returns each delivery's
+-- outcome in rank order (docs/decisions/0135, 0191, 0280).
+-- - A statement may not touch one key twice, so only each key's first delivery in the group
+--   goes to the INSERT; it carries the number of deliveries (ingest_attempt_count), and for a
+--   new key its later deliveries' conflicts are counted against it (`again`). For a stored key
+--   DO UPDATE counts the group's deliveries that differ from the stored event: the delivery
+--   itself when there is one (the common case), else the staged deliveries of that key.
+-- - A repeat only bumps the ingest counters; payload, state and apply columns stay the first
+--   delivery's. A delivery differs when its payload hash, type, sequence or emitted time is
+--   not the producer's first (an operator's correction of the envelope keeps the producer's
+--   values aside, migration 0080, so a resend of the original stays a duplicate).
+-- - Ledger ids are arrival order, which "newest wins" falls back on (ADR 0140): drawn in rank
+--   order (a function scan yields its rows in order), while rows are inserted, and so locked,
+--   in key order, as every writer does (fewer deadlocks).
+WITH s AS MATERIALIZED (
+    SELECT i.*, count(*) OVER k AS deliveries, min(i.rank) OVER k AS first_rank
+    FROM event_intake i
+    WINDOW k AS (PARTITION BY i.tenant_id, i.source_system, i.source_event_id)
 ), ids AS MATERIALIZED (
     SELECT g AS rank, nextval(pg_get_serial_sequence('event_ledger', 'ledger_id')) AS ledger_id
     FROM generate_series(0, %(n)s - 1) AS g
+), again AS (
+    -- A new key's later deliveries in the same group, against its first.
+    SELECT f.rank,
+           count(*) FILTER (WHERE o.payload_sha256 <> f.payload_sha256 OR o.type <> f.type
+                            OR o.source_sequence IS DISTINCT FROM f.source_sequence
+                            OR o.source_emitted_at IS DISTINCT FROM f.source_emitted_at)
+               AS conflicts,
+           (array_agg(o.payload_sha256 ORDER BY o.rank DESC)
+               FILTER (WHERE o.payload_sha256 <> f.payload_sha256))[1] AS conflict_sha256
+    FROM s o JOIN s f ON f.rank = o.first_rank
+    WHERE o.deliveries > 1 AND o.rank <> o.first_rank
+    GROUP BY f.rank
 ), up AS (
     INSERT INTO event_ledger AS l (ledger_id, tenant_id, source_system, source_event_id,
                                    source_sequence, source_emitted_at, type, payload,
-                                   payload_sha256)
-    SELECT ids.ledger_id, i.tenant_id, i.source_system, i.source_event_id, i.source_sequence,
-           i.source_emitted_at, i.type, i.payload, i.payload_sha256
-    FROM input i JOIN ids USING (rank)
-    ORDER BY i.tenant_id, i.source_system, i.source_event_id
+                                   payload_sha256, ingest_attempt_count, conflict_count,
+                                   last_conflict_sha256, last_conflict_at)
+    SELECT ids.ledger_id, s.tenant_id, s.source_system, s.source_event_id, s.source_sequence,
+           s.source_emitted_at, s.type, s.payload::jsonb, s.payload_sha256, s.deliveries,
+           COALESCE(a.conflicts, 0), a.conflict_sha256,
+           CASE WHEN a.conflicts > 0 THEN now() END
+    FROM s JOIN ids USING (rank) LEFT JOIN again a USING (rank)
+    WHERE s.rank = s.first_rank
+    ORDER BY s.tenant_id, s.source_system, s.source_event_id
     ON CONFLICT (tenant_id, source_system, source_event_id) DO UPDATE SET
-        ingest_attempt_count = l.ingest_attempt_count + 1,
+        ingest_attempt_count = l.ingest_attempt_count + EXCLUDED.ingest_attempt_count,
         ingest_last_seen_at = now(),
-        conflict_count = l.conflict_count + (
-            l.payload_sha256 <> EXCLUDED.payload_sha256 OR l.type <> EXCLUDED.type
-            OR l.source_sequence IS DISTINCT FROM EXCLUDED.source_sequence
-            OR l.source_emitted_at IS DISTINCT FROM EXCLUDED.source_emitted_at)::int,
-        last_conflict_sha256 = CASE WHEN l.payload_sha256 <> EXCLUDED.payload_sha256
-                                    THEN EXCLUDED.payload_sha256 ELSE l.last_conflict_sha256 END,
-        last_conflict_at = CASE WHEN l.payload_sha256 <> EXCLUDED.payload_sha256
-                                     OR l.type <> EXCLUDED.type
-                                     OR l.source_sequence IS DISTINCT FROM EXCLUDED.source_sequence
-                                     OR l.source_emitted_at IS DISTINCT FROM EXCLUDED.source_emitted_at
-                                THEN now() ELSE l.last_conflict_at END
+        (conflict_count, last_conflict_sha256, last_conflict_at) = (
+            SELECT l.conflict_count + d.conflicts,
+                   COALESCE(d.conflict_sha256, l.last_conflict_sha256),
+                   CASE WHEN d.conflicts > 0 THEN now() ELSE l.last_conflict_at END
+            FROM (SELECT count(*) FILTER (WHERE o.payload_sha256 <> l.payload_sha256
+                                          OR o.type <> l.type
+                                          OR o.source_sequence IS DISTINCT FROM
+                                             CASE WHEN l.envelope_edited
+                                                  THEN l.producer_source_sequence
+                                                  ELSE l.source_sequence END
+                                          OR o.source_emitted_at IS DISTINCT FROM
+                                             CASE WHEN l.envelope_edited
+                                                  THEN l.producer_source_emitted_at
+                                                  ELSE l.source_emitted_at END) AS conflicts,
+                         (array_agg(o.payload_sha256 ORDER BY o.rank DESC)
+                             FILTER (WHERE o.payload_sha256 <> l.payload_sha256))[1]
+                             AS conflict_sha256
+                  -- The delivery itself when the group holds one of this key (the planner
+                  -- skips the scan then), else the group's deliveries of it.
+                  FROM (SELECT 0 AS rank, EXCLUDED.payload_sha256, EXCLUDED.type,
+                               EXCLUDED.source_sequence, EXCLUDED.source_emitted_at
+                        WHERE EXCLUDED.ingest_attempt_count = 1
+                        UNION ALL
+                        SELECT i.rank, i.payload_sha256, i.type, i.source_sequence,
+                               i.source_emitted_at
+                        FROM event_intake i
+                        WHERE EXCLUDED.ingest_attempt_count > 1
+                          AND (i.tenant_id, i.source_system, i.source_event_id)
+                              = (l.tenant_id, l.source_system, l.source_event_id)) o) d)
     RETURNING (xmax = 0) AS inserted, ledger_id, tenant_id, source_system, source_event_id,
-              payload_sha256, type, source_sequence,
-              CASE WHEN isfinite(source_emitted_at)
-                   THEN (extract(epoch FROM source_emitted_at) * 1000000)::bigint END AS emitted_us
+              payload_sha256, type,
+              CASE WHEN envelope_edited THEN producer_source_sequence
+                   ELSE source_sequence END AS sent_sequence,
+              CASE WHEN envelope_edited THEN producer_source_emitted_at
+                   ELSE source_emitted_at END AS sent_emitted_at
 )
-SELECT i.rank, up.inserted, up.ledger_id, up.payload_sha256, up.type, up.source_sequence,
-       up.emitted_us
-FROM up JOIN input i USING (tenant_id, source_system, source_event_id);
-
--- name: count_repeats
--- Further deliveries of keys that the same group already upserted once: the counters only.
--- conflicts counts every differing delivery; conflict_sha256 is the last differing payload.
-UPDATE event_ledger AS l SET
-    ingest_attempt_count = l.ingest_attempt_count + r.repeats,
-    ingest_last_seen_at = now(),
-    conflict_count = l.conflict_count + r.conflicts,
-    last_conflict_sha256 = COALESCE(r.conflict_sha256, l.last_conflict_sha256),
-    last_conflict_at = CASE WHEN r.conflicts > 0 THEN now() ELSE l.last_conflict_at END
-FROM unnest(%(ledger_id)s::bigint[], %(repeats)s::int[], %(conflicts)s::int[],
-            %(conflict_sha256)s::text[]) AS r (ledger_id, repeats, conflicts, conflict_sha256)
-WHERE l.ledger_id = r.ledger_id;
+SELECT s.rank, up.ledger_id,
+       CASE WHEN up.inserted AND s.rank = s.first_rank THEN 'new'
+            WHEN s.payload_sha256 <> up.payload_sha256 THEN 'payload_differs'
+            WHEN s.type <> up.type THEN 'type_differs'
+            WHEN s.source_sequence IS DISTINCT FROM up.sent_sequence THEN 'sequence_differs'
+            WHEN s.source_emitted_at IS DISTINCT FROM up.sent_emitted_at
+                THEN 'emitted_at_differs'
+            ELSE 'duplicate' END AS outcome
+FROM s JOIN up USING (tenant_id, source_system, source_event_id)
+ORDER BY s.rank;
 
 -- name: cursor
 -- The highest sequence of the run that starts at the lowest stored one (gaps and islands):

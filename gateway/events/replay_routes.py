@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
+import msgspec
 from litestar import Request, get, post
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter, PathParameter, QueryParameter
 from msgspec import Meta
@@ -60,15 +61,67 @@ Replay = Annotated[ReplayRequest, Meta(extra_json_schema={"oneOf": [
     {**_IDS, "not": _FILTERED}, {**_FILTERED, "not": _IDS}]})]
 
 
-@dataclass
-class DiscardRequest:
-    reason: Reason
+Version = Annotated[int, Meta(ge=1, le=2**31 - 1, description=(
+    "The event's version you decided on, as GET /v1/events/{id} shows it: 409 event_changed "
+    "once the event changed since; a retry of the same request gets the same answer."))]
+# Times arrive as text that replay.rfc3339 reads (with the offset): a datetime parameter
+# would also take a bare number as seconds since 1970, which /schema does not say.
+TIME: dict[str, Any] = {"min_length": 1, "max_length": 64,
+                        "schema_extra": {"format": "date-time"}}
+TIME_META: dict[str, Any] = {"min_length": 1, "max_length": 64,
+                             "extra_json_schema": {"format": "date-time"}}
+Since = Annotated[str, Meta(**TIME_META, description="First seen at or after this time "
+                                                     "(RFC 3339, with its offset).")]
+Until = Annotated[str, Meta(**TIME_META, description="First seen before this time.")]
 
 
-@dataclass
-class EditRequest:
-    payload: dict[str, Any]
+class DiscardRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     reason: Reason
+    # What the operator saw (ADR 0283): the version, or else the state.
+    version: Version | None = None
+    state: State | None = None
+
+
+class EditRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Any of payload, source_emitted_at, source_sequence (null clears an envelope field)."""
+
+    reason: Reason
+    version: Version | None = None
+    state: State | None = None
+    payload: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    source_emitted_at: str | None | msgspec.UnsetType = msgspec.UNSET
+    source_sequence: int | None | msgspec.UnsetType = msgspec.UNSET
+
+
+# replay.Seen's rule, as /schema declares it: the version or the state the operator saw.
+_SEEN = {"anyOf": [
+    {"required": ["version"], "properties": {"version": {"type": "integer"}}},
+    {"required": ["state"], "properties": {"state": {"type": "string"}}}]}
+Discard = Annotated[DiscardRequest, Meta(extra_json_schema=_SEEN)]
+# And edit's: something to correct.
+Edit = Annotated[EditRequest, Meta(extra_json_schema={"allOf": [_SEEN, {"anyOf": [
+    {"required": [name]} for name in ("payload", "source_emitted_at", "source_sequence")]}]})]
+
+
+class DiscardMatching(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Every pending or dead-letter event matching the filter (ADR 0282)."""
+
+    reason: Reason | None = None
+    preview: bool = False
+    # The count the operator confirmed: 409 purge_grew when more match by then.
+    at_most: Annotated[int, Meta(ge=0)] | None = None
+    state: Annotated[str, Meta(pattern="^(pending|dead_letter)$")] | None = None
+    source_system: FilterText | None = None
+    type: FilterText | None = None
+    error: FilterText | None = None
+    since: Since | None = None
+    until: Until | None = None
+
+
+# discard_matching's rule: only count (preview), or discard saying why.
+Matching = Annotated[DiscardMatching, Meta(extra_json_schema={"anyOf": [
+    {"required": ["preview"], "properties": {"preview": {"const": True}}},
+    {"required": ["reason"], "properties": {"reason": {"type": "string"}}}]})]
 
 
 @get("/v1/events", guards=GUARDS, tags=TAGS, responses=openapi.errors(400, 503))
@@ -81,11 +134,18 @@ async def list_events(request: Request, ctx: Ctx,
                           max_length=replay.MAX_FILTER_CHARS, pattern=openapi.NO_NUL)] = None,
                       error: Annotated[str | None, Parameter(
                           max_length=replay.MAX_FILTER_CHARS, pattern=openapi.NO_NUL)] = None,
+                      since: Annotated[str | None, Parameter(
+                          description="First seen at or after (ISO 8601).", **TIME)] = None,
+                      until: Annotated[str | None, Parameter(
+                          description="First seen before (ISO 8601).", **TIME)] = None,
                       limit: Annotated[int, Parameter(ge=1, le=replay.MAX_LIMIT)] = 100,
                       offset: Annotated[int, Parameter(ge=0, le=2**53)] = 0,
                       tenant_id: FromQuery[UUID | None] = None) -> dict:
-    """Your tenant's ledger events, newest first, filtered by state, source, type and error."""
-    wanted = replay.Filter.of(state=wanted_state, source_system=source_system, type=type, error=error)
+    """Your tenant's ledger events, newest first, filtered by state, source, type, error and
+    when they were first seen."""
+    wanted = replay.Filter.of(state=wanted_state, source_system=source_system, type=type,
+                              error=error, since=replay.rfc3339("since", since),
+                              until=replay.rfc3339("until", until))
     return await _call(ctx, replay.list_events, tenant_id=_scope(request, tenant_id),
                        wanted=wanted, limit=limit, offset=offset)
 
@@ -117,30 +177,62 @@ async def replay_events(data: JSONBody[Replay], request: Request, ctx: Ctx) -> d
 
 @post("/v1/events/{ledger_id:int}/discard", guards=GUARDS, tags=TAGS, status_code=200,
       responses=openapi.errors(400, 404, 409, 503))
-async def discard_event(ledger_id: FromPath[int], data: JSONBody[DiscardRequest],
+async def discard_event(ledger_id: FromPath[int], data: JSONBody[Discard],
                         request: Request, ctx: Ctx) -> dict:
-    """Set a pending or dead-letter event aside for good (never applied), saying why. A resend
-    of it stays a duplicate. 409 `event_settled` once it was applied or discarded."""
+    """Set a pending or dead-letter event aside for good (never applied), saying why, on the
+    version (or state) you saw. A resend of it stays a duplicate. 409 `event_settled` once it
+    was applied or discarded, `event_changed` when it changed since you saw it; the same
+    request sent again answers as the first did, and is one action."""
     principal = auth.current(request)
     return await _call(ctx, replay.discard, ledger_id, tenant_id=_scope(request, None),
                        actor=f"user:{principal.user_id}", actor_user_id=principal.user_id,
-                       reason=data.reason)
+                       reason=data.reason, seen=replay.Seen(data.version, data.state))
 
 
 @post("/v1/events/{ledger_id:int}/edit", guards=GUARDS, tags=TAGS, status_code=200,
       responses=openapi.errors(400, 404, 409, 503))
-async def edit_event(ledger_id: FromPath[int], data: JSONBody[EditRequest], request: Request,
+async def edit_event(ledger_id: FromPath[int], data: JSONBody[Edit], request: Request,
                      ctx: Ctx) -> dict:
-    """Replace a pending or dead-letter event's payload and apply it again (due now, a fresh
-    attempt budget), saying why; the payload it replaced stays on the record."""
+    """Correct a pending or dead-letter event and apply it again (due now, a fresh attempt
+    budget), saying why, on the version (or state) you saw: its payload, its
+    source_emitted_at or its source_sequence (null clears them). What it replaced stays on
+    the record; a resend of the producer's original stays a duplicate. 409 as for discard."""
     principal = auth.current(request)
     return await _call(ctx, replay.edit, ledger_id, tenant_id=_scope(request, None),
                        actor=f"user:{principal.user_id}", actor_user_id=principal.user_id,
-                       reason=data.reason, payload=data.payload,
-                       max_payload_bytes=ctx.settings.events_max_payload_kb * 1024)
+                       reason=data.reason, seen=replay.Seen(data.version, data.state),
+                       payload=_given(data.payload), source_sequence=_given(data.source_sequence),
+                       source_emitted_at=_given(data.source_emitted_at),
+                       max_payload_bytes=ctx.settings.events_max_payload_kb * 1024,
+                       max_future_skew_s=ctx.settings.events_max_future_skew_s)
 
 
-ROUTES = [list_events, show_event, replay_events, discard_event, edit_event]
+@post("/v1/events/discard", guards=GUARDS, tags=TAGS, status_code=200,
+      responses=openapi.errors(400, 409, 503))
+async def discard_matching(data: JSONBody[Matching], request: Request, ctx: Ctx,
+                           tenant_id: FromQuery[UUID | None] = None) -> dict:
+    """Discard every pending or dead-letter event that matches a filter (state, source, type,
+    error, first seen since/until), each on the record as a single discard, in committed
+    slices. `preview: true` only counts (`matched`); then send the same filter with a
+    `reason` and `at_most` set to the count you confirmed (409 `purge_grew` if more match)."""
+    principal = auth.current(request)
+    if not data.preview and not data.reason:
+        raise errors.InvalidRequest("reason is required: say why these events are discarded.")
+    wanted = replay.Filter.of(state=data.state, source_system=data.source_system,
+                              type=data.type, error=data.error,
+                              since=replay.rfc3339("since", data.since),
+                              until=replay.rfc3339("until", data.until))
+    return await _call(ctx, replay.discard_matching, tenant_id=_scope(request, tenant_id),
+                       wanted=wanted, actor=f"user:{principal.user_id}",
+                       actor_user_id=principal.user_id, reason=data.reason or "",
+                       preview=data.preview, at_most=data.at_most)
+
+
+def _given(value: Any) -> Any:
+    return replay.UNSET if value is msgspec.UNSET else value
+
+
+ROUTES = [list_events, show_event, replay_events, discard_event, edit_event, discard_matching]
 
 
 def _scope(request: Request, asked: UUID | None) -> UUID | None:

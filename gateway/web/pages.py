@@ -366,13 +366,16 @@ async def events(request: Request,
                  # `state` is a name Litestar reserves for the app state.
                  wanted_state: Annotated[str | None, QueryParameter(name="state")] = None,
                  source_system: FromQuery[str | None] = None, type: FromQuery[str | None] = None,
-                 error: FromQuery[str | None] = None) -> Template:
-    """The applied filter, from the URL: dead letters unless another state was chosen."""
+                 error: FromQuery[str | None] = None, since: FromQuery[str | None] = None,
+                 until: FromQuery[str | None] = None) -> Template:
+    """The applied filter, from the URL: dead letters unless another state was chosen. The
+    times (first seen) go to the API as typed; it says when one is not a time."""
     states = [value for value, _ in _EVENT_STATES]
     limit = ledger_replay.MAX_FILTER_CHARS
     filters = {"state": wanted_state if wanted_state in states else "dead_letter",
                "source_system": (source_system or "").strip()[:limit],
-               "type": (type or "").strip()[:limit], "error": (error or "").strip()[:limit]}
+               "type": (type or "").strip()[:limit], "error": (error or "").strip()[:limit],
+               "since": (since or "").strip()[:40], "until": (until or "").strip()[:40]}
     return render(request, "admin/events.html", states=_EVENT_STATES, filters=filters,
                   max_chars=limit)
 

@@ -13,7 +13,7 @@ app's own exceptions at the boundary.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -63,10 +63,11 @@ def sync_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "i
 
 
 def async_pool(url: str, *, min_size: int = 1, max_size: int = 10,
-               name: str = "ingest", timeout_s: float = 30.0) -> AsyncPool:
+               name: str = "ingest", timeout_s: float = 30.0,
+               configure: Callable[[AsyncConn], Awaitable[None]] | None = None) -> AsyncPool:
     return _TranslatingAsyncPool(
         url, min_size=min_size, max_size=max_size, name=name, open=False,
-        connection_class=AsyncConn, kwargs={"row_factory": dict_row},
+        connection_class=AsyncConn, kwargs={"row_factory": dict_row}, configure=configure,
         timeout=timeout_s, check=AsyncConnectionPool.check_connection,
     )
 

@@ -188,6 +188,30 @@ def test_poison_event_dead_letters_after_its_attempts_and_replays_after_a_fix(
         ("cli:ops-anna", [poison], 1)]
 
 
+def test_one_poison_event_in_a_batch_dead_letters_only_itself(tenants, conn, stack_env,
+                                                               out_dir):
+    # Given 41 events of one tenant, claimed as one batch, the 21st refused by the database
+    user = tenants.user()
+    conn.execute(POISON_TRIGGER)
+    ids = [put(conn, user.tenant_id, f"b-{i}", judgment("POISON-1" if i == 20 else f"CV-{i}"))
+           for i in range(41)]
+
+    # When a worker with 3 attempts drains the ledger
+    worker = drain(stack_env, out_dir, {"LEDGER_APPLY_MAX_ATTEMPTS": "3",
+                                        "LEDGER_APPLY_BATCH": "100"})
+
+    # Then the batch was split down to the poison event, which alone used its 3 attempts; every
+    # other event was applied at its first attempt
+    rows = {r["ledger_id"]: r for r in conn.execute(
+        "SELECT ledger_id, process_state, apply_attempt_count FROM event_ledger").fetchall()}
+    assert (rows[ids[20]]["process_state"], rows[ids[20]]["apply_attempt_count"]) == (
+        "dead_letter", 3)
+    others = [rows[i] for i in ids if i != ids[20]]
+    assert {(r["process_state"], r["apply_attempt_count"]) for r in others} == {("processed", 1)}
+    assert len(judgments(conn, user.tenant_id)) == 40
+    assert "splitting it" in worker.logs()
+
+
 def test_worker_killed_mid_apply_applies_the_event_exactly_once(
         tenants, conn, stack_env, out_dir, tmp_path):
     # Given a worker held inside the apply transaction of an event, metrics on
@@ -305,10 +329,11 @@ def test_ad_metric_events_apply_through_their_platforms_contract(tenants, conn, 
     # When a worker applies the ledger
     worker = drain(stack_env, out_dir)
 
-    # Then the newest Meta figures stand, on the client's campaign, ad set and ad
+    # Then the newest Meta figures stand, on the client's campaign, ad set and ad; the two
+    # older versions, applied in the same batch as the newest, wrote nothing (ADR 0281)
     assert [(event(conn, i)["process_state"], event(conn, i)["superseded"])
             for i in (first, newer, older, google)] == [
-        ("processed", False), ("processed", False), ("processed", True), ("processed", False)]
+        ("processed", True), ("processed", False), ("processed", True), ("processed", False)]
     assert facts(conn, user.tenant_id) == [
         {"platform": "google", "client_id": None, "day": "2024-03-02", "spend": Decimal("3.1000"),
          "impressions": 40, "currency": "EUR", "campaign": "987", "ad_set": None, "ad": None},
@@ -368,26 +393,37 @@ def test_rows_made_unreadable_on_purpose_are_dead_lettered_and_the_rest_is_appli
     assert detail.returncode == 0, detail.stderr
     assert json.loads(detail.stdout)["payload_readable"] is False
 
-    # When an operator discards the one and corrects the other from the CLI, saying why
-    gone = cli(stack_env, "events", "discard", str(year_zero), "--reason", "clock bug upstream",
-               "--actor", "ops-anna")
-    assert gone.returncode == 0, gone.stderr
+    # When an operator corrects the time of the one and the payload of the other from the
+    # CLI, as each dead letter's error says, on the state they saw
+    assert "correct its source_emitted_at (edit it" in shown[year_zero]["error"]
+    assert "correct its payload (edit it" in shown[huge]["error"]
+    timed = cli(stack_env, "events", "edit", str(year_zero), "--emitted-at",
+                "2024-01-01T00:00:00Z", "--if-state", "dead_letter",
+                "--reason", "clock bug upstream", "--actor", "ops-anna")
+    assert timed.returncode == 0, timed.stderr
     fixed = cli(stack_env, "events", "edit", str(huge), "--payload",
                 json.dumps(judgment("A-N0", "99.00")), "--reason", "amount garbled",
-                "--actor", "ops-anna")
+                "--actor", "ops-anna", "--if-version", str(shown[huge]["version"]))
     assert fixed.returncode == 0, fixed.stderr
+    # (the same command again is the same action, not a second one)
+    again = cli(stack_env, "events", "edit", str(huge), "--payload",
+                json.dumps(judgment("A-N0", "99.00")), "--reason", "amount garbled",
+                "--actor", "ops-anna", "--if-version", str(shown[huge]["version"]))
+    assert again.returncode == 0 and again.stdout == fixed.stdout, again.stderr
     drain(stack_env, out_dir, name="worker-2")
 
-    # Then the corrected event applied, the other never will, and both are on the record
-    settled = conn.execute("SELECT ledger_id, process_state FROM event_ledger WHERE ledger_id "
-                           "IN (%s, %s)", (year_zero, huge)).fetchall()
+    # Then both corrected events applied, and both corrections are on the record
+    settled = conn.execute("SELECT ledger_id, process_state, source_emitted_at FROM "
+                           "event_ledger WHERE ledger_id IN (%s, %s)",
+                           (year_zero, huge)).fetchall()
     assert {r["ledger_id"]: r["process_state"] for r in settled} == {
-        year_zero: "discarded", huge: "processed"}
+        year_zero: "processed", huge: "processed"}
     assert Decimal("99.00") in [r["amount"] for r in judgments(conn, acme.tenant_id)]
+    assert len(judgments(conn, acme.tenant_id)) == 8
     actions = conn.execute("SELECT ledger_id, action, actor, reason, previous_state FROM "
                            "event_actions ORDER BY action_id").fetchall()
     assert [tuple(a.values()) for a in actions] == [
-        (year_zero, "discard", "cli:ops-anna", "clock bug upstream", "dead_letter"),
+        (year_zero, "edit", "cli:ops-anna", "clock bug upstream", "dead_letter"),
         (huge, "edit", "cli:ops-anna", "amount garbled", "dead_letter")]
 
 

@@ -244,7 +244,27 @@ def test_an_admin_edits_and_replays_one_event_and_discards_another(gateway, tena
         "SELECT action, reason FROM event_actions ORDER BY action_id").fetchall()] == [
         ("edit", "amount spelled out upstream"), ("discard", "lead events are not ours to apply")]
 
+    # ── discard all matching: counted first, confirmed with a reason, each on the record ──
+    junk = [put(conn, admin.tenant_id, f"junk-{i}", {"n": i}, type="spam.sent")
+            for i in range(3)]
+    page.goto(f"{gateway.url}/admin/events?state=pending&type=spam.sent")
+    expect(page.locator('[data-field="rows"] tr')).to_have_count(3)
+    prompts: list[str] = []
+
+    def answer(dialog) -> None:
+        prompts.append(dialog.message)
+        dialog.accept("a test producer's spam")
+
+    page.once("dialog", answer)
+    page.get_by_role("button", name="Discard all matching…").click()
+    expect(result).to_have_text("Discarded 3 events: they will never be applied.")
+    assert prompts[0].startswith("Discard 3 pending and dead-letter events matching this filter?")
+    expect(page.get_by_text("No event matches this filter.")).to_be_visible()
+    assert states(conn, *junk) == ["discarded"] * 3
+    assert conn.execute("SELECT count(*) AS n FROM event_actions WHERE reason = %s",
+                        ("a test producer's spam",)).fetchone()["n"] == 3
+
     # ── the list offers the new state as a filter ─────────────────────────────────────────
     page.goto(f"{gateway.url}/admin/events?state=discarded")
-    expect(page.locator('[data-field="rows"] tr')).to_have_count(1)
+    expect(page.locator('[data-field="rows"] tr')).to_have_count(4)
     expect(page.locator(f'tr[data-ledger-id="{stuck}"]')).to_contain_text("Discarded")

@@ -3,7 +3,7 @@ tenant scoping, filters, replay on the record, CSRF for the browser's cookie."""
 
 from __future__ import annotations
 
-import pytest
+from concurrent.futures import ThreadPoolExecutor
 
 from shared import db
 from tests.e2e.test_ledger_apply import judgment, put
@@ -149,24 +149,31 @@ def test_an_admin_discards_or_edits_an_event_and_each_is_on_the_record(gateway, 
     with gateway.client(admin.token) as client:
         # When the admin corrects the dead letter's payload and discards the pending one
         edited = client.post(f"/v1/events/{d}/edit", json={
-            "payload": fixed, "reason": "upstream sent words for the amount"})
+            "payload": fixed, "reason": "upstream sent words for the amount",
+            "version": client.get(f"/v1/events/{d}").json()["version"]})
         assert edited.status_code == 200, edited.text
         assert edited.json()["state"] == "pending"
-        discarded = client.post(f"/v1/events/{p}/discard", json={"reason": "test data"})
+        discarded = client.post(f"/v1/events/{p}/discard", json={"reason": "test data",
+                                                                 "state": "pending"})
         assert discarded.status_code == 200, discarded.text
 
         # Then a settled event is refused, and so is an action without a reason or a payload
         # that could not be stored
-        for path, body in ((f"/v1/events/{x}/discard", {"reason": "r"}),
-                           (f"/v1/events/{p}/edit", {"payload": fixed, "reason": "r"})):
+        for path, body in ((f"/v1/events/{x}/discard", {"reason": "r", "version": 1}),
+                           (f"/v1/events/{p}/edit", {"payload": fixed, "reason": "r",
+                                                     "version": 2})):
             refused = client.post(path, json=body)
             assert (refused.status_code, refused.json()["code"]) == (409, "event_settled")
-        assert client.post(f"/v1/events/{d}/discard", json={"reason": "  "}).status_code == 400
-        bad = client.post(f"/v1/events/{d}/edit", json={"payload": {"a": "\u0000"},
-                                                         "reason": "r"})
-        assert bad.status_code == 400 and "NUL" in bad.json()["detail"]
-        assert client.post(f"/v1/events/{d}/edit", json={"payload": [1], "reason": "r"}
+        assert client.post(f"/v1/events/{d}/discard", json={"reason": "  ", "version": 2}
                            ).status_code == 400
+        bad = client.post(f"/v1/events/{d}/edit", json={"payload": {"a": "\u0000"},
+                                                         "reason": "r", "version": 2})
+        assert bad.status_code == 400 and "NUL" in bad.json()["detail"]
+        assert client.post(f"/v1/events/{d}/edit", json={"payload": [1], "reason": "r",
+                                                         "version": 2}).status_code == 400
+        # Without the version or state the admin decided on, nothing is done
+        unsure = client.post(f"/v1/events/{d}/discard", json={"reason": "r"})
+        assert (unsure.status_code, unsure.json()["code"]) == (400, "precondition_required")
 
         # And the event's page shows what was done, by whom and why
         shown = client.get(f"/v1/events/{d}").json()
@@ -204,13 +211,15 @@ def test_another_tenants_admin_can_neither_discard_nor_edit(gateway, tenants, co
     ledger_id = put(conn, owner.tenant_id, "o", judgment("CV-O"))
     dead(conn, ledger_id, "boom")
     with gateway.client(other.token) as client:
-        for path, body in ((f"/v1/events/{ledger_id}/discard", {"reason": "mine now"}),
-                           (f"/v1/events/{ledger_id}/edit", {"payload": {}, "reason": "x"})):
+        for path, body in ((f"/v1/events/{ledger_id}/discard", {"reason": "mine now",
+                                                                 "version": 1}),
+                           (f"/v1/events/{ledger_id}/edit", {"payload": {}, "reason": "x",
+                                                             "version": 1})):
             answer = client.post(path, json=body)
             assert (answer.status_code, answer.json()["code"]) == (404, "event_not_found")
     with gateway.client(tenants.user("acme", role="user").token) as client:
         assert client.post(f"/v1/events/{ledger_id}/discard",
-                           json={"reason": "r"}).status_code == 403
+                           json={"reason": "r", "version": 1}).status_code == 403
     assert conn.execute("SELECT process_state FROM event_ledger WHERE ledger_id = %s",
                         (ledger_id,)).fetchone()["process_state"] == "dead_letter"
     assert conn.execute("SELECT count(*) AS n FROM event_actions").fetchone()["n"] == 0
@@ -228,17 +237,181 @@ def test_an_applier_that_claimed_before_an_edit_cannot_write_the_old_payload(
     # When an admin edits it meanwhile
     with gateway.client(admin.token) as client:
         assert client.post(f"/v1/events/{ledger_id}/edit", json={
-            "payload": judgment("CV-C", "2.00"), "reason": "amount corrected"}).status_code == 200
+            "payload": judgment("CV-C", "2.00"), "reason": "amount corrected",
+            "state": "pending"}).status_code == 200
 
     # Then the earlier claim is fenced out, however many claims come after the edit
+    def item(row):
+        event = ledger_apply.Event.of(row)
+        return ledger_apply.Item(event, ledger_apply.validate(event))
+
     with db.connect(database_url, autocommit=True) as worker_conn:
-        with pytest.raises(ledger_apply.NotOurs):
-            ledger_apply.apply(worker_conn, ledger_apply.Event.of(claimed))
+        assert ledger_apply.apply_batch(worker_conn, admin.tenant_id, [item(claimed)]) == []
         [again] = worker_conn.execute(ledger_apply.Q["claim"], {
             "limit": 10, "lease_s": 60, "after": None}).fetchall()
         assert again["apply_attempt_count"] == claimed["apply_attempt_count"] + 2
-        outcome = ledger_apply.apply(worker_conn, ledger_apply.Event.of(again))
-    assert outcome.note == "inserted"
+        [outcome] = ledger_apply.apply_batch(worker_conn, admin.tenant_id, [item(again)])
+    assert (outcome.ledger_id, outcome.superseded) == (ledger_id, False)
     amounts = conn.execute("SELECT amount FROM judgments WHERE tenant_id = %s",
                            (admin.tenant_id,)).fetchall()
     assert [str(r["amount"]) for r in amounts] == ["2.00"]
+
+
+def test_ten_concurrent_identical_edits_are_one_action_and_a_stale_one_is_409(gateway, tenants,
+                                                                             conn):
+    # Given a dead letter at the version an admin loaded
+    admin = tenants.user("acme")
+    d = put(conn, admin.tenant_id, "d10", judgment("CV-10", "lots"))
+    dead(conn, d, "JUDGMENT_AMOUNT_INVALID: Amount is not money")
+    with gateway.client(admin.token) as client:
+        version = client.get(f"/v1/events/{d}").json()["version"]
+    body = {"payload": judgment("CV-10", "10.00"), "reason": "amount fixed", "version": version}
+
+    # When the same edit is sent ten times at once (a double click, a client's retries)
+    def send(_):
+        with gateway.client(admin.token) as c:
+            return c.post(f"/v1/events/{d}/edit", json=body)
+
+    with ThreadPoolExecutor(10) as pool:
+        answers = list(pool.map(send, range(10)))
+
+    # Then each got the same answer, for one action, on the record once
+    assert {a.status_code for a in answers} == {200}, [a.text for a in answers]
+    assert len({a.json()["action_id"] for a in answers}) == 1
+    assert conn.execute("SELECT count(*) AS n FROM event_actions WHERE ledger_id = %s",
+                        (d,)).fetchone()["n"] == 1
+    row = conn.execute("SELECT version, apply_attempt_count, apply_attempt_base FROM "
+                       "event_ledger WHERE ledger_id = %s", (d,)).fetchone()
+    assert row["version"] == version + 1 and row["apply_attempt_count"] == 11  # edited once
+
+    with gateway.client(admin.token) as client:
+        # And another admin's edit decided on the same version is refused, not applied over it
+        other = client.post(f"/v1/events/{d}/edit", json={**body, "reason": "my fix"})
+        assert (other.status_code, other.json()["code"]) == (409, "event_changed")
+        # as is a discard on what the first admin saw, and an edit by state once it moved on
+        stale = client.post(f"/v1/events/{d}/discard", json={"reason": "r",
+                                                             "state": "dead_letter"})
+        assert (stale.status_code, stale.json()["code"]) == (409, "event_changed")
+    assert conn.execute("SELECT payload->>'Amount' AS a FROM event_ledger WHERE ledger_id = %s",
+                        (d,)).fetchone()["a"] == "10.00"
+
+
+def test_an_edit_corrects_the_time_and_sequence_and_a_resend_of_the_original_stays_a_duplicate(
+        gateway, tenants, conn):
+    admin = tenants.user("acme")
+    key = _key(gateway, admin.token)
+    original = {"source_system": "jbi", "source_event_id": "t1", "type": "judgment.upserted",
+                "source_sequence": 7, "source_emitted_at": "2024-05-01T12:00:00Z",
+                "payload": judgment("CV-T1")}
+    with gateway.client() as c:
+        [sent] = c.post("/v1/events", json=[original], headers={"X-Api-Key": key}).json()[
+            "outcomes"]
+    d = sent["ledger_id"]
+    dead(conn, d, "clock was a year off")
+    with gateway.client(admin.token) as client:
+        # A time that intake would refuse is refused here too
+        late = client.post(f"/v1/events/{d}/edit", json={
+            "source_emitted_at": "2999-01-01T00:00:00Z", "reason": "r", "state": "dead_letter"})
+        assert late.status_code == 400 and "clock" in late.json()["detail"]
+        fixed = client.post(f"/v1/events/{d}/edit", json={
+            "source_emitted_at": "2025-05-01T12:00:00+02:00", "source_sequence": None,
+            "reason": "producer clock a year behind", "state": "dead_letter"})
+        assert fixed.status_code == 200, fixed.text
+        shown = client.get(f"/v1/events/{d}").json()
+        assert (shown["source_emitted_at"], shown["source_sequence"], shown["state"]) == (
+            "2025-05-01T10:00:00+00:00", None, "pending")
+        [action] = shown["actions"]
+        assert (action["previous_source_sequence"], action["previous_source_emitted_at"]) == (
+            7, "2024-05-01T12:00:00+00:00")
+    with gateway.client() as c:  # the producer resends its original: still the same event
+        again = c.post("/v1/events", json=[original, {**original, "source_sequence": 8}],
+                       headers={"X-Api-Key": key}).json()["outcomes"]
+    assert [(o["outcome"], o.get("code")) for o in again] == [
+        ("duplicate", None), ("conflict", "sequence_differs")]
+
+
+def test_an_admin_previews_and_discards_a_backlog_by_filter_each_on_the_record(gateway, tenants,
+                                                                              conn):
+    # Given junk events of one type (pending and dead letters), others, and another tenant's
+    admin = tenants.user("acme")
+    other = tenants.user("globex")
+    junk = [put(conn, admin.tenant_id, f"j{i}", {"n": i}, type="lead.created")
+            for i in range(12)]
+    for ledger_id in junk[:4]:
+        dead(conn, ledger_id, "unknown type lead.created")
+    conn.execute("UPDATE event_ledger SET process_state = 'processed', processed_at = now() "
+                 "WHERE ledger_id = %s", (junk[11],))
+    keep = put(conn, admin.tenant_id, "k", judgment("CV-K"))
+    theirs = put(conn, other.tenant_id, "t", {"n": 1}, type="lead.created")
+    wanted = {"type": "lead.created"}
+    with gateway.client(admin.token) as client:
+        # When the admin previews the filter
+        preview = client.post("/v1/events/discard", json={**wanted, "preview": True})
+        assert preview.status_code == 200, preview.text
+        assert preview.json()["matched"] == 11
+        # a purge with a smaller confirmed count than match now is refused
+        grew = client.post("/v1/events/discard", json={**wanted, "reason": "junk",
+                                                       "at_most": 10})
+        assert (grew.status_code, grew.json()["code"]) == (409, "purge_grew")
+        assert client.post("/v1/events/discard", json=wanted).status_code == 400  # no reason
+        # a filter that matches nothing discards nothing and records no purge
+        none = client.post("/v1/events/discard", json={"type": "nothing.such", "reason": "r"})
+        assert none.json() == {"purge_id": None, "discarded": 0, "matched": 0}, none.text
+        # and a time must be a time, with its offset, not a number of seconds
+        for bad in ({**wanted, "preview": True, "until": 0},
+                    {**wanted, "preview": True, "since": "2024-05-01T00:00:00"}):
+            assert client.post("/v1/events/discard", json=bad).status_code == 400, bad
+        assert client.get("/v1/events", params={"until": "0.5"}).status_code == 400
+        assert client.get("/v1/events", params={
+            "until": "2999-01-01T00:00:00.5+05:30"}).json()["total"] == 13  # 12 junk, keep
+        # and then discards them, saying why
+        done = client.post("/v1/events/discard", json={**wanted, "reason": "a test producer's "
+                                                                 "junk", "at_most": 11})
+        assert done.status_code == 200, done.text
+        assert (done.json()["discarded"], done.json()["matched"]) == (11, 11)
+        history = client.get(f"/v1/events/{junk[0]}").json()["actions"]
+    # Then each matching event is discarded and on the record like a single discard; the
+    # processed one, the other type and the other tenant's are untouched
+    states = {r["ledger_id"]: r["process_state"] for r in conn.execute(
+        "SELECT ledger_id, process_state FROM event_ledger").fetchall()}
+    assert {states[i] for i in junk[:11]} == {"discarded"}
+    assert (states[junk[11]], states[keep], states[theirs]) == ("processed", "pending", "pending")
+    actions = conn.execute("SELECT ledger_id, action, actor, reason, previous_state, purge_id "
+                           "FROM event_actions ORDER BY ledger_id").fetchall()
+    assert [a["ledger_id"] for a in actions] == junk[:11]
+    assert {(a["action"], a["actor"], a["reason"]) for a in actions} == {
+        ("discard", f"user:{admin.user_id}", "a test producer's junk")}
+    assert [a["previous_state"] for a in actions].count("dead_letter") == 4
+    [purge] = conn.execute("SELECT * FROM event_purges").fetchall()
+    assert (purge["tenant_id"], purge["event_count"], purge["previewed"], purge["filter"]) == (
+        admin.tenant_id, 11, 11, {"type": "lead.created"})
+    assert purge["finished_at"] is not None and {a["purge_id"] for a in actions} == {
+        purge["purge_id"]}
+    assert history[0]["purge_id"] == purge["purge_id"]
+
+
+def test_an_operator_purges_by_filter_from_the_cli_after_a_preview(tenants, conn, stack_env):
+    from tests.support import stack
+
+    acme, globex = tenants.user("acme"), tenants.user("globex")
+    junk = [put(conn, t.tenant_id, f"j{i}", {"n": i}, type="lead.created")
+            for t in (acme, globex) for i in range(3)]
+    conn.execute("UPDATE event_ledger SET ingest_first_seen_at = '2024-05-01T12:00:00Z' "
+                 "WHERE ledger_id = ANY(%s)", (junk[:2],))
+    window = ["--type", "lead.created", "--since", "2024-05-01T00:00:00Z",
+              "--until", "2024-05-02T00:00:00Z"]
+    seen = stack.ingest(["events", "discard", "--matching", *window, "--preview"], stack_env)
+    assert seen.returncode == 0, seen.stderr
+    assert seen.stdout.startswith("2 event(s) match")
+    refused = stack.ingest(["events", "discard", "--matching", *window, "--at-most", "1",
+                            "--reason", "flood"], stack_env)
+    assert refused.returncode == 1 and "more than the 1 you were shown" in refused.stderr
+    done = stack.ingest(["events", "discard", "--matching", *window, "--at-most", "2",
+                         "--reason", "flood", "--actor", "ops-anna"], stack_env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("discarded 2 event(s)")
+    states = [r["process_state"] for r in conn.execute(
+        "SELECT process_state FROM event_ledger ORDER BY ledger_id").fetchall()]
+    assert states == ["discarded"] * 2 + ["pending"] * 4
+    assert [r["actor"] for r in conn.execute("SELECT actor FROM event_actions").fetchall()] == [
+        "cli:ops-anna"] * 2

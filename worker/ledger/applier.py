@@ -87,105 +87,120 @@ class Applier(TableLoop):
             "lease_s": self.settings.ledger_apply_lease_s, "after": self._after}).fetchall()
         if claimed:
             self._after = last_served(self._after, {row["tenant_id"] for row in claimed})
+        batches: dict[UUID, list[apply.Item]] = {}
+        alone: list[apply.Item] = []
+        refused: list[tuple[dict[str, Any], str]] = []
         for row in claimed:
+            try:
+                item = self._checked(row)
+            except Exception as exc:  # noqa: BLE001 - this row alone, never the claim
+                refused.append((row, _refusal(exc)))
+                if not isinstance(exc, Rejected | Unreadable):
+                    log.exception("ledger event could not be handled; dead-lettering it",
+                                  extra=_context(row))
+                continue
+            # A row claimed before and never settled may be what stopped the applier (a crash
+            # loop): it goes alone, so it costs no other event an attempt (ADR 0281).
+            (alone if item.event.used > 1 else batches.setdefault(
+                item.event.tenant_id, [])).append(item)
+        self._dead_letter(conn, refused)
+        for tenant_id, items in batches.items():
             if self.stopping.is_set():
                 break  # unapplied claims come back when their lease ends
-            try:
-                self._row(conn, row)
-            except Exception as exc:
-                if db.is_unavailable(exc):
-                    raise  # the database, not the row: the loop reconnects
-                self._isolate(conn, row, exc)
+            self._apply(conn, tenant_id, items)
+        for item in alone:
+            if self.stopping.is_set():
+                break
+            self._apply(conn, item.event.tenant_id, [item])
         return bool(claimed)
 
-    # ── one event ──────────────────────────────────────────────────────────────────────────
-    def _row(self, conn: db.Conn, row: dict[str, Any]) -> None:
+    # ── one claim's events ─────────────────────────────────────────────────────────────────
+    def _checked(self, row: dict[str, Any]) -> apply.Item:
+        """The row as an event that may go into a batch; raises what dead-letters it now."""
         bad = lenient.unreadable(row)
-        if not bad:
-            self._one(conn, apply.Event.of(row))
-            return
-        columns = ", ".join(f"{name} ({value.type_name}: {value.reason})"
-                            for name, value in bad.items())
-        self._dead_letter_row(conn, row, f"the stored event cannot be read back: {columns}; "
-                                         "correct it (edit and replay) or discard it")
-
-    def _isolate(self, conn: db.Conn, row: dict[str, Any], exc: Exception) -> None:
-        """Something this row raised outside the apply's own handling: set it aside, so the
-        claim's other rows, and the next claims, go on."""
-        log.exception("ledger event could not be handled; dead-lettering it", extra={
-            "ledger_id": row["ledger_id"], "tenant_id": str(row["tenant_id"])})
-        try:
-            self._dead_letter_row(conn, row, f"the applier could not handle this event "
-                                             f"({type(exc).__name__}); see the worker's logs")
-        except Exception as again:
-            if db.is_unavailable(again):
-                raise
-            # Even that failed: the row comes back after its lease and counts another attempt.
-            log.exception("ledger event could not be dead-lettered", extra={
-                "ledger_id": row["ledger_id"], "tenant_id": str(row["tenant_id"])})
-
-    def _dead_letter_row(self, conn: db.Conn, row: dict[str, Any], error: str) -> None:
-        context = {"ledger_id": row["ledger_id"], "tenant_id": str(row["tenant_id"]),
-                   "attempt": row["apply_attempt_count"] - (row.get("apply_attempt_base") or 0)}
-        keys = {"ledger_id": row["ledger_id"], "tenant_id": row["tenant_id"],
-                "attempt": row["apply_attempt_count"]}
-        self._settle_keys(conn, keys, "dead_letter", context, error=error)
-
-    def _one(self, conn: db.Conn, event: apply.Event) -> None:
-        context = {"ledger_id": event.ledger_id, "tenant_id": str(event.tenant_id),
-                   "event_type": event.type[:100], "attempt": event.used}
+        if bad:
+            raise Unreadable(bad)
+        event = apply.Event.of(row)
         max_attempts = self.settings.ledger_apply_max_attempts
         if event.used > max_attempts:
             # Claimed more often than allowed without ever settling: the applier died inside
             # every attempt (a crash loop). Give up on the record.
-            self._settle(conn, event, "dead_letter", context, error=(
-                f"gave up after {max_attempts} attempts: the applier stopped mid-apply each "
-                "time; see the worker's logs"))
-            return
+            raise Rejected(f"gave up after {max_attempts} attempts: the applier stopped "
+                           "mid-apply each time; see the worker's logs")
+        return apply.Item(event, apply.validate(event))
+
+    def _apply(self, conn: db.Conn, tenant_id: UUID, items: list[apply.Item]) -> None:
+        """Apply a batch in one transaction; one that fails is split in halves, each applied on
+        its own, until the event at fault is alone and settles alone (ADR 0281)."""
         started = time.monotonic()
         try:
-            outcome = apply.apply(conn, event, hold=self._hold)
-        except apply.NotOurs:
-            log.info("ledger event claimed by another applier meanwhile", extra=context)
-            return
-        except Rejected as exc:
-            self._settle(conn, event, "dead_letter", context, error=str(exc))
-            return
-        except Exception as exc:  # noqa: BLE001 - every other failure is retried, then dead
-            error = f"{type(exc).__name__}: {exc}"
-            if event.used >= max_attempts:
-                self._settle(conn, event, "dead_letter", context,
-                             error=f"failed {event.used} times; last: {error}")
+            outcomes = apply.apply_batch(conn, tenant_id, items, hold=self._hold)
+        except Exception as exc:
+            if db.is_unavailable(exc):
+                raise  # the database, not the batch: the loop reconnects
+            if len(items) > 1:
+                log.info("ledger batch failed (%s); splitting it", type(exc).__name__,
+                         extra={"tenant_id": str(tenant_id), "events": len(items)})
+                half = len(items) // 2
+                self._apply(conn, tenant_id, items[:half])
+                self._apply(conn, tenant_id, items[half:])
             else:
-                delay = backoff_s(event.used, self.settings.ledger_apply_backoff_base_s,
-                                  self.settings.ledger_apply_backoff_max_s)
-                self._settle(conn, event, "retry", context, error=error, delay_s=delay)
+                self._failed(conn, items[0].event, exc)
             return
-        self.applied += 1
-        metrics.APPLIED.labels("superseded" if outcome.superseded else "applied").inc()
+        superseded = sum(o.superseded for o in outcomes)
+        self.applied += len(outcomes)
+        metrics.APPLIED.labels("applied").inc(len(outcomes) - superseded)
+        metrics.APPLIED.labels("superseded").inc(superseded)
         metrics.APPLY_SECONDS.observe(time.monotonic() - started)
-        log.info("ledger event applied", extra={**context, "outcome": outcome.note})
+        for outcome in outcomes:  # an ad metric that names what does not exist says so
+            if outcome.note not in ("written", "superseded"):
+                log.info("ledger event applied", extra={
+                    "ledger_id": outcome.ledger_id, "tenant_id": str(tenant_id),
+                    "outcome": outcome.note})
+        log.info("ledger batch applied", extra={
+            "tenant_id": str(tenant_id), "events": len(outcomes), "superseded": superseded,
+            "skipped": len(items) - len(outcomes),
+            "seconds": round(time.monotonic() - started, 3)})
 
-    def _settle(self, conn: db.Conn, event: apply.Event, how: str, context: dict[str, Any],
-                *, error: str, delay_s: float = 0.0) -> None:
-        self._settle_keys(conn, event.keys, how, context, error=error, delay_s=delay_s)
+    def _failed(self, conn: db.Conn, event: apply.Event, exc: Exception) -> None:
+        """One event's apply failed alone: dead-letter it if it can never apply (or its budget
+        is spent), else retry it after a full-jitter backoff, the error kept for triage."""
+        max_attempts = self.settings.ledger_apply_max_attempts
+        if isinstance(exc, Rejected):
+            error = str(exc)
+        elif event.used >= max_attempts:
+            error = f"failed {event.used} times; last: {type(exc).__name__}: {exc}"
+        else:
+            delay = backoff_s(event.used, self.settings.ledger_apply_backoff_base_s,
+                              self.settings.ledger_apply_backoff_max_s)
+            error = _clean(f"{type(exc).__name__}: {exc}")
+            with conn.transaction():
+                done = conn.execute(Q["retry_later"], {**event.keys, "error": error,
+                                                       "delay_s": delay}).fetchone()
+            if done is not None:
+                metrics.APPLIED.labels("retry").inc()
+                log.info("ledger event failed; retrying later", extra={
+                    **_context(event), "error": error[:300], "retry_in_s": round(delay, 3)})
+            return
+        self._dead_letter(conn, [(event.keys, error)])
 
-    def _settle_keys(self, conn: db.Conn, keys: dict[str, Any], how: str,
-                     context: dict[str, Any], *, error: str, delay_s: float = 0.0) -> None:
-        # A database error's DETAIL holds the row's values: never into the table. It may also
-        # quote a value with a NUL in it, which a text column refuses.
-        error = applog.scrub(error).replace("\x00", "\\0")[:MAX_ERROR_CHARS]
-        params = {**keys, "error": error, "delay_s": delay_s, "entity_key": None}
-        query = "dead_letter" if how == "dead_letter" else "retry_later"
+    def _dead_letter(self, conn: db.Conn, rows: list[tuple[dict[str, Any], str]]) -> None:
+        """Dead-letter these claimed rows with their errors, in one statement, each fenced on
+        its own claim (a row another applier claimed since is theirs to settle)."""
+        if not rows:
+            return
+        errors = [_clean(error) for _, error in rows]
         with conn.transaction():
-            done = conn.execute(Q[query], params).fetchone()
-        if done is None:
-            return  # another applier claimed it after us; theirs to settle
-        metrics.APPLIED.labels(how).inc()
-        level = logging.WARNING if how == "dead_letter" else logging.INFO
-        log.log(level, "ledger event dead-lettered" if how == "dead_letter"
-                else "ledger event failed; retrying later",
-                extra={**context, "error": error[:300], "retry_in_s": round(delay_s, 3)})
+            done = {r["ledger_id"] for r in conn.execute(Q["dead_letter"], {
+                "ledger_ids": [r["ledger_id"] for r, _ in rows],
+                "tenant_ids": [r["tenant_id"] for r, _ in rows],
+                "attempts": [r.get("attempt", r.get("apply_attempt_count")) for r, _ in rows],
+                "errors": errors})}
+        metrics.APPLIED.labels("dead_letter").inc(len(done))
+        for (row, _), error in zip(rows, errors, strict=True):
+            if row["ledger_id"] in done:
+                log.warning("ledger event dead-lettered", extra={
+                    **_context(row), "error": error[:300]})
 
     def _hold(self) -> None:
         """Test-only: wait inside the apply transaction while the pause file exists."""
@@ -214,6 +229,43 @@ class Applier(TableLoop):
         log.info("ledger applier started", extra={
             "pending": backlog.get("pending"), "dead_letter": backlog.get("dead_letter"),
             "oldest_pending_s": round(float(oldest), 1) if oldest is not None else None})
+
+
+class Unreadable(Exception):
+    """A claimed row holds a stored value Python cannot read back (docs/decisions/0193)."""
+
+    def __init__(self, columns: dict[str, lenient.Unreadable]) -> None:
+        self.columns = columns
+        super().__init__(", ".join(columns))
+
+    def remedy(self) -> str:
+        """What works for it: an edit can correct the time, sequence and payload (ADR 0284)."""
+        shown = ", ".join(f"{name} ({value.type_name}: {value.reason})"
+                          for name, value in self.columns.items())
+        fields = " and ".join(sorted(self.columns))
+        return (f"the stored event cannot be read back: {shown}; correct its {fields} "
+                "(edit it: it is then applied again) or discard it")
+
+
+def _refusal(exc: Exception) -> str:
+    if isinstance(exc, Unreadable):
+        return exc.remedy()
+    if isinstance(exc, Rejected):
+        return str(exc)
+    return f"the applier could not handle this event ({type(exc).__name__}); see the worker's logs"
+
+
+def _clean(error: str) -> str:
+    """A database error's DETAIL holds the row's values: never into the table. It may also
+    quote a value with a NUL in it, which a text column refuses."""
+    return applog.scrub(error).replace("\x00", "\\0")[:MAX_ERROR_CHARS]
+
+
+def _context(row: Any) -> dict[str, Any]:
+    if isinstance(row, apply.Event):
+        return {"ledger_id": row.ledger_id, "tenant_id": str(row.tenant_id),
+                "event_type": row.type[:100], "attempt": row.used}
+    return {"ledger_id": row["ledger_id"], "tenant_id": str(row["tenant_id"])}
 
 
 def last_served(after: UUID | None, tenants: set[UUID]) -> UUID:

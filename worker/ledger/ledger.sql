@@ -50,50 +50,74 @@ RETURNING e.ledger_id, e.tenant_id, e.source_system, e.source_event_id, e.source
           e.source_emitted_at, e.type, e.payload, e.apply_attempt_count, e.apply_attempt_base;
 
 -- name: lock_claimed
--- First statement of the apply transaction: the row is still ours only if it is pending and
--- nobody claimed it after us (the attempt count is the fence). The row lock, held to commit,
--- keeps a later claim off it even if our lease runs out meanwhile.
-SELECT ledger_id FROM event_ledger
-WHERE ledger_id = %(ledger_id)s AND tenant_id = %(tenant_id)s AND process_state = 'pending'
-  AND apply_attempt_count = %(attempt)s
-FOR UPDATE;
+-- First statement of a batch's transaction (docs/decisions/0281): of the batch's events, those
+-- still ours, locked in ledger_id order (every locker of several rows goes in that order). Ours
+-- = pending and nobody claimed it after us (the attempt count is the fence). The row locks,
+-- held to commit, keep a later claim off them even if our lease runs out meanwhile.
+SELECT e.ledger_id
+FROM event_ledger e
+JOIN unnest(%(ledger_ids)s::bigint[], %(attempts)s::int[]) AS b (ledger_id, attempt)
+  ON b.ledger_id = e.ledger_id
+WHERE e.tenant_id = %(tenant_id)s AND e.process_state = 'pending'
+  AND e.apply_attempt_count = b.attempt
+ORDER BY e.ledger_id
+FOR UPDATE OF e;
 
--- name: lock_entity
+-- name: lock_entities
 -- Appliers of one entity take turns (transaction-scoped), so "the newest event applied to it"
--- cannot change between our check and our write. Two ints keep these keys apart from the
--- runs' one-bigint locks and the records slots (tenant key, slot <= 100).
-SELECT pg_advisory_xact_lock(hashtext(%(tenant_id)s::text || '|' || %(type)s),
-                             hashtext(%(entity_key)s)) AS locked;
+-- cannot change between our check and our write. A batch takes all its entities' locks in one
+-- order (sorted keys; OFFSET 0 keeps the sort below the lock calls), so two appliers never
+-- wait on each other in a circle. Two ints keep these keys apart from the runs' one-bigint
+-- locks and the records slots (tenant key, slot <= 100).
+SELECT count(pg_advisory_xact_lock(k.type_key, k.entity_key)) AS locked
+FROM (SELECT DISTINCT hashtext(%(tenant_id)s::text || '|' || x.type) AS type_key,
+                      hashtext(x.entity_key) AS entity_key
+      FROM unnest(%(types)s::text[], %(entity_keys)s::text[]) AS x (type, entity_key)
+      ORDER BY 1, 2 OFFSET 0) k;
 
--- name: entity_head
--- The event most recently applied (not superseded) to this entity. Every apply was newer than
--- the head it found, so the latest applied is the newest: processed_at is clock_timestamp(),
--- read after the entity lock, and so strictly ordered among one entity's applies.
-SELECT ledger_id, source_system, source_sequence, source_emitted_at FROM event_ledger
-WHERE tenant_id = %(tenant_id)s AND type = %(type)s AND entity_key = %(entity_key)s
-  AND process_state = 'processed' AND NOT superseded AND ledger_id <> %(ledger_id)s
-ORDER BY processed_at DESC, ledger_id DESC
-LIMIT 1;
+-- name: entity_heads
+-- Per entity of the batch, the event most recently applied (not superseded) to it, outside
+-- the batch. Every apply was newer than the head it found, so the latest applied is the
+-- newest: processed_at is clock_timestamp(), taken after the entity locks, and so strictly
+-- ordered among one entity's applies (a batch marks only its winner not superseded).
+SELECT x.type, x.entity_key, h.ledger_id, h.source_system, h.source_sequence,
+       h.source_emitted_at
+FROM unnest(%(types)s::text[], %(entity_keys)s::text[]) AS x (type, entity_key)
+CROSS JOIN LATERAL (
+    SELECT ledger_id, source_system, source_sequence, source_emitted_at FROM event_ledger
+    WHERE tenant_id = %(tenant_id)s AND type = x.type AND entity_key = x.entity_key
+      AND process_state = 'processed' AND NOT superseded
+      AND ledger_id <> ALL (%(ledger_ids)s::bigint[])
+    ORDER BY processed_at DESC, ledger_id DESC
+    LIMIT 1) h;
 
 -- name: mark_processed
-UPDATE event_ledger
+-- The batch's events, applied or superseded, in the batch's transaction; fenced as the lock.
+UPDATE event_ledger e
 SET process_state = 'processed', processed_at = clock_timestamp(), process_error = NULL,
-    superseded = %(superseded)s, entity_key = %(entity_key)s
-WHERE ledger_id = %(ledger_id)s AND tenant_id = %(tenant_id)s AND process_state = 'pending'
-  AND apply_attempt_count = %(attempt)s
-RETURNING ledger_id;
+    superseded = b.superseded, entity_key = b.entity_key, version = e.version + 1
+FROM unnest(%(ledger_ids)s::bigint[], %(attempts)s::int[], %(superseded)s::boolean[],
+            %(entity_keys)s::text[]) AS b (ledger_id, attempt, superseded, entity_key)
+WHERE e.ledger_id = b.ledger_id AND e.tenant_id = %(tenant_id)s
+  AND e.process_state = 'pending' AND e.apply_attempt_count = b.attempt
+RETURNING e.ledger_id;
 
 -- name: dead_letter
-UPDATE event_ledger
-SET process_state = 'dead_letter', process_error = %(error)s, entity_key = %(entity_key)s
-WHERE ledger_id = %(ledger_id)s AND tenant_id = %(tenant_id)s AND process_state = 'pending'
-  AND apply_attempt_count = %(attempt)s
-RETURNING ledger_id;
+-- Events that can never apply as they are (or gave up), with their errors; one statement for
+-- a claim's worth. Each row is fenced on its own claim, across tenants: a claim spans them.
+UPDATE event_ledger e
+SET process_state = 'dead_letter', process_error = b.error, version = e.version + 1
+FROM unnest(%(ledger_ids)s::bigint[], %(tenant_ids)s::uuid[], %(attempts)s::int[],
+            %(errors)s::text[]) AS b (ledger_id, tenant_id, attempt, error)
+WHERE e.ledger_id = b.ledger_id AND e.tenant_id = b.tenant_id
+  AND e.process_state = 'pending' AND e.apply_attempt_count = b.attempt
+RETURNING e.ledger_id;
 
 -- name: retry_later
 -- A failure worth another try: the error is kept for triage while the row waits its backoff.
 UPDATE event_ledger
-SET process_error = %(error)s, next_apply_at = now() + make_interval(secs => %(delay_s)s)
+SET process_error = %(error)s, next_apply_at = now() + make_interval(secs => %(delay_s)s),
+    version = version + 1
 WHERE ledger_id = %(ledger_id)s AND tenant_id = %(tenant_id)s AND process_state = 'pending'
   AND apply_attempt_count = %(attempt)s
 RETURNING ledger_id;
@@ -112,22 +136,15 @@ SELECT count(*) FILTER (WHERE process_state = 'pending') AS pending,
                FILTER (WHERE process_state = 'pending')) AS oldest_pending_s
 FROM event_ledger WHERE process_state IN ('pending', 'dead_letter');
 
--- name: link_plaintiff
--- One plaintiff event's link to the tenant's judgment of the same normalised case number: the
--- one-row form of records.sql's link_plaintiffs (same keys, same ON CONFLICT). False when no
--- judgment has that case number (the plaintiff is kept without a link).
-WITH linked AS (
-    INSERT INTO plaintiff_judgments (tenant_id, plaintiff_id, judgment_id, batch_id)
-    SELECT %(tenant_id)s::uuid, p.id, j.id, NULL
-    FROM plaintiffs p, judgments j
-    WHERE p.tenant_id = %(tenant_id)s AND p.dedupe_key = plaintiff_dedupe_key(
-            %(data)s::jsonb->>'name', %(data)s::jsonb->>'address_line1', %(data)s::jsonb->>'zip')
-      AND j.tenant_id = %(tenant_id)s AND j.case_number_normalized =
-            records_case_key(%(data)s::jsonb->>'case_number')
-    ON CONFLICT DO NOTHING
-    RETURNING 1
-)
-SELECT EXISTS (SELECT 1 FROM judgments j WHERE j.tenant_id = %(tenant_id)s
-               AND j.case_number_normalized =
-                   records_case_key(%(data)s::jsonb->>'case_number'))
-       AS judgment_found;
+-- name: link_plaintiffs
+-- The batch's plaintiff events' links to the tenant's judgments of the same normalised case
+-- number: records.sql's link_plaintiffs over the batch's rows (same keys, same ON CONFLICT). A
+-- plaintiff whose case number no judgment has is kept without a link.
+INSERT INTO plaintiff_judgments (tenant_id, plaintiff_id, judgment_id, batch_id)
+SELECT %(tenant_id)s::uuid, p.id, j.id, NULL
+FROM jsonb_array_elements(%(data)s::jsonb) AS x (data)
+JOIN plaintiffs p ON p.tenant_id = %(tenant_id)s AND p.dedupe_key = plaintiff_dedupe_key(
+         x.data->>'name', x.data->>'address_line1', x.data->>'zip')
+JOIN judgments j ON j.tenant_id = %(tenant_id)s
+                AND j.case_number_normalized = records_case_key(x.data->>'case_number')
+ON CONFLICT DO NOTHING;

@@ -1,6 +1,8 @@
-/* The event ledger, over /v1/events (docs/decisions/0142, 0143, 0194): list with the filter the
- * page's URL applied, inspect one event, replay dead letters (chosen ones, or all matching the
- * filter), discard or edit-and-replay one pending or dead-letter event with a reason.
+/* The event ledger, over /v1/events (docs/decisions/0142, 0143, 0194, 0282-0284): list with the
+ * filter the page's URL applied, inspect one event, replay dead letters (chosen ones, or all
+ * matching the filter), discard all pending and dead-letter events matching the filter
+ * (counted first, confirmed, with a reason), discard or correct-and-replay one event with a
+ * reason, on the version this page loaded (a changed event is a 409, never overwritten).
  * Payloads and errors are upstream data: they are only ever set as text. */
 (function () {
   "use strict";
@@ -9,6 +11,7 @@
     discarded: "Discarded" };
   const ACTIONABLE = ["pending", "dead_letter"];
   const FILTERS = ["source_system", "type", "error"];
+  const TIMES = ["since", "until"];
 
   function stateLabel(event) {
     return (STATES[event.state] || event.state) + (event.superseded ? " (superseded)" : "");
@@ -25,7 +28,7 @@
   /* ── the list ─────────────────────────────────────────────────────────────────────── */
   function listPage(root) {
     const applied = { state: root.dataset.state };
-    FILTERS.forEach(function (name) {
+    FILTERS.concat(TIMES).forEach(function (name) {
       const value = root.dataset[name.replace(/_(.)/g, (m, c) => c.toUpperCase())];
       if (value) applied[name] = value;
     });
@@ -34,6 +37,7 @@
     const result = DF.field(root, "action_result");
     const selected = root.querySelector('[data-action="replay-selected"]');
     const all = root.querySelector('[data-action="replay-all"]');
+    const purge = root.querySelector('[data-action="discard-all"]');
     const selectAll = root.querySelector('[data-action="select-all"]');
 
     function boxes() { return [...rows.querySelectorAll('input[type="checkbox"]')]; }
@@ -106,6 +110,21 @@
       if (!window.confirm("Replay every dead letter" + scope + (everyone ? " of every tenant" : "") + "?")) return;
       act(all, async () => report(await replay(body)));
     });
+    purge.addEventListener("click", () => act(purge, async function () {
+      // The filter the list shows; the state only when it is one that can be discarded.
+      const body = {};
+      FILTERS.concat(TIMES).forEach((k) => { if (applied[k]) body[k] = applied[k]; });
+      if (applied.state === "pending" || applied.state === "dead_letter") body.state = applied.state;
+      const seen = await DF.api("POST", "/v1/events/discard", { ...body, preview: true });
+      const n = seen.matched;
+      if (!n) return "Nothing to discard: no pending or dead-letter event matches this filter.";
+      const why = window.prompt("Discard " + n + " pending and dead-letter event" + (n === 1 ? "" : "s") +
+        (everyone ? " of every tenant" : "") + " matching this filter? They will never be applied. Say why:");
+      if (why === null) return "";
+      if (!why.trim()) throw new Error("Say why: the reason is kept with every discarded event.");
+      const done = await DF.api("POST", "/v1/events/discard", { ...body, reason: why.trim(), at_most: n });
+      return "Discarded " + done.discarded + " event" + (done.discarded === 1 ? "" : "s") + ": they will never be applied.";
+    }));
     root.querySelector('[data-action="reload"]').addEventListener("click", load);
     load();
   }
@@ -117,11 +136,15 @@
     const button = root.querySelector('[data-action="replay-one"]');
     const form = root.querySelector('[data-form="act"]');
     const payloadBox = form.elements.payload;
+    const emittedBox = form.elements.emitted_at;
+    const sequenceBox = form.elements.sequence;
     const reasonBox = form.elements.reason;
+    let seen = null;  // the event as this page last loaded it: its version goes with an action
 
     async function load() {
       try {
         const e = await DF.api("GET", "/v1/events/" + encodeURIComponent(id));
+        seen = e;
         DF.setText(root, "process_error", e.error || "No error: " + stateLabel(e).toLowerCase() + ".");
         DF.facts(DF.field(root, "summary"), [
           ["State", stateLabel(e)],
@@ -145,6 +168,8 @@
         const actionable = ACTIONABLE.includes(e.state);
         DF.field(root, "act").hidden = !actionable;
         if (actionable && !payloadBox.dataset.touched) payloadBox.value = shown;
+        if (actionable && !emittedBox.dataset.touched) emittedBox.value = e.source_emitted_at || "";
+        if (actionable && !sequenceBox.dataset.touched) sequenceBox.value = e.source_sequence ?? "";
         const actions = e.actions || [];
         DF.field(root, "actions").replaceChildren(...actions.map((a) =>
           DF.h("li", {}, DF.localTime(a.at) + " — " + (a.action === "edit" ? "edited and replayed" : "discarded") +
@@ -165,7 +190,9 @@
       }
     }
 
-    payloadBox.addEventListener("input", () => { payloadBox.dataset.touched = "1"; });
+    [payloadBox, emittedBox, sequenceBox].forEach(function (box) {
+      box.addEventListener("input", () => { box.dataset.touched = "1"; });
+    });
 
     function reason() {
       const text = reasonBox.value.trim();
@@ -177,15 +204,30 @@
       ev.preventDefault();
       const save = form.querySelector('[data-action="edit"]');
       DF.act(save, result, async function () {
-        let payload;
-        try { payload = JSON.parse(payloadBox.value); } catch (_) {
-          throw new Error("The payload is not valid JSON; correct it and save again.");
+        // Only what was changed here is sent: an unreadable stored value stays as it is.
+        const body = {};
+        if (payloadBox.dataset.touched) {
+          try { body.payload = JSON.parse(payloadBox.value); } catch (_) {
+            throw new Error("The payload is not valid JSON; correct it and save again.");
+          }
+          if (body.payload === null || typeof body.payload !== "object" || Array.isArray(body.payload)) {
+            throw new Error("The payload must be a JSON object.");
+          }
         }
-        if (payload === null || typeof payload !== "object" || Array.isArray(payload)) {
-          throw new Error("The payload must be a JSON object.");
+        if (emittedBox.dataset.touched) body.source_emitted_at = emittedBox.value.trim() || null;
+        if (sequenceBox.dataset.touched) {
+          const text = sequenceBox.value.trim();
+          // Past 2^53 a browser's number is not exact: such a sequence goes by the CLI or API.
+          if (text && !/^[0-9]{1,15}$/.test(text)) throw new Error("The sequence must be a whole number of at most 15 digits, or empty.");
+          body.source_sequence = text ? Number(text) : null;
         }
-        await DF.api("POST", "/v1/events/" + encodeURIComponent(id) + "/edit", { payload: payload, reason: reason() });
-        delete payloadBox.dataset.touched;
+        body.reason = reason();
+        body.version = seen.version;
+        if (!("payload" in body || "source_emitted_at" in body || "source_sequence" in body)) {
+          throw new Error("Nothing changed: correct the payload, the time or the sequence first.");
+        }
+        await DF.api("POST", "/v1/events/" + encodeURIComponent(id) + "/edit", body);
+        [payloadBox, emittedBox, sequenceBox].forEach((box) => { delete box.dataset.touched; });
         reasonBox.value = "";
         return "Saved: the event is pending again and a worker applies it shortly.";
       }, load);
@@ -195,7 +237,7 @@
       DF.act(discard, result, async function () {
         const why = reason();
         if (!window.confirm("Discard event " + id + "? It will never be applied.")) return "";
-        await DF.api("POST", "/v1/events/" + encodeURIComponent(id) + "/discard", { reason: why });
+        await DF.api("POST", "/v1/events/" + encodeURIComponent(id) + "/discard", { reason: why, version: seen.version });
         reasonBox.value = "";
         return "Discarded: the event will never be applied.";
       }, load);
