@@ -87,10 +87,14 @@ def run(*, workers: int | None, port: int | None) -> int:
         # a crashed server recovers from its WAL on start (it is durable, ADR 0040).
         supervisor.add("postgres", lambda: _restart_database(pg), stop_last=True,
                        running=pg.postmaster())
-        supervisor.add("gateway", lambda: _spawn("gateway", env))
+        # Several gateways on the one port (SO_REUSEPORT), each restarted on its own: one that
+        # dies leaves the others serving (docs/decisions/0324).
+        gateway_env = {**env, "REUSE_PORT": "true"}
+        for i in range(settings.dev_gateway_processes):
+            supervisor.add(f"gateway-{i + 1}", lambda: _spawn("gateway", gateway_env))
         for i in range(workers):
             supervisor.add(f"worker-{i + 1}", lambda: _spawn("worker", env))
-        _announce(port, token, workers)
+        _announce(port, token, workers, settings.dev_gateway_processes)
         supervisor.run()
         return 0
     finally:
@@ -247,9 +251,10 @@ def _spawn(command: str, env: dict[str, str]) -> subprocess.Popen:
                             env={**os.environ, **env}, process_group=0)
 
 
-def _announce(port: int, token: str, workers: int) -> None:
+def _announce(port: int, token: str, workers: int, gateways: int) -> None:
     print(f"""
-Dragonfly Ingest is running ({workers} worker process(es)); Ctrl-C stops everything.
+Dragonfly Ingest is running ({gateways} gateway and {workers} worker process(es)); Ctrl-C
+stops everything.
   API:       http://127.0.0.1:{port}   (OpenAPI: http://127.0.0.1:{port}/schema)
   Sign in:   tenant {DEV_TENANT}, {DEV_ADMIN} / password in {STATE}/dev-password
   Token:     {token}

@@ -148,7 +148,10 @@ def _gateway(args: argparse.Namespace) -> int:
             if ctx is not None and getattr(ctx, "live", None) is not None:
                 ctx.live.end_all_soon()
 
-    Server(config).run()
+    # Several processes on one port (`ingest dev`, ADR 0324): each binds it with SO_REUSEPORT.
+    sockets = [transport.reuse_port_socket(config.host, config.port)] \
+        if settings.reuse_port else None
+    Server(config).run(sockets=sockets)
     return 0
 
 

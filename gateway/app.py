@@ -51,6 +51,9 @@ from shared import logging as applog
 from shared.queue import Queue
 from shared.settings import GatewaySettings
 
+# How long a gateway sharing its port waits for its query model before it listens anyway.
+MODEL_WAIT_S = 120.0
+
 
 def create_app(settings: GatewaySettings) -> Litestar:
     @asynccontextmanager
@@ -60,6 +63,9 @@ def create_app(settings: GatewaySettings) -> Litestar:
             if settings.search_enabled and settings.search_model_at_start:
                 # Vector queries answer model_loading until it is in (docs/decisions/0321).
                 app.state.search.embedder.start_loading()
+                if settings.reuse_port:
+                    # Peers on the port serve meanwhile: listen once every route can be served.
+                    await app.state.search.embedder.wait_loaded(MODEL_WAIT_S)
             yield
 
     web_router, templates = ui.mount()  # the web UI: pages, static assets, templates
@@ -176,6 +182,8 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
             settings, pool, queue, s3, ctx.depths, alerter, syncs=sync_manager),
             name="housekeeping"),
     ]
+    # The unknown-account bcrypt hash, off the start's path (ADR 0324).
+    tasks.append(asyncio.create_task(asyncio.to_thread(auth.dummy_hash), name="dummy-hash"))
     heap.freeze_startup_objects()  # short full GC passes: intake p95 (ADR 0163)
     try:
         yield ctx

@@ -115,6 +115,11 @@ class GatewaySettings(CommonSettings):
     # CLIENT_MAX_CONNECTIONS connections (and as many requests in flight, which is what counts
     # behind a TRUSTED_PROXIES proxy), and CLIENT_REQUESTS_PER_S requests a second on average in
     # bursts of CLIENT_REQUEST_BURST. Refusals: 429 with Retry-After; a full process: 503.
+    # Bind the port with SO_REUSEPORT, so that several gateway processes serve one port and the
+    # kernel spreads new connections over those listening (`ingest dev` runs
+    # DEV_GATEWAY_PROCESSES of them, ADR 0324). Such a process listens only once it can serve
+    # every route (its query model loaded): its peers answer meanwhile.
+    reuse_port: bool = False
     client_max_connections: int = Field(default=100, ge=1)
     client_requests_per_s: float = Field(default=200.0, gt=0)
     client_request_burst: int = Field(default=400, ge=1)
@@ -414,6 +419,9 @@ class DevSettings(BaseSettings):
 
     port: int = 8000
     worker_processes: int = Field(default=1, ge=0)
+    # Gateway processes on the one port (SO_REUSEPORT), each supervised and restarted on its own:
+    # one that dies is not an outage (docs/decisions/0324).
+    dev_gateway_processes: int = Field(default=2, ge=1)
     # A child (gateway, worker, moto) that exits is restarted after this delay, doubled after
     # each exit in a row up to the cap (docs/decisions/0041).
     dev_restart_backoff_s: float = Field(default=1.0, gt=0)

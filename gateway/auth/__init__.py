@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -53,8 +54,12 @@ def _hash(password: str) -> str:
     return _PREHASHED + bcrypt.hashpw(_prehashed(password, salt), salt).decode()
 
 
-# Verified against when the e-mail is unknown, so both cases take the same time.
-_DUMMY_HASH = _hash("dummy-password")
+@functools.cache
+def dummy_hash() -> str:
+    """Verified against when the e-mail is unknown, so both cases take the same time. Made on
+    first use, not at import: a bcrypt hash is a quarter second of CPU that a gateway's start
+    need not wait for (the lifespan warms it in a thread, docs/decisions/0324)."""
+    return _hash("dummy-password")
 # The users table's queries (gateway/auth/users.py owns them); this module reads one per request.
 Q = db.load_queries(Path(__file__).with_name("users.sql"))
 SESSION_ENDED = "Your session has ended; sign in again."
@@ -86,7 +91,7 @@ def hash_password(password: str) -> str:
 
 
 def verify_password(password: str, password_hash: str | None) -> bool:
-    stored = password_hash or _DUMMY_HASH
+    stored = password_hash or dummy_hash()
     if stored.startswith(_PREHASHED):
         hashed = stored[len(_PREHASHED):].encode()
         right = bcrypt.checkpw(_prehashed(password, hashed[:_SALT_CHARS]), hashed)

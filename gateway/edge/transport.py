@@ -22,6 +22,7 @@ timeouts, connection limits per client address, request buffering).
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from typing import Any
 
@@ -233,3 +234,16 @@ def server_options(settings: GatewaySettings,
     if settings.tls_cert_file and settings.tls_key_file:
         options.update(ssl_certfile=settings.tls_cert_file, ssl_keyfile=settings.tls_key_file)
     return options
+
+
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    """The gateway's socket, bound with SO_REUSEPORT and not yet listening: uvicorn listens
+    on it once the lifespan has started, so the kernel hands this process no connection
+    before it can answer it (docs/decisions/0324)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock

@@ -22,6 +22,7 @@ is answered from an LRU cache, and a text already waiting for a pass is not embe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -107,6 +108,12 @@ class QueryEmbedder:
         ModelLoading instead of waiting (a gateway's start, docs/decisions/0321)."""
         if self._encoder is None and self._loading is None:
             self._loading = asyncio.create_task(self._load_in_background(), name="query-model")
+
+    async def wait_loaded(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for the load ``start_loading`` began, whatever its end."""
+        if self._loading is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._loading), timeout_s)
 
     @property
     def state(self) -> str:

@@ -6,8 +6,10 @@ restarted. The fresh-clone `make run` → upload → Ctrl-C path is tests/e2e/te
 from __future__ import annotations
 
 import json
+import os
 import signal
 import stat
+import time
 from pathlib import Path
 from uuid import UUID
 
@@ -216,13 +218,55 @@ def test_a_child_that_dies_is_restarted_and_no_work_is_lost(stack_folder, out_di
         owner.close()
         conn.close()
 
+        # When one of the gateways is killed -9 while a client keeps calling the API, Then
+        # every call is answered (its peer on the port takes the connections; a call whose
+        # connection died with the process is sent again once), and it is started again
+        gateways = _gateways(stack)
+        assert len(gateways) == 2, gateways
+        answers = _calls_while(stack, token, lambda: os.kill(gateways["gateway-1"],
+                                                             signal.SIGKILL))
+        wait_until(lambda: _gateways(stack).get("gateway-1") not in (None,
+                                                                     gateways["gateway-1"]),
+                   timeout=60, message="gateway-1 restarted")
+        assert answers and set(answers) == {200}, answers
+        assert _gateways(stack)["gateway-2"] == gateways["gateway-2"]  # the other lived on
+
         # And Ctrl-C still stops everything, with no restart on the way out
         children = stack.children()
         assert stack.interrupt() == 0
         devstack.assert_all_gone(children)
-        assert len(stack.log.read_text().split("child restarted")) == 3
+        assert len(stack.log.read_text().split("child restarted")) == 4
     finally:
         stack.kill()
+
+
+def _gateways(stack: devstack.DevStack) -> dict[str, int]:
+    """The supervised gateways that are up, and their pids (.ingest/children.json)."""
+    try:
+        children = json.loads((stack.state / "children.json").read_text())["children"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {name: c["pid"] for name, c in children.items()
+            if name.startswith("gateway") and c["up"]}
+
+
+def _calls_while(stack: devstack.DevStack, token: str, fault) -> list[int]:  # type: ignore[no-untyped-def]
+    """Statuses of GET /v1/ingestion-runs called back to back for 5 s after ``fault`` runs,
+    each sent again once when its connection failed (as any HTTP client library retries)."""
+    statuses: list[int] = []
+    headers = {"Authorization": f"Bearer {token}"}
+    fault()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        for attempt in (1, 2):
+            try:  # a new connection each call: the kernel spreads them over the listeners
+                statuses.append(httpx.get(f"{stack.url}/v1/ingestion-runs", headers=headers,
+                                          timeout=10).status_code)
+                break
+            except httpx.TransportError:
+                if attempt == 2:
+                    statuses.append(0)
+    return statuses
 
 
 def _postmaster_pid(stack: devstack.DevStack) -> int | None:
