@@ -19,7 +19,7 @@ import pytest
 from gateway.edge import json_depth
 from tests.support import stack
 
-ERROR_STATUSES = ("400", "401", "403", "404", "405", "409", "413", "415", "429", "503")
+ERROR_STATUSES = ("400", "401", "403", "404", "405", "408", "409", "413", "415", "429", "503")
 LISTINGS = ("/v1/sources", "/v1/ingestion-runs", "/v1/documents", "/v1/sources/{source_id}/syncs")
 PUBLIC = {("post", "/v1/auth/login"), ("get", "/health/live"), ("get", "/health/ready"),
           ("get", "/api/metrics")}
@@ -57,6 +57,19 @@ def test_every_error_answer_is_documented_as_code_and_detail(document):
                 schema = response["content"]["application/json"]["schema"]
                 assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (method, path, status)
     assert "status_code" not in str(document)
+
+
+def test_every_operation_declares_the_edges_refusals_with_when_to_come_back(document):
+    # The edge answers before any route runs (ADR 0320, 0323): too slow (408), over the
+    # client's share (429), a full or not yet ready server (503). A client reading any one
+    # operation learns them, and that 429 and 503 say when to ask again.
+    for method, path, operation in operations(document):
+        responses = operation["responses"]
+        assert {"408", "429", "503"} <= set(responses), (method, path)
+        for status in ("429", "503"):
+            header = responses[status].get("headers", {}).get("Retry-After")
+            assert header is not None and header["required"], (method, path, status)
+            assert header["schema"] == {"type": "integer", "minimum": 1}, (method, path, status)
 
 
 def test_authentication_and_roles_are_documented(document):
