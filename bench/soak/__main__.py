@@ -7,6 +7,7 @@ import random
 import sys
 from pathlib import Path
 
+from bench.soak.faults import KINDS
 from bench.soak.run import Options, soak
 
 
@@ -24,12 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("test-output/soak"),
                         help="where the report, the fault log and the stack's logs go")
     parser.add_argument("--keep", action="store_true", help="keep the stack's data folder")
+    parser.add_argument("--faults", default=",".join(KINDS),
+                        help="the fault kinds to draw from, comma-separated (default: all)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     try:
         result = soak(Options(minutes=args.minutes, seed=seed, workers=args.workers,
                               settle_s=args.settle_s, calm_s=args.calm_s, out=args.out,
-                              keep=args.keep))
+                              keep=args.keep, kinds=_kinds(parser, args.faults)))
     except (RuntimeError, TimeoutError) as exc:
         print(f"the stack did not start: {exc}", file=sys.stderr)
         return 2
@@ -37,6 +40,14 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: the stack was stopped, nothing was checked", file=sys.stderr)
         return 130
     return 0 if result.ok else 1
+
+
+def _kinds(parser: argparse.ArgumentParser, text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = set(kinds) - set(KINDS)
+    if unknown or not kinds:
+        parser.error(f"--faults takes some of {', '.join(KINDS)}")
+    return kinds
 
 
 if __name__ == "__main__":

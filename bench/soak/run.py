@@ -17,7 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from bench.soak import checks, data, report
-from bench.soak.faults import Injector
+from bench.soak.faults import GAP_S, KINDS, Injector
 from bench.soak.journal import Journal
 from bench.soak.stack import Stack, alive
 from bench.soak.work import Ctx, Pool
@@ -40,6 +40,13 @@ class Options:
     calm_s: float = 60.0           # the fault-free first minute
     out: Path = Path("test-output/soak")
     keep: bool = False             # keep the stack's folder (data, logs) after the run
+    kinds: tuple[str, ...] = KINDS  # the faults to draw from (all by default)
+    # Instead of a seeded draw, these faults in this order, ``gap_s`` apart (start to start,
+    # each once the stack is whole again); the load then goes on ``tail_s`` and ends, at most
+    # at ``minutes``. The test suite's short soak: every kind once in about 90 s of chaos.
+    plan: tuple[str, ...] = ()
+    gap_s: tuple[float, float] = GAP_S
+    tail_s: float = 10.0
 
 
 @dataclass
@@ -49,6 +56,7 @@ class Result:
     settled_s: float | None
     problems: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    recoveries: list[report.Recovery] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -95,12 +103,13 @@ def _soak(opts: Options, stack: Stack, texts: list[str]) -> Result:
     sources, reads, admin = Sources(ctx), Reads(ctx), Admin(ctx)
     pools: list[Pool] = [*uploads, versions, imports, events, sources, reads, admin]
     injector = Injector(stack, opts.seed, t0, opts.out / "faults.jsonl",
-                        first_after_s=opts.calm_s)
+                        first_after_s=opts.calm_s, kinds=opts.kinds, plan=opts.plan,
+                        gap_s=opts.gap_s)
     for pool in pools:
         pool.start()
     injector.start()
     try:
-        _load(opts, stack, journal)
+        _load(opts, journal, injector)
     except BaseException:  # Ctrl-C: stop now, nothing to judge (the stack stops in soak())
         injector.stop.set()
         ctx.load_over.set()
@@ -124,13 +133,18 @@ def _soak(opts: Options, stack: Stack, texts: list[str]) -> Result:
     world = checks.World(
         api=setup, dsn=stack.database_url, tenant_id=tenant_id, uploads=uploads,
         versions=versions, imports=imports, events=events, sources=sources, admin=admin,
-        endpoints=hooks, faults=injector.injected(), load_end_s=load_end_s, settle_actions=0,
-        children=children, workers=opts.workers, logs=stack.server_logs(), ready=_ready(stack),
+        endpoints=hooks, faults=injector.injected(), load_end_s=load_end_s,
+        load_end_at=t0_wall + load_end_s, children=children, workers=opts.workers,
+        gateways=stack.gateways, logs=stack.server_logs(), ready=_ready(stack),
         calls=journal.snapshot()[0])
     checking = time.monotonic()
     verdicts = checks.run_all(world)
     say(f"invariants checked in {time.monotonic() - checking:.0f} s")
-    result = Result(verdicts, dict(_count_faults(injector)), settled_s, list(ctx.problems))
+    calls = journal.snapshot()[0]
+    recoveries = report.client_recovery(injector.injected(), calls, journal.requests(),
+                                        load_end_s)
+    result = Result(verdicts, dict(_count_faults(injector)), settled_s, list(ctx.problems),
+                    recoveries=recoveries)
     result.lines = _print(opts, result, injector, journal, stack, tenant_id, t0_wall,
                           load_end_s)
     for endpoint in hooks:
@@ -139,10 +153,12 @@ def _soak(opts: Options, stack: Stack, texts: list[str]) -> Result:
     return result
 
 
-def _load(opts: Options, stack: Stack, journal: Journal) -> None:
+def _load(opts: Options, journal: Journal, injector: Injector) -> None:
     end = time.monotonic() + opts.minutes * 60
     next_note = time.monotonic() + 30
     while time.monotonic() < end:
+        if opts.plan and injector.planned_done.is_set():  # the planned faults are over
+            end = min(end, time.monotonic() + opts.tail_s)
         time.sleep(min(1.0, max(0.0, end - time.monotonic())))
         if time.monotonic() >= next_note:
             next_note += 30
@@ -227,10 +243,15 @@ def _print(opts: Options, result: Result, injector: Injector, journal: Journal, 
     with psycopg.connect(stack.database_url, row_factory=dict_row) as conn:
         rows = conn.execute(FINISHED, {"t": tenant_id, "t0": t0_wall}).fetchall()
     lines = [f"seed {opts.seed}; {opts.minutes:g} min of load; first {opts.calm_s:.0f} s "
-             "without faults", "", "faults injected:"]
-    lines += report.faults_summary(injector.faults)
+             f"without faults; {stack.gateways} gateway and {opts.workers} worker processes",
+             "", "faults injected (clients served again: from the fault to the first request "
+             "served after the last one that failed; requests ok: of the clients' requests, "
+             "with their retries, begun before the next fault):"]
+    lines += report.faults_summary(injector.faults, result.recoveries)
     if stack.no_disk_fault:
         lines.append(f"  (disk_full left out: {stack.no_disk_fault})")
+    lines += ["", "targets (issue 36), from the clients' side:"]
+    lines += report.targets(result.recoveries)
     lines += ["", "invariants:"] + [f"  {v.line()}" for v in result.verdicts]
     for v in result.verdicts:
         if v.problems:
@@ -252,6 +273,12 @@ def _print(opts: Options, result: Result, injector: Injector, journal: Journal, 
     (opts.out / "summary.json").write_text(json.dumps({
         "seed": opts.seed, "minutes": opts.minutes, "ok": result.ok,
         "faults": result.faults, "settled_s": result.settled_s,
+        "recovery": [{"n": r.fault.n, "kind": r.fault.kind, "target": r.fault.target,
+                      "started_s": r.fault.started_s, "served_again_s": r.served_again_s,
+                      "failed_attempts": r.failed_attempts, "requests": r.requests,
+                      "succeeded": r.succeeded, "processes_ready_s": r.fault.recovered_s}
+                     for r in result.recoveries],
+        "targets": report.targets(result.recoveries),
         "invariants": [{k: v for k, v in asdict(verdict).items() if k != "problems"}
                        | {"problems": verdict.problems[:20]} for verdict in result.verdicts],
         "problems": result.problems}, indent=1, default=str))

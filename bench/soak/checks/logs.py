@@ -1,16 +1,21 @@
 """6. The logs: no personal data or secret, no traceback an injected fault does not explain, and
-no answer 500 to a client."""
+no answer 500 to a client.
+
+``gather`` reads the logs; ``judge`` decides from what was gathered
+(tests/unit/test_soak_checks.py)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 import orjson
 
 from bench.soak.checks.world import Verdict, World, verdict
 from bench.soak.faults import Fault
+from bench.soak.journal import Call
 from tests.support import logscan
 
 # What a fault may make a process log with its traceback: the error types of its family.
@@ -27,36 +32,47 @@ FAMILIES = {
 GRACE_S = 90.0
 
 
-def check(world: World) -> list[Verdict]:
-    personal = _personal(world)
+@dataclass
+class Facts:
+    logs: dict[str, str]          # log file name → its text
+    personal: set[str]            # every name, e-mail, phone and address the soak sent
+    faults: list[Fault]
+    calls: list[Call]
+
+
+def gather(world: World) -> Facts:
+    return Facts({path.name: path.read_text(errors="replace") for path in world.logs},
+                 _personal(world), list(world.faults), list(world.calls))
+
+
+def judge(facts: Facts) -> list[Verdict]:
     found_personal: list[str] = []
     tracebacks: list[str] = []
     attributed = 0
-    for path in world.logs:
-        text = path.read_text(errors="replace")
+    for name, text in facts.logs.items():
         for kind, line in logscan.scan_text(text):
-            found_personal.append(f"{path.name}: {kind}: {line[:200]}")
-        for value in personal:
+            found_personal.append(f"{name}: {kind}: {line[:200]}")
+        for value in facts.personal:
             if value in text:
-                found_personal.append(f"{path.name}: a value the soak sent as personal data "
+                found_personal.append(f"{name}: a value the soak sent as personal data "
                                       f"({_mask(value)})")
-        if path.name == "ingest-dev.log":
+        if name == "ingest-dev.log":
             for when, error_type, head in _tracebacks(text):
-                if _caused(world.faults, when, error_type):
+                if _caused(facts.faults, when, error_type):
                     attributed += 1
                 else:
                     tracebacks.append(f"{when} {error_type}: {head[:200]}")
-    errors = [c for c in world.calls if c.status == 500]
+    errors = [c for c in facts.calls if c.status == 500]
     answered = [f"{c.endpoint} at {c.at_s:.0f}s" for c in errors]
     return [verdict("6a", "log lines with personal data or secrets (must be 0)",
                     len(found_personal), found_personal,
-                    f"{len(personal)} personal values sent, {len(world.logs)} logs"),
+                    f"{len(facts.personal)} personal values sent, {len(facts.logs)} logs"),
             verdict("6b", "tracebacks not caused by an injected fault (must be 0)",
                     len(tracebacks), tracebacks, f"{attributed} caused by injected faults"),
             # A fault may make the product answer 503 (retry later), never 500: an unhandled
             # error says nothing a client can act on.
             verdict("6c", "answers 500 (an unhandled error) to the clients (must be 0)",
-                    len(errors), answered, f"{len(world.calls)} calls")]
+                    len(errors), answered, f"{len(facts.calls)} calls")]
 
 
 def _personal(world: World) -> set[str]:

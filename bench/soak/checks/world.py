@@ -57,9 +57,10 @@ class World:
     endpoints: list[Endpoint]
     faults: list[Fault]
     load_end_s: float
-    settle_actions: int
+    load_end_at: float           # the same moment on the wall clock (epoch seconds)
     children: dict[str, int | None]
     workers: int
+    gateways: int
     logs: list[Any]
     ready: bool
     calls: list[Call]

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from bench.soak.work import Pool
 from tests.support import corpus
 
+READER_PATIENCE_S = 30.0
+
 
 class Reads(Pool):
     kind = "search"
@@ -17,12 +19,16 @@ class Reads(Pool):
 
     def step(self) -> None:
         query = self.rng.choice(corpus.QUERIES)
+        # A person asks again after a refusal that says when (model_loading, a busy server),
+        # for as long as they would wait on a search page.
         if self.rng.random() < 0.25:
-            self.api.once("POST", "/v1/ask", json={"question": query})
+            self.api.until_answered("POST", "/v1/ask", json={"question": query},
+                                    give_up_s=READER_PATIENCE_S, stop=self.stopped)
             return
         mode = self.rng.choice(("text", "hybrid", "vector"))
-        response = self.api.once("GET", "/v1/search", params={"q": query, "mode": mode},
-                                 label=f"GET /v1/search?mode={mode}")
+        response = self.api.until_answered("GET", "/v1/search", params={"q": query, "mode": mode},
+                                           label=f"GET /v1/search?mode={mode}",
+                                           give_up_s=READER_PATIENCE_S, stop=self.stopped)
         if response is not None and response.status_code == 200:
             self.ctx.journal.acknowledged(self.kind)
 
@@ -44,7 +50,8 @@ class Admin(Pool):
         self.actions: list[Action] = []
 
     def step(self) -> None:
-        letters = self.api.once("GET", "/v1/dead-letters")
+        letters = self.api.until_answered("GET", "/v1/dead-letters", give_up_s=30,
+                                          stop=self.stopped)
         if self.stopped():
             return
         if letters is not None and letters.status_code == 200 and letters.json().get("items"):
@@ -52,8 +59,9 @@ class Admin(Pool):
                                  json={"all": True, "reason": "soak: the admin's redrive"})
             self.actions.append(Action(self.ctx.journal.now(), "redrive", "all",
                                        done.status_code if done is not None else None))
-        failed = self.api.once("GET", "/v1/ingestion-runs", params={"status": "failed",
-                                                                     "limit": 50})
+        failed = self.api.until_answered("GET", "/v1/ingestion-runs", give_up_s=30,
+                                         stop=self.stopped,
+                                         params={"status": "failed", "limit": 50})
         if failed is None or failed.status_code != 200:
             return
         for run in failed.json()["items"]:
