@@ -335,6 +335,27 @@ def test_word_boundaries_are_unicode_words():
     assert chunk.word_around("x" * 200, 100) is None  # too long to be kept whole
 
 
+def test_two_full_pieces_meeting_inside_a_word_move_the_word_and_carry_the_overflow(
+        shipped_tokenizer):
+    # Found by the property test below (20/32 tokens, "… 5,6,7). earth's earth's …"): both
+    # pieces are full, so the word fits neither; it starts the second piece, whose last words
+    # join the third where they fit with it.
+    chunker = make_chunker(shipped_tokenizer, 20, 32)
+    first, second, third = "one two three four earth", "'s five six seven eight", "nine ten"
+    text = f"{first}{second} {third}"
+    count = chunker._count
+    cap = max(count(first), count(second))
+    assert count(first + "'s") > cap and count("earth" + second) > cap
+    pieces = [(0, first), (len(first), second), (len(first + second) + 1, third)]
+
+    out = chunker._whole_words(text, pieces, cap)
+
+    assert [t for _, t in out] == ["one two three four", "earth's five six seven",
+                                  "eight nine ten"]
+    assert [text[s : s + len(t)] for s, t in out] == [t for _, t in out]
+    assert all(count(t) <= cap for _, t in out)
+
+
 _word = st.one_of(
     st.sampled_from(["earth's", "don't", "l'eau", "d’été", "3.5", "naïve", "state-of-the-art",
                      "e.g.", "U.S.", "日本語", "(refs.", "5,6,7).", "co-operation", "Ünïcödé",

@@ -37,6 +37,7 @@ _HEADINGS_ONLY = re.compile(r"(?:#{1,6}[ \t][^\n]*\n*)+")
 # Unicode word boundaries (UAX #29): "earth's", "l'eau" and "3.5" are one word each, every CJK
 # ideograph is a word of its own, and a space or punctuation mark always bounds a word.
 _WORD_BOUNDARY = regex.compile(r"\b", flags=regex.WORD)
+_SPACE = regex.compile(r"\s+")
 # A "word" longer than this (a hash, a URL, a run of letters with no break) may be cut: there is
 # no better place, and it may not fit a chunk at all.
 MAX_WORD_CHARS = 64
@@ -190,22 +191,44 @@ class Chunker:
         """No chunk ends inside a word: the splitter can cut "earth's" after "earth" (it measures
         in tokens, and its word level is not UAX #29's). Where two pieces meet mid-word, the
         word moves whole into the next piece, or else into the previous one, whichever still
-        fits under the cap; a word longer than MAX_WORD_CHARS stays cut."""
+        fits under the cap; when both are full, the word starts the next piece and that piece's
+        last words move on (``_carry``); a word longer than MAX_WORD_CHARS stays cut."""
         out = list(pieces)
-        for i in range(len(out) - 1):
+        i = 0
+        while i < len(out) - 1:
             (a_start, a), (b_start, b) = out[i], out[i + 1]
             cut, b_end = a_start + len(a), b_start + len(b)
             word = word_around(text, cut) if cut == b_start else None
-            if word is None:
-                continue
-            left = text[a_start : word[0]].rstrip()
-            rest = text[word[1] : b_end]
-            if left.strip() and self._fits(text[word[0] : b_end], cap):
-                out[i], out[i + 1] = (a_start, left), (word[0], text[word[0] : b_end])
-            elif rest.strip() and self._fits(text[a_start : word[1]], cap):
-                right = word[1] + len(rest) - len(rest.lstrip())
-                out[i], out[i + 1] = (a_start, text[a_start : word[1]]), (right, text[right:b_end])
+            if word is not None:
+                left = text[a_start : word[0]].rstrip()
+                rest = text[word[1] : b_end]
+                if left.strip() and self._fits(text[word[0] : b_end], cap):
+                    out[i], out[i + 1] = (a_start, left), (word[0], text[word[0] : b_end])
+                elif rest.strip() and self._fits(text[a_start : word[1]], cap):
+                    right = word[1] + len(rest) - len(rest.lstrip())
+                    out[i], out[i + 1] = ((a_start, text[a_start : word[1]]),
+                                          (right, text[right:b_end]))
+                elif left.strip():
+                    out[i] = (a_start, left)
+                    out[i + 1 : i + 3] = self._carry(text, word[0], b_end, out[i + 2 : i + 3], cap)
+            i += 1
         return out
+
+    def _carry(self, text: str, start: int, end: int, after: list[tuple[int, str]],
+               cap: int) -> list[tuple[int, str]]:
+        """``text[start:end]`` (a word grown past the cap) cut at its last space that fits,
+        the words beyond it joined to the piece ``after`` (zero or one) where they fit with it,
+        or else kept as a piece of their own: rare (two full pieces meeting mid-word), so a
+        short piece here beats a chunk over the model's length or a word cut in two."""
+        for space in reversed(list(_SPACE.finditer(text, start, end))):
+            if space.start() > start and self._fits(text[start : space.start()], cap):
+                head, tail_start = (start, text[start : space.start()]), space.end()
+                break
+        else:  # no space that fits: as the splitter cut it
+            return [(start, text[start:end]), *after]
+        if after and self._fits(text[tail_start : after[0][0] + len(after[0][1])], cap):
+            return [head, (tail_start, text[tail_start : after[0][0] + len(after[0][1])])]
+        return [head, (tail_start, text[tail_start:end]), *after]
 
     def _fits(self, span: str, cap: int) -> bool:
         return self._count(span) <= cap
