@@ -138,11 +138,12 @@ def test_a_body_that_arrived_is_not_refused_while_the_gateway_waits_on_a_lock(
         with locker.transaction():
             locker.execute("LOCK TABLE api_keys, users IN ACCESS EXCLUSIVE MODE")
             answers = [pool.submit(post_event), pool.submit(upload)]
+            # (the gateway's own delay: two and a half body-rate windows, as Postgres saw it)
             stack.wait_until(lambda: locker.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'").fetchone()[0] >= 2, timeout=30,
-                message="both requests wait on the lock")
-            time.sleep(5)  # the gateway's own delay: two and a half body-rate windows
+                "AND wait_event_type = 'Lock' AND state_change < clock_timestamp() - "
+                "interval '5 seconds'").fetchone()[0] >= 2, timeout=60,
+                message="both requests wait on the lock for two and a half windows")
         # Then each is answered as if nothing happened: the body had arrived, and the time the
         # gateway took to read it is not the client's
         posted, uploaded = (a.result(timeout=60) for a in answers)

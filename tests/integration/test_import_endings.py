@@ -8,7 +8,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from tests.support import records
+from tests.support import records, stack
 from tests.support.records_inproc import Importer
 
 HEADER = records.CSV_HEADER
@@ -39,7 +39,12 @@ def test_completed_at_finished_at_and_the_event_are_the_commit_time_not_the_star
                        "status = 'promoting'", (tenant,)).fetchone()["n"] == 0:
         assert time.monotonic() < deadline, "the import never reached its promotion"
         time.sleep(0.05)
-    time.sleep(1.5)  # inside the flip's transaction now (it holds there)
+    # and held inside the flip's transaction for over a second (now() would say its start)
+    stack.wait_until(lambda: conn.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND "
+        "state = 'idle in transaction' AND "
+        "xact_start < clock_timestamp() - interval '1.5 seconds'").fetchone()["n"] > 0,
+        timeout=60, interval=0.05, message="the promotion holds inside its flip")
 
     # When it is let go
     released = datetime.now(UTC)
