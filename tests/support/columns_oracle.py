@@ -6,7 +6,6 @@ the same values and the same natural keys."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -31,8 +30,6 @@ def cells_frame(rows: Sequence[Sequence[str]], width: int) -> pl.DataFrame:
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, Decimal) or isinstance(b, Decimal):
         return a is not None and b is not None and Decimal(a) == Decimal(b)
-    if isinstance(a, date) or isinstance(b, date):
-        return a == b
     return a == b
 
 

@@ -41,10 +41,6 @@ class Validated:
     values: pl.DataFrame
     issues: pl.DataFrame
 
-    @property
-    def invalid(self) -> int:
-        return self.rows - self.values.height
-
 
 class _Issues:
     """Issues as they are found: boolean columns over the chunk's rows, or rows and rules."""

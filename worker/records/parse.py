@@ -178,11 +178,11 @@ class Reader:
         skipped = self.parsed.skipped
         furniture = self._furniture_test()
         ahead: list[list[str]] = list(self._pending)
-        while len(ahead) < LOOKAHEAD_ROWS and (cells := self._next_csv(reader)) is not None:
+        while len(ahead) < LOOKAHEAD_ROWS and (cells := next_csv(reader)) is not None:
             ahead.append(cells)
         self._learn_decimal(ahead)
         row_number = 0
-        for cells in _chain(ahead, lambda: self._next_csv(reader)):
+        for cells in _chain(ahead, lambda: next_csv(reader)):
             if not any(c.strip() for c in cells):
                 continue  # a blank line is not a row
             reason = furniture(cells) if furniture is not None else None
@@ -195,30 +195,13 @@ class Reader:
             raise _empty(skipped)
 
     def _find_header(self, reader: Any) -> tuple[list[str], list[str]]:
-        """The header row: the first non-blank line, or, for an export with title lines
-        (``contract.preamble_lines``), the first of that many more lines that names every
-        required column and the most of the contract's columns; the lines above it are its
-        titles. When none names any, the first line is the header (and fails as such)."""
-        lines: list[list[str]] = []
-        for _ in range(self.contract.preamble_lines + 1):
-            line = self._next_csv(reader)
-            while line is not None and not any(c.strip() for c in line):
-                line = self._next_csv(reader)  # blank lines before the header
-            if line is None:
-                break
-            lines.append(line)
+        """The header row and its title lines (``pick_header``)."""
+        lines = list(header_lines(reader, self.contract))
         if not lines:
             raise _empty(Counter())
-        best, named = 0, 0
-        for i, line in enumerate(lines):
-            match = contracts.match_header(self.contract, line)
-            if not match.missing and len(match.index) > named:
-                best, named = i, len(match.index)
-        if named == 0:
-            best = 0
+        best, titles = pick_header(self.contract, lines)
         # Lines read past the header are rows: hand them back to the row loop.
         self._pending = lines[best + 1:]
-        titles = [" ".join(c for c in t if c.strip()) for t in lines[:best]]
         return lines[best], titles
 
     def _furniture_test(self) -> Callable[[Sequence[str]], str | None] | None:
@@ -233,15 +216,6 @@ class Reader:
         if decimal is None:
             decimal = decimal_of(self.contract, self.parsed.match, rows)
         self.parsed.match = replace(self.parsed.match, decimal=decimal)
-
-    def _next_csv(self, reader: Any) -> list[str] | None:
-        try:
-            return next(reader)
-        except StopIteration:
-            return None
-        except csv.Error as exc:
-            # csv's messages name the problem, never a cell's content.
-            raise _malformed(reader.line_num, str(exc)) from exc
 
     # ── JSON lines ────────────────────────────────────────────────────────────────────────
     def _json_rows(self) -> Iterator[tuple[int, Mapping[str, Any], Mapping[str, Any]]]:
@@ -467,3 +441,38 @@ def _malformed(line: int, problem: str) -> BatchRejected:
     message = f"The file is malformed at line {line}: {problem}."
     return BatchRejected(message, stage="parse", code=rule.code,
                          issues=[contracts.Issue(None, None, rule.code, rule.severity, message)])
+
+
+def header_lines(reader: Any, contract: contracts.Contract) -> Iterator[list[str]]:
+    """The header's candidates: the first non-blank line, and for an export with title lines
+    (``contract.preamble_lines``) that many more."""
+    for _ in range(contract.preamble_lines + 1):
+        line = next_csv(reader)
+        while line is not None and not any(c.strip() for c in line):
+            line = next_csv(reader)  # blank lines before the header
+        if line is None:
+            return
+        yield line
+
+
+def pick_header(contract: contracts.Contract, lines: list[list[str]]) -> tuple[int, list[str]]:
+    """Which of ``lines`` is the header: the first that names every required column and the
+    most of the contract's columns, or else the first (which then fails as a header); the
+    lines above it are its titles, each as one text."""
+    best, named = 0, 0
+    for i, line in enumerate(lines):
+        match = contracts.match_header(contract, line)
+        if not match.missing and len(match.index) > named:
+            best, named = i, len(match.index)
+    return best, [" ".join(c for c in t if c.strip()) for t in lines[:best]]
+
+
+def next_csv(reader: Any) -> list[str] | None:
+    """The csv reader's next record, None at the end; its error as a malformed batch (csv's
+    messages name the problem, never a cell's content)."""
+    try:
+        return list(next(reader))
+    except StopIteration:
+        return None
+    except csv.Error as exc:
+        raise _malformed(reader.line_num, str(exc)) from exc

@@ -312,9 +312,6 @@ class Times:
     def stage(self) -> contextlib.AbstractContextManager[None]:
         return self._timing("stage")
 
-    def promote(self) -> contextlib.AbstractContextManager[None]:
-        return self._timing("promote")
-
     def ms(self, *names: str) -> int:
         return round(sum(self.seconds[n] for n in names) * 1000)
 

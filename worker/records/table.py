@@ -173,22 +173,10 @@ class Table:
         with open(self.source, encoding="utf-8-sig", newline="") as fh:
             lines = _Lines(fh, bom)
             reader = csv.reader(lines, strict=True, delimiter=delimiter)
-            found: list[tuple[list[str], int]] = []
-            for _ in range(self.contract.preamble_lines + 1):
-                line = _next(reader)
-                while line is not None and not any(x.strip() for x in line):
-                    line = _next(reader)
-                if line is None:
-                    break
-                found.append((line, lines.consumed))
+            found = [(line, lines.consumed) for line in parse.header_lines(reader, self.contract)]
         if not found:
             raise parse._empty(Counter())
-        best, named = 0, 0
-        for i, (line, _) in enumerate(found):
-            match = contracts.match_header(self.contract, line)
-            if not match.missing and len(match.index) > named:
-                best, named = i, len(match.index)
-        titles = [" ".join(x for x in t if x.strip()) for t, _ in found[:best]]
+        best, titles = parse.pick_header(self.contract, [line for line, _ in found])
         return found[best][0], titles, found[best][1]
 
     # ── the body ──────────────────────────────────────────────────────────────────────────
@@ -333,15 +321,6 @@ class _Lines:
             raise StopIteration
         self.consumed += len(line.encode("utf-8", "surrogatepass"))
         return str(line)
-
-
-def _next(reader: Any) -> list[str] | None:
-    try:
-        return list(next(reader))
-    except StopIteration:
-        return None
-    except csv.Error as exc:
-        raise parse._malformed(reader.line_num, str(exc)) from exc
 
 
 def _split(text: str, delimiter: str) -> list[str]:
