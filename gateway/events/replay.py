@@ -238,15 +238,21 @@ def edit(conn: db.Conn, ledger_id: int, *, tenant_id: UUID | None, actor: str,
                 actor_user_id=actor_user_id, reason=reason, seen=seen, params=params)
 
 
+def _reason(text: str) -> str:
+    """The operator's reason, trimmed: required, bounded, no NUL."""
+    reason = text.strip()
+    if not 1 <= len(reason) <= MAX_REASON_CHARS or "\x00" in reason:
+        raise errors.InvalidRequest(f"reason is required: say why, in at most "
+                                    f"{MAX_REASON_CHARS} characters.")
+    return reason
+
+
 def _act(conn: db.Conn, ledger_id: int, action: str, *, tenant_id: UUID | None, actor: str,
          actor_user_id: UUID | None, reason: str, seen: Seen,
          params: dict[str, Any]) -> dict[str, Any]:
     """One action, taken once: on the version (or state) the operator saw, else the same
     answer for a retry of the request that was already taken, else 409 (ADR 0283)."""
-    reason = reason.strip()
-    if not 1 <= len(reason) <= MAX_REASON_CHARS or "\x00" in reason:
-        raise errors.InvalidRequest(f"reason is required: say why, in at most "
-                                    f"{MAX_REASON_CHARS} characters.")
+    reason = _reason(reason)
     digest = _request_digest(action, actor, reason, params)
     with conn.transaction():
         row = conn.execute(Q["lock_event"], {"ledger_id": ledger_id,
@@ -289,7 +295,6 @@ def _request_digest(action: str, actor: str, reason: str, params: dict[str, Any]
 
 # ── discard by filter (docs/decisions/0282) ────────────────────────────────────────────────
 PURGE_SLICE = 5000
-DISCARDABLE = ("pending", "dead_letter")
 
 
 def discard_matching(conn: db.Conn, *, tenant_id: UUID | None, wanted: Filter, actor: str,
@@ -299,17 +304,14 @@ def discard_matching(conn: db.Conn, *, tenant_id: UUID | None, wanted: Filter, a
     a single discard is, in committed slices (no lock held on the whole backlog, and an
     applier's claims go on between them). ``preview`` only counts. ``at_most``: refuse (409)
     when more match than the operator was shown."""
-    if wanted.state is not None and wanted.state not in DISCARDABLE:
+    if wanted.state is not None and wanted.state not in ACTIONABLE:
         raise errors.InvalidRequest("Only pending or dead-letter events can be discarded: "
                                     "state must be pending or dead_letter (or none: both).")
     params = {"tenant_id": tenant_id, **wanted.params}
     matched = conn.execute(Q["count_discardable"], params).fetchone()["n"]  # type: ignore[index]
     if preview:
         return {"matched": matched, "filter": wanted.stored() | _state(wanted)}
-    reason = reason.strip()
-    if not 1 <= len(reason) <= MAX_REASON_CHARS or "\x00" in reason:
-        raise errors.InvalidRequest(f"reason is required: say why, in at most "
-                                    f"{MAX_REASON_CHARS} characters.")
+    reason = _reason(reason)
     if at_most is not None and matched > at_most:
         raise PurgeGrew(f"{matched} events match now, more than the {at_most} you were shown; "
                         "preview again and confirm the new count.")
