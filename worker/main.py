@@ -121,9 +121,6 @@ class LazyPipeline:
     def start(self, job: Any, lease: Any, abort: Any = None) -> Any:
         return self._get().start(job, lease, abort=abort)
 
-    def run(self, job: Any, lease: Any, abort: Any = None) -> Any:
-        return self._get().run(job, lease, abort=abort)
-
     def _get(self) -> Pipeline:
         with self._lock:
             if self._pipeline is None:

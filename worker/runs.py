@@ -296,10 +296,6 @@ class LockSessions:
             session.kill("closed")
 
 
-# The former name (docs/decisions/0232), for callers that only keep sessions between jobs.
-LeaseConnections = LockSessions
-
-
 def open_lock_connection(database_url: str) -> db.Conn:
     return db.connect(database_url, autocommit=True, connect_timeout=5)
 
@@ -316,7 +312,6 @@ class RunLease:
         self.timings: dict[str, int] = {}
         self.keys = {"run_id": job.run_id, "tenant_id": job.tenant_id}
         self.stale_after_s = stale_after_s
-        self.heartbeat_s = heartbeat_s
         self._sessions = connections or LockSessions(database_url, keep=0,
                                                      heartbeat_s=heartbeat_s)
         # Opening may raise psycopg.OperationalError: the caller leaves the message for later.
@@ -469,10 +464,6 @@ class RunLease:
         return {"run_ids": self.job.run_id, "tenant_ids": self.job.tenant_id,
                 "stages": self.stage, "progress": self.progress, "fences": self.fence,
                 "attempts": self.attempt_no, "times": Jsonb(dict(self.timings))}
-
-    def beat(self) -> None:
-        """Write this run's heartbeat now, on its session."""
-        self.session.beat([self])
 
     # ── endings ───────────────────────────────────────────────────────────────────────────
     def note_retry(self, error: str) -> None:

@@ -34,7 +34,7 @@ def _lock_is_free(database_url: str, run_id) -> bool:
 def test_a_clean_jobs_session_serves_the_next_job_with_no_lock_left(database_url, conn,
                                                                     tenants, tmp_path):
     # Given a job that claimed its run and ended cleanly
-    sessions = runs.LeaseConnections(database_url, keep=2)
+    sessions = runs.LockSessions(database_url, keep=2)
     first, second = _job(conn, tenants, tmp_path), _job(conn, tenants, tmp_path, b"# U\n\nOther.\n")
     lease = _lease(database_url, first, sessions)
     assert lease.claim().claim is runs.Claim.STARTED
@@ -55,7 +55,7 @@ def test_a_clean_jobs_session_serves_the_next_job_with_no_lock_left(database_url
 
 
 def test_a_lost_lease_closes_its_session(database_url, conn, tenants, tmp_path):
-    sessions = runs.LeaseConnections(database_url, keep=2)
+    sessions = runs.LockSessions(database_url, keep=2)
     job = _job(conn, tenants, tmp_path)
     lease = _lease(database_url, job, sessions)
     lease.claim()
@@ -69,7 +69,7 @@ def test_a_lost_lease_closes_its_session(database_url, conn, tenants, tmp_path):
 
 def test_a_kept_session_that_died_is_replaced_at_claim(database_url, conn, tenants, tmp_path):
     # Given a kept session whose backend was ended while idle (a restart, an operator)
-    sessions = runs.LeaseConnections(database_url, keep=2)
+    sessions = runs.LockSessions(database_url, keep=2)
     first = _lease(database_url, _job(conn, tenants, tmp_path), sessions)
     first.claim()
     pid = first.conn.info.backend_pid

@@ -61,9 +61,6 @@ class Request(concurrent.futures.Future):  # type: ignore[type-arg]
         self.next = 0  # ids [0, next) are taken by the prep thread
         self.remaining = self.size  # ids without a vector yet (delivering thread only)
 
-    def fraction(self) -> float:
-        return 1 - self.remaining / max(1, self.size)
-
     def fail(self, error: BaseException) -> None:
         # Cancelled meanwhile, or failed by an earlier pass: the first ending stands.
         with contextlib.suppress(concurrent.futures.InvalidStateError):
@@ -152,12 +149,12 @@ class EmbedQueue:
             self._work.notify()
         return request
 
-    def embed(self, sequences: Sequence[Sequence[int]], *, check: Callable[[], None] = lambda: None,
-              progress: Callable[[float], None] | None = None) -> np.ndarray:
+    def embed(self, sequences: Sequence[Sequence[int]], *,
+              check: Callable[[], None] = lambda: None) -> np.ndarray:
         """Unit vectors (float32, one row per sequence) for this document's ids, waiting here.
 
         ``check`` runs while waiting; whatever it raises (lease lost, shutdown) takes this
-        document's ids out of the queue and propagates. ``progress`` gets the share done.
+        document's ids out of the queue and propagates.
         """
         request = self.submit(sequences)
         try:
@@ -168,8 +165,6 @@ class EmbedQueue:
                     if request.done():
                         raise  # the document's own error, not the wait's
                     check()
-                    if progress is not None:
-                        progress(request.fraction())
         except BaseException:
             self.cancel(request)
             raise

@@ -67,11 +67,6 @@ class Pipeline:
             max_workers=max(2, settings.worker_max_concurrent_jobs),
             thread_name_prefix="document-after")
 
-    def run(self, job: jobs.IngestJob, lease: runs.RunLease,
-            abort: threading.Event | None = None) -> PipelineResult:
-        """The whole job, waiting here for its vectors and its write (benches, tests)."""
-        return self.start(job, lease, abort).result()
-
     def start(self, job: jobs.IngestJob, lease: runs.RunLease,
               abort: threading.Event | None = None) -> concurrent.futures.Future:  # type: ignore[type-arg]
         """Read, extract and chunk the document here (the caller's job slot), write its
