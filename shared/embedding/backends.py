@@ -7,6 +7,7 @@ cached by the weights' hash (docs/decisions/0111), with mean pooling here in fp3
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import multiprocessing
@@ -152,8 +153,10 @@ def weights_file(path: pathlib.Path) -> pathlib.Path:
     return found
 
 
+@functools.lru_cache(maxsize=8)
 def weights_digest(path: pathlib.Path) -> str:
-    """16 hex digits of the weights' sha256: what names the export and the variant choice."""
+    """16 hex digits of the weights' sha256: what names the export and the variant choice.
+    Read once per process (a start asks up to four times, ~90 MB each)."""
     digest = hashlib.sha256()
     with weights_file(path).open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
