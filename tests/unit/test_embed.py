@@ -278,11 +278,15 @@ def test_the_gpu_staging_path_gives_the_plain_forwards_vectors(embedder):
     tokenize = embedder.tokenizer.encode_batch
 
     # When passes of growing, shrinking and growing shapes go through the same buffers
+    passes = []
     for n, words in ((6, 120), (2, 10), (9, 200), (3, 60)):
         texts = [documents.prose(words + k, seed=n * 10 + k) for k in range(n)]
         ids, mask = batches.pad([e.ids[:256] for e in tokenize(texts)])
         staged = staging.run(backend._model, ids, mask)  # type: ignore[attr-defined]
+        passes.append((staged, backend.forward(ids, mask)))
 
-        # Then each pass's vectors are the plain forward's
-        np.testing.assert_allclose(staged, backend.forward(ids, mask), atol=1e-5)
+    # Then each pass's vectors are the plain forward's, still after the later passes ran
+    # (a result that were a view of the reused buffer would hold a later pass's numbers)
+    for staged, plain in passes:
+        np.testing.assert_allclose(staged, plain, atol=1e-5)
         assert staged.dtype == np.float32
