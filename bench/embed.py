@@ -137,7 +137,7 @@ def raw_forward(model: embedding.Embedder, ids: list[list[int]], batch_tokens: i
         return time.perf_counter() - started
     import torch
 
-    st = backend._model  # type: ignore[attr-defined]  # the SentenceTransformer, in fp16
+    st = backend._model  # type: ignore[attr-defined]  # the variant's torch model (bert.Encoder, or a SentenceTransformer for other models), in fp16
     on_device = [{"input_ids": torch.from_numpy(i).cuda(), "attention_mask": torch.from_numpy(m).cuda(),
                   "token_type_ids": torch.zeros_like(torch.from_numpy(i)).cuda()} for i, m in passes]
     with torch.inference_mode():

@@ -238,7 +238,7 @@ class SmallBench:
 
     def _embedding_alone(self, count: int) -> float:
         """Documents/s if embedding were all there is: the chunks of ``count`` such documents,
-        embedded in full passes on every core by the same variant."""
+        embedded in full passes on every core by the same variant, by hand (_bare_embedding_s)."""
         settings = WorkerSettings()
         chunker = chunk.Chunker(self.embedder.tokenizer, target_tokens=settings.chunk_target_tokens,
                                 max_tokens=settings.chunk_max_tokens,
@@ -247,12 +247,52 @@ class SmallBench:
         for i in range(count):
             doc = extract.Extracted(abstract(i).decode(), None, [])
             ids += [c.token_ids for c in chunker.split(doc)]
-        started = time.perf_counter()
-        self.embedder.encode_ids(ids)
-        took = time.perf_counter() - started
+        took = _bare_embedding_s(self.embedder, ids)
         print(f"  embedding alone: {len(ids)} chunks in {took:.1f} s = {len(ids) / took:.1f} "
               f"chunks/s = {count / took:.2f} documents/s")
         return count / took
+
+
+def _bare_embedding_s(embedder: embedding.Embedder, ids: list[list[int]]) -> float:
+    """Seconds to embed ``ids`` with none of the product's batching, padding, backends or
+    pooling: the same model file run by its own library (onnxruntime on the cached int8
+    export, or sentence-transformers for torch) over passes cut by bench/embed.py's hand
+    batching, mean-pooled and normalised here."""
+    # bench/embed.py's hand batching (this file runs from bench/, as pipeline.py imports it)
+    import numpy as np
+    from embed import _passes_by_hand
+
+    from shared.embedding import backends
+
+    passes = _passes_by_hand(ids, embedder.batch_tokens)
+    if embedder.variant == "onnx-int8":
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(backends.cached_onnx_model(embedder.path, CACHE)),
+                                       providers=["CPUExecutionProvider"])
+
+        def forward(ids_: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            hidden = session.run(None, {"input_ids": ids_, "attention_mask": mask,
+                                        "token_type_ids": np.zeros_like(ids_)})[0]
+            weights = mask[..., None].astype(np.float32)
+            return (hidden * weights).sum(axis=1) / weights.sum(axis=1)
+    else:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(str(embedder.path), device="cpu").eval()
+
+        def forward(ids_: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                return model({"input_ids": torch.from_numpy(ids_),
+                              "attention_mask": torch.from_numpy(mask)})[
+                                  "sentence_embedding"].numpy()
+    forward(*passes[0])  # warm-up, as the workers' model is warm
+    started = time.perf_counter()
+    for p in passes:
+        vectors = forward(*p)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return time.perf_counter() - started
 
 
 def _stats(doc: extract.Extracted, chunks: list) -> dict[str, Any]:
