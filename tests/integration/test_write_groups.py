@@ -116,3 +116,33 @@ def ops_wait(predicate, timeout: float = 10) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def test_a_submitted_document_whose_lease_is_lost_before_it_is_taken_is_not_written(
+        conn, pool, tenants, tmp_path):
+    # Given two running runs submitted to the writer while it waits on the first's lock, the
+    # second's job stopping (its lease lost) before the writer takes it (ADR 0301)
+    user = tenants.user()
+    jobs = [submit.submit(conn, None, tmp_path, user, f"# L{k}\n\nText {k}.\n".encode(),
+                          copies=0) for k in range(2)]
+    for job in jobs:
+        ops.set_status(conn, job.run_id, "running")
+
+    def lost() -> None:
+        raise runs.LeaseLost("the run was taken over")
+
+    with db.connect(conn.info.dsn, autocommit=True) as blocker:
+        blocker.execute("SELECT pg_advisory_lock(%s)", (runs.lock_key(jobs[0].doc_id),))
+        writer = writes.GroupWriter(pool, fts_config="english")
+        first = writer.submit(jobs[0].job, _content("Text 0."), {"stages": {}},
+                              started=time.monotonic(), fence=0)
+        ops_wait(lambda: writer._pending == [] and writer._thread is not None)
+        second = writer.submit(jobs[1].job, _content("Text 1."), {"stages": {}},
+                               started=time.monotonic(), fence=0, check=lost)
+        blocker.execute("SELECT pg_advisory_unlock_all()")
+        # When the writer comes to it: Then its future says why, and nothing of it is written
+        with pytest.raises(runs.LeaseLost):
+            second.result(30)
+    assert first.result(30)[0] == 1
+    assert submit.versions(conn, jobs[1].doc_id) == []
+    assert submit.status(conn, jobs[1].run_id) == "running"

@@ -72,11 +72,7 @@ class GroupWriter:
         unwritten with that error. Once taken, the write completes or fails on its own (the
         run's fence decides whether it may still succeed).
         """
-        item = _Write(job, content, stats, started, fence, check)
-        with self._cond:
-            self._pending.append(item)
-            self._start()
-            self._cond.notify()
+        item = self._enqueue(_Write(job, content, stats, started, fence, check))
         return item.future
 
     def write(self, job: jobs.IngestJob, content: index.VersionContent, stats: dict[str, Any],
@@ -84,11 +80,7 @@ class GroupWriter:
               check: Callable[[], None] = lambda: None) -> tuple[int, dict[str, Any]]:
         """``submit``, waiting here; ``check`` also runs while waiting, and if it raises before
         the group is taken the document leaves the queue unwritten."""
-        item = _Write(job, content, stats, started, fence, check)
-        with self._cond:
-            self._pending.append(item)
-            self._start()
-            self._cond.notify()
+        item = self._enqueue(_Write(job, content, stats, started, fence, check))
         while True:
             try:
                 return item.future.result(timeout=POLL_S)  # type: ignore[no-any-return]
@@ -103,6 +95,13 @@ class GroupWriter:
                         self._pending.remove(item)
                         raise
                 # Being written: its outcome stands whatever happens to this job now.
+
+    def _enqueue(self, item: _Write) -> _Write:
+        with self._cond:
+            self._pending.append(item)
+            self._start()
+            self._cond.notify()
+        return item
 
     def _start(self) -> None:
         if self._thread is None:
