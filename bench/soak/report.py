@@ -95,8 +95,10 @@ def client_recovery(faults: list[Fault], calls: list[Call], outcomes: list[Outco
         if failures:
             last = max(c.at_s for c in failures)
             # The first success may come after the window (the next fault began meanwhile):
-            # the clients were not served again before it, so look on.
-            after = [c.at_s + c.latency_s for c in calls if c.at_s > last and not failed(c.status)]
+            # the clients were not served again before it, so look on, to the load's end (what
+            # the settling and the checker ask afterwards is not a client being served).
+            after = [c.at_s + c.latency_s for c in calls
+                     if last < c.at_s < load_end_s and not failed(c.status)]
             served_again = round(min(after) - fault.started_s, 1) if after else None
         requests = [o for o in outcomes if fault.started_s <= o.started_s < end]
         out.append(Recovery(fault, len(failures), served_again, len(requests),

@@ -133,15 +133,14 @@ def _soak(opts: Options, stack: Stack, texts: list[str]) -> Result:
     world = checks.World(
         api=setup, dsn=stack.database_url, tenant_id=tenant_id, uploads=uploads,
         versions=versions, imports=imports, events=events, sources=sources, admin=admin,
-        endpoints=hooks, faults=injector.injected(), load_end_s=load_end_s,
+        endpoints=hooks, faults=injector.injected(),
         load_end_at=t0_wall + load_end_s, children=children, workers=opts.workers,
         gateways=stack.gateways, logs=stack.server_logs(), ready=_ready(stack),
         calls=journal.snapshot()[0])
     checking = time.monotonic()
     verdicts = checks.run_all(world)
     say(f"invariants checked in {time.monotonic() - checking:.0f} s")
-    calls = journal.snapshot()[0]
-    recoveries = report.client_recovery(injector.injected(), calls, journal.requests(),
+    recoveries = report.client_recovery(injector.injected(), world.calls, journal.requests(),
                                         load_end_s)
     result = Result(verdicts, dict(_count_faults(injector)), settled_s, list(ctx.problems),
                     recoveries=recoveries)

@@ -1,6 +1,6 @@
 """Every invariant of the chaos soak can fail (issue 36): each check's judgement is handed a
 healthy world, which passes, and then, one at a time, a world broken the way that invariant
-guards against, which must fail that invariant and only that one (bench/soak/checks).
+guards against, which must fail that invariant (bench/soak/checks).
 
 The worlds are small and made here: what the clients sent and were told, and the rows the
 store would hold. No database, no stack: the gathering is the soak's own run's to exercise."""

@@ -56,8 +56,7 @@ class World:
     admin: Admin
     endpoints: list[Endpoint]
     faults: list[Fault]
-    load_end_s: float
-    load_end_at: float           # the same moment on the wall clock (epoch seconds)
+    load_end_at: float           # when the load ended, on the wall clock (epoch seconds)
     children: dict[str, int | None]
     workers: int
     gateways: int
