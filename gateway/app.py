@@ -182,8 +182,6 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
             settings, pool, queue, s3, ctx.depths, alerter, syncs=sync_manager),
             name="housekeeping"),
     ]
-    # The unknown-account bcrypt hash, off the start's path (ADR 0324).
-    tasks.append(asyncio.create_task(asyncio.to_thread(auth.dummy_hash), name="dummy-hash"))
     heap.freeze_startup_objects()  # short full GC passes: intake p95 (ADR 0163)
     try:
         yield ctx

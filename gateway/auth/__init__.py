@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -54,12 +53,10 @@ def _hash(password: str) -> str:
     return _PREHASHED + bcrypt.hashpw(_prehashed(password, salt), salt).decode()
 
 
-@functools.cache
-def dummy_hash() -> str:
-    """Verified against when the e-mail is unknown, so both cases take the same time. Made on
-    first use, not at import: a bcrypt hash is a quarter second of CPU that a gateway's start
-    need not wait for (the lifespan warms it in a thread, docs/decisions/0324)."""
-    return _hash("dummy-password")
+# Verified against when the e-mail is unknown, so both cases take the same time (bcrypt reads
+# its cost from the hash). Written here once, as `_hash("dummy-password")` made it: making it
+# at start was a quarter second of a gateway's CPU (docs/decisions/0324).
+DUMMY_HASH = "$bcrypt-sha256$$2b$12$NHdayKYpAZs.gl.mUdRm/OsZy/624wfDWfo.QuujZtfMmZ7hHdzN2"
 # The users table's queries (gateway/auth/users.py owns them); this module reads one per request.
 Q = db.load_queries(Path(__file__).with_name("users.sql"))
 SESSION_ENDED = "Your session has ended; sign in again."
@@ -91,7 +88,7 @@ def hash_password(password: str) -> str:
 
 
 def verify_password(password: str, password_hash: str | None) -> bool:
-    stored = password_hash or dummy_hash()
+    stored = password_hash or DUMMY_HASH
     if stored.startswith(_PREHASHED):
         hashed = stored[len(_PREHASHED):].encode()
         right = bcrypt.checkpw(_prehashed(password, hashed[:_SALT_CHARS]), hashed)

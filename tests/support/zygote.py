@@ -155,11 +155,6 @@ def serve(socket_path: str) -> None:
     for module in PRELOAD_WORKER:
         with contextlib.suppress(ImportError):
             __import__(module)
-    # A gateway warms its unknown-account hash as it starts (ADR 0324): made once here, every
-    # fork has it.
-    from gateway import auth
-
-    auth.dummy_hash()
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(socket_path + ".tmp")
     os.rename(socket_path + ".tmp", socket_path)  # exists only once it listens
