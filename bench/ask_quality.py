@@ -296,10 +296,7 @@ def main() -> None:
         if args.save:
             args.save.write_text(json.dumps(recorded, indent=1))
     shipped = GatewaySettings(jwt_secret="j" * 40, metrics_token="m" * 30)
-    base = evidence.Rule(shipped.ask_min_lift, shipped.ask_min_similarity,
-                         shipped.ask_small_tenant_similarity, shipped.ask_min_coverage,
-                         shipped.ask_max_keyword_rank, shipped.ask_max_unknown,
-                         shipped.ask_require_names)
+    base = evidence.Rule.of(shipped)
     print(f"shipped rule: {base}")
     # Fitted on the development set only: the held-out questions are never looked at.
     fits = {name: fit([r for r in recorded[name] if not r.get("held_out")], base)

@@ -43,10 +43,7 @@ async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
     # Chunks, not documents: each passage is cited on its own. The vector list (the fixed
     # candidate depth, service.CANDIDATE_DEPTH) is the neighbourhood the evidence is judged on.
     wide = replace(request, group="chunk")
-    rule = evidence.Rule(settings.ask_min_lift, settings.ask_min_similarity,
-                         settings.ask_small_tenant_similarity, settings.ask_min_coverage,
-                         settings.ask_max_keyword_rank, settings.ask_max_unknown,
-                         settings.ask_require_names)
+    rule = evidence.Rule.of(settings)
     async with pool.connection() as conn, conn.transaction():
         await conn.execute(service.Q["snapshot"])
         found, _ = await runtime.retrieve(conn, tenant_id=tenant_id, request=wide,

@@ -143,6 +143,14 @@ class Rule:
     max_unknown: float = 1.0
     names: bool = False  # evidence must name the question's names and numbers
 
+    @classmethod
+    def of(cls, settings: Any) -> Rule:
+        """The rule the ASK_* settings give (GatewaySettings, or anything with those fields)."""
+        return cls(settings.ask_min_lift, settings.ask_min_similarity,
+                   settings.ask_small_tenant_similarity, settings.ask_min_coverage,
+                   settings.ask_max_keyword_rank, settings.ask_max_unknown,
+                   settings.ask_require_names)
+
 
 def judge(similarities: Sequence[float], *, min_lift: float, floor: float,
           small_tenant: float) -> Verdict:
