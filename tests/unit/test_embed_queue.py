@@ -163,9 +163,10 @@ def _try(queue, doc, check):
 
 
 def test_a_small_document_behind_a_big_one_is_served_long_before_it():
-    # Given a big document already queued (hundreds of passes' worth)
+    # Given a big document already queued (a hundred passes' worth), in a queue sized for 32
+    # documents in flight
     model = StandInModel(batch_tokens=64, delay_s=0.01)
-    queue = embed.EmbedQueue(model)  # type: ignore[arg-type]
+    queue = embed.EmbedQueue(model, documents=32)  # type: ignore[arg-type]
     big, small = document(5, chunks=300), document(6, chunks=2)
     pending = queue.submit(big)
     _wait_for(lambda: model.passes)
@@ -173,7 +174,7 @@ def test_a_small_document_behind_a_big_one_is_served_long_before_it():
     # When a small document arrives
     np.testing.assert_allclose(queue.embed(small), expected(small), atol=1e-6)
 
-    # Then it is served in the next window, long before the big one ends (equal shares)
+    # Then it waited for about a 32nd of the big one (its fair start), not for all of it
     assert not pending.done()
     assert len(model.passes) < 20, model.passes
     np.testing.assert_allclose(pending.result(30), expected(big), atol=1e-6)
@@ -215,21 +216,64 @@ def test_a_cancelled_document_is_never_delivered_and_the_others_are():
     queue.close()
 
 
-def test_a_held_back_pass_keeps_only_its_own_documents():
-    # Given a window of three documents' ids, of which the third document's are held back
-    requests = [embed.Request(document(seed, chunks=3), 4, 64) for seed in range(3)]
-    window = embed._window([(r, 0, r.size) for r in requests])
+def test_slots_of_a_cancelled_document_taken_over_by_the_next_give_it_its_own_vectors():
+    # Given a document whose ids are in the pass now running (a slow model)
+    model = StandInModel(batch_tokens=64, delay_s=0.1)
+    queue = embed.EmbedQueue(model)  # type: ignore[arg-type]
+    first = document(11, chunks=6)
+    request = queue.submit(first)
+    _wait_for(lambda: queue._forward_idle is False)  # noqa: SLF001
 
-    # When those ids are selected (a carry to the next window)
-    carry = embed._select(window, window.who == 2)
+    # When it is cancelled and new documents take its slots while that pass still runs
+    queue.cancel(request)
+    later = [document(12 + k, chunks=4) for k in range(3)]
+    requests = [queue.submit(doc) for doc in later]
 
-    # Then the carry names its one document only, and its rows still point at that document
-    assert carry.requests == [requests[2]]
-    assert carry.who.tolist() == [0, 0, 0]
-    np.testing.assert_array_equal(carry.ids, requests[2].packed.ids)
-    # and merged with the next window, the requests do not pile up window after window
-    merged = embed._merge(carry, embed._window([(requests[0], 0, 3)]))
-    assert embed._select(merged, merged.who == 1).requests == [requests[0]]
+    # Then each new document gets exactly its own vectors, and the cancelled one nothing
+    assert request.cancelled()
+    for doc, each in zip(later, requests, strict=True):
+        np.testing.assert_allclose(each.result(30), expected(doc), atol=1e-6)
+    assert len(queue._pool.free) == len(queue._pool.queued)  # noqa: SLF001 - every slot free
+    queue.close()
+
+
+def test_passes_cut_from_a_pool_of_many_documents_pad_little():
+    # Given 60 documents of mixed lengths queued behind a running pass
+    model = StandInModel(batch_tokens=256, delay_s=0.01)
+    queue = embed.EmbedQueue(model, documents=60)  # type: ignore[arg-type]
+    docs = [document(100 + k, chunks=6) for k in range(60)]
+
+    requests = [queue.submit(doc) for doc in docs]
+
+    # Then passes were cut from the whole pool: sorted by length, they pad far less than the
+    # documents' own lengths spread (1-30 ids: a pass of random members pads ~45 %)
+    for doc, request in zip(docs, requests, strict=True):
+        np.testing.assert_allclose(request.result(30), expected(doc), atol=1e-6)
+    assert queue.stats.tokens / queue.stats.padded_tokens > 0.85, queue.stats
+    queue.close()
+
+
+def _brute_around(lengths: list[int], at: int, budget: int) -> int:
+    """The most real tokens of any [a, b) holding ``at`` that fits the budget (or ``at``
+    alone): the reference for ``cut_around``."""
+    best = lengths[at]
+    for a in range(at + 1):
+        for b in range(at + 1, len(lengths) + 1):
+            if (b - a) * lengths[b - 1] <= budget:
+                best = max(best, sum(lengths[a:b]))
+    return best
+
+
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=40), st.data(), st.integers(1, 300))
+def test_a_pass_cut_around_an_id_holds_it_fits_and_holds_the_most_tokens(lengths, data, budget):
+    lengths = sorted(lengths)
+    at = data.draw(st.integers(0, len(lengths) - 1))
+
+    a, b = batches.cut_around(np.asarray(lengths, dtype=np.int64), at, budget)
+
+    assert a <= at < b
+    assert (b - a) * lengths[b - 1] <= budget or (a, b) == (at, at + 1)
+    assert sum(lengths[a:b]) == _brute_around(lengths, at, budget)
 
 
 def _wait_for(predicate, timeout: float = 10) -> None:

@@ -1,15 +1,24 @@
 """Embed stage: the chunks of every document in flight, embedded in shared forward passes.
 
-One queue per worker process (docs/decisions/0230, 0300). A document submits its chunks' token
-ids and gets a future of its vectors: nothing waits in the queue but the ids, and the thread
-that delivered a document's last vector wakes that document alone (no condition shared by every
-waiter, no thread per document needed). A prep thread takes a window of what is queued
-(oldest documents first, an equal share each, so a small document is not stuck behind a big
-one), sorts it by length, cuts it into passes of at most EMBED_BATCH_TOKENS padded tokens and
-pads them with numpy from each document's ids packed once at submit; a forward thread runs the
-passes, and a delivering thread hands each document its own rows while the next pass runs.
-Padding the next pass, running this one, delivering the last one and the documents' database
-writes all overlap, so the model never waits for Postgres or for a document's callbacks.
+One queue per worker process (docs/decisions/0230, 0300, 0303). A document submits its chunks'
+token ids and gets a future of its vectors: nothing waits in the queue but the ids, and the
+thread that delivered a document's last vector wakes that document alone (no condition shared
+by every waiter, no thread per document needed).
+
+The ids wait in a pool: one arena of slots for every queued id, written once at submit. A prep
+thread cuts each pass from the whole pool, one pass ahead of the forward thread: the pool
+sorted by length, the pass is the budget's worth of neighbouring lengths around the id that is
+most overdue by its fair tag. So every pass serves the id that has waited longest, and pads
+little, because the pool holds several passes' worth of every length (a pass cut from one
+window of what had just arrived padded 11-12 %, ADR 0300). A forward thread runs the passes and
+a delivering thread writes each pass's vectors into the pool's slots (one copy a pass) and
+hands a document its vectors when its last one arrives, while the next pass runs.
+
+Fair tags: an id's tag is its document's start plus the tokens before it in the document; a
+document starts at the later of the tag served last and the tokens submitted before it divided
+by the documents in flight. Documents queued together are served about in their order (so
+they finish, and are replaced, in turn), and a small document behind a big one waits for a
+share of it, not all of it.
 
 A pass that fails is run again per document, so one document's bad member fails that
 document's run only. A document that stops waiting (lease lost, shutdown) cancels its future
@@ -18,7 +27,6 @@ and takes its ids out.
 
 from __future__ import annotations
 
-import bisect
 import concurrent.futures
 import contextlib
 import itertools
@@ -27,7 +35,7 @@ import queue as stdqueue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,30 +44,27 @@ from shared.embedding import batches, model
 log = logging.getLogger(__name__)
 # How often a caller of the blocking ``embed`` runs its ``check`` while it waits.
 POLL_S = 0.2
-# A window is taken up to this many passes' worth of tokens, then sorted by length and cut:
-# sorting a few passes together is what keeps padding short when documents' lengths mix.
-# The next window is taken when the forward thread starts the current window's last pass:
-# late enough to hold what arrived meanwhile (full passes), early enough to be padded in time.
-WINDOW_PASSES = 4
+# While the forward thread is busy, the next pass is cut once the pool holds HOLD passes' worth
+# (a pass cut from a pool several times its size pads little), or when the running pass has
+# CUT_MARGIN of its expected time left, whichever comes first (ADR 0303: 82 % of the fake GPU's
+# bound against 78-80 % cutting as soon as one pass's worth waits).
+HOLD = 4
+CUT_MARGIN = 0.3
 
 
 class Request(concurrent.futures.Future):  # type: ignore[type-arg]
-    """One document's ids and the future of its vectors (float32, one row per sequence).
+    """One document's future of its vectors (float32, one row per sequence).
 
     Its callbacks run on the queue's delivering thread: they must hand off, never block.
     """
 
-    def __init__(self, sequences: Sequence[Sequence[int]], dim: int, width: int = 0) -> None:
+    def __init__(self, size: int) -> None:
         super().__init__()
-        # Packed once, here, on the submitting thread: the prep thread only stacks and gathers.
-        self.packed = batches.Packed(sequences, width)
-        self.size = len(sequences)
-        # Tokens before each id (a Python list: the prep thread's arithmetic on it stays cheap):
-        # the tokens of ids [a, b) are cum[b] - cum[a].
-        self.cum = [0, *itertools.accumulate(len(s) for s in sequences)]
-        self.vectors = np.empty((self.size, dim), dtype=np.float32)
-        self.next = 0  # ids [0, next) are taken by the prep thread
-        self.remaining = self.size  # ids without a vector yet (delivering thread only)
+        self.size = size
+        self.remaining = size  # ids without a vector yet (delivering thread only)
+        self.serial = 0  # its name in the pool
+        # Its ids' slots in the pool, in order, until it ends (then None: the slots are free).
+        self.slots: np.ndarray | None = None
 
     def fail(self, error: BaseException) -> None:
         # Cancelled meanwhile, or failed by an earlier pass: the first ending stands.
@@ -69,13 +74,14 @@ class Request(concurrent.futures.Future):  # type: ignore[type-arg]
 
 @dataclass
 class Pass:
-    # (request, its rows in this pass, [start, stop) of those rows in ids): rows of a request
-    # are contiguous here, so delivering is one slice per document.
-    segments: list[tuple[Request, np.ndarray, int, int]]
+    slots: np.ndarray          # each row's slot in the pool
+    rows: np.ndarray           # each row's index in its document
+    who: np.ndarray            # each row's document, an index into ``requests``
+    requests: list[Request]    # the documents with rows in this pass
+    counts: list[int]          # how many rows each
     ids: np.ndarray
     mask: np.ndarray
     tokens: int
-    last_of_window: bool = False
 
 
 @dataclass
@@ -90,46 +96,129 @@ class QueueStats:
     forward_s: float = 0.0     # inside Embedder.forward
     deliver_s: float = 0.0     # handing documents their rows, waking them (its own thread)
     starved_s: float = 0.0     # the forward thread waiting for a prepared pass
-    prep_s: float = 0.0        # the prep thread taking, sorting, cutting and padding
+    prep_s: float = 0.0        # the prep thread choosing, gathering and padding
     isolated_passes: int = 0
     largest_pass: int = 0
     # Sum over passes of the documents each held: / passes = documents a pass, on average.
     documents: int = 0
 
 
-@dataclass
-class _Window:
-    """Taken ids as arrays: their packed ids (one width for all), which request (index into
-    ``requests``), which row of it, its length, and whether it was held back once already (it
-    is never held back twice)."""
+class _Pool:
+    """Every id of every document in flight, in the slots of one arena, from submit until its
+    document ends: its ids (int32, at the model's width), length, fair tag, owner and row,
+    whether it still waits for a pass, and (once its pass ran) its vector.
 
-    requests: list[Request] = field(default_factory=list)
-    ids: np.ndarray = field(default_factory=lambda: np.empty((0, 0), np.int64))
-    who: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    lengths: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    carried: np.ndarray = field(default_factory=lambda: np.empty(0, bool))
+    Guarded by the queue's lock, except that a taken slot's ids are read outside it: a grown
+    arena is a new array, and a slot is only written again after its document ended (a pass
+    that held it then computes a row nobody is given)."""
 
-    def __len__(self) -> int:
-        return len(self.rows)
+    def __init__(self, width: int, dim: int) -> None:
+        self.ids = np.zeros((0, width), dtype=np.int32)
+        self.vectors = np.zeros((0, dim), dtype=np.float32)
+        self.lengths = np.zeros(0, dtype=np.int64)
+        self.tags = np.zeros(0, dtype=np.int64)
+        self.serials = np.zeros(0, dtype=np.int64)
+        self.rows = np.zeros(0, dtype=np.int64)
+        self.owners = np.empty(0, dtype=object)
+        self.queued = np.zeros(0, dtype=bool)
+        self.free: list[int] = []
+        self.count = 0    # ids waiting for a pass
+        self.tokens = 0   # their tokens
+
+    def put(self, request: Request, packed: batches.Packed, tags: np.ndarray) -> None:
+        n = len(packed)
+        if len(self.free) < n:
+            self._grow(n)
+        slots = np.asarray(self.free[-n:], dtype=np.int64)
+        del self.free[-n:]
+        self.ids[slots] = packed.ids
+        self.lengths[slots] = packed.lengths
+        self.tags[slots] = tags
+        self.serials[slots] = request.serial
+        self.rows[slots] = np.arange(n)
+        self.owners[slots] = request
+        self.queued[slots] = True
+        self.count += n
+        self.tokens += int(packed.lengths.sum())
+        request.slots = slots
+
+    def _grow(self, need: int) -> None:
+        old = len(self.queued)
+        new = max(2 * old, old + need, 1024)
+
+        def grown(array: np.ndarray) -> np.ndarray:
+            out = np.zeros((new, *array.shape[1:]), dtype=array.dtype)
+            out[:old] = array
+            return out
+
+        self.ids, self.vectors = grown(self.ids), grown(self.vectors)
+        self.lengths, self.tags = grown(self.lengths), grown(self.tags)
+        self.serials, self.rows = grown(self.serials), grown(self.rows)
+        self.owners = np.concatenate((self.owners, np.empty(new - old, dtype=object)))
+        self.queued = grown(self.queued)
+        self.free[:0] = range(new - 1, old - 1, -1)  # the lowest slots are used first
+
+    def take(self, budget: int) -> tuple[np.ndarray, int]:
+        """The slots of the next pass, no longer waiting, and the tag it serves: the most
+        overdue id and, around it in length order, as many ids as fill ``budget`` padded
+        tokens with the least padding (``batches.cut_around``)."""
+        slots = np.flatnonzero(self.queued)
+        lengths, tags = self.lengths[slots], self.tags[slots]
+        first = int(np.argmin(tags))
+        # By length, then tag, in one key: tags in the pool span far less than 2**40 tokens.
+        order = np.argsort((lengths << 40) | (tags - tags[first]))
+        at = int(np.flatnonzero(order == first)[0])
+        a, b = batches.cut_around(lengths[order], at, budget)
+        chosen = slots[order[a:b]]
+        self.queued[chosen] = False
+        self.count -= len(chosen)
+        self.tokens -= int(lengths[order[a:b]].sum())
+        return chosen, int(tags[first])
+
+    def end(self, request: Request) -> np.ndarray | None:
+        """The document ended (finished, failed, cancelled): its slots are free, and what it
+        had not had run leaves. Returns its vectors, in order, if it had them all."""
+        slots = request.slots
+        if slots is None:
+            return None
+        request.slots = None
+        waiting = slots[self.queued[slots]]
+        self.queued[waiting] = False
+        self.count -= len(waiting)
+        self.tokens -= int(self.lengths[waiting].sum())
+        self.owners[slots] = None  # no ended document kept alive by its slots
+        self.free.extend(slots.tolist())
+        return None if len(waiting) else self.vectors[slots]
 
 
 class EmbedQueue:
-    def __init__(self, embedder: model.Embedder, *, batch_tokens: int = 0) -> None:
+    def __init__(self, embedder: model.Embedder, *, batch_tokens: int = 0,
+                 documents: int = 0) -> None:
+        """``documents``: how many documents the worker keeps in flight (0 = the device's
+        default); it spreads the fair tags of documents queued together (see above)."""
         self.embedder = embedder
         self.batch_tokens = batch_tokens or embedder.batch_tokens
+        self.documents = documents or model.DEFAULT_DOCUMENTS_IN_FLIGHT.get(
+            getattr(embedder, "device", "cpu"), 8)
         self.stats = QueueStats()
         self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)  # only the prep thread waits on it
-        self._waiting: list[Request] = []  # oldest first, each with ids not yet taken
+        # The prep thread waits on it: for ids, or for the forward thread to need a pass.
+        self._work = threading.Condition(self._lock)
+        self._pool = _Pool(embedder.max_seq_length, embedder.dim)
+        self._serials = itertools.count(1)
+        self._submitted = 0  # tokens ever submitted
+        self._served = 0     # the highest tag a pass was cut around
         self._ready: stdqueue.SimpleQueue[Pass | None] = stdqueue.SimpleQueue()
+        # One pass prepared ahead of the one running: the later a pass is cut, the more of the
+        # pool it is cut from.
+        self._room = threading.Semaphore(1)
+        self._forward_idle = True
+        # When the running pass started, and how long the last pass and the last cut took.
+        self._pass_started = self._last_pass_s = self._last_prep_s = 0.0
         # Passes run, with their vectors, for the delivering thread (which wakes the documents:
         # the forward thread never waits for a document's callbacks).
         self._delivering: stdqueue.SimpleQueue[tuple[Pass, np.ndarray] | None] = (
             stdqueue.SimpleQueue())
-        # Held by the prep thread from taking a window until the forward thread starts that
-        # window's last pass.
-        self._window_room = threading.Semaphore(1)
         self._threads: list[threading.Thread] = []
         self._closed = False
 
@@ -137,15 +226,21 @@ class EmbedQueue:
     def submit(self, sequences: Sequence[Sequence[int]]) -> Request:
         """Queue this document's ids; the future's result is its unit vectors, in order."""
         self.embedder.check_ids(sequences)
-        request = Request(sequences, self.embedder.dim, self.embedder.max_seq_length)
+        request = Request(len(sequences))
         if request.size == 0:
-            request.set_result(request.vectors)
+            request.set_result(np.empty((0, self.embedder.dim), dtype=np.float32))
             return request
+        # Packed here, on the submitting thread, once: int32 converts from Python ints faster.
+        packed = batches.Packed(sequences, self.embedder.max_seq_length, dtype=np.int32)
+        before = np.cumsum(packed.lengths) - packed.lengths
         self._start()
         with self._work:
             if self._closed:
                 raise RuntimeError("embed: the queue is closed")
-            self._waiting.append(request)
+            request.serial = next(self._serials)
+            start = max(self._served, self._submitted // self.documents)
+            self._submitted += int(before[-1] + packed.lengths[-1])
+            self._pool.put(request, packed, start + before)
             self._work.notify()
         return request
 
@@ -173,9 +268,13 @@ class EmbedQueue:
         """The document stopped waiting: its untaken ids leave, its taken ones go unrun or
         undelivered, and its future is cancelled (if it has not finished)."""
         with self._lock:
-            if request in self._waiting:
-                self._waiting.remove(request)
             request.cancel()
+            self._pool.end(request)
+
+    def _fail(self, request: Request, error: BaseException) -> None:
+        request.fail(error)
+        with self._lock:
+            self._pool.end(request)
 
     # ── the threads ───────────────────────────────────────────────────────────────────────
     def _start(self) -> None:
@@ -200,112 +299,79 @@ class EmbedQueue:
             thread.join(timeout)
 
     def _prepare_forever(self) -> None:
-        carry = _Window()
         while True:
-            self._window_room.acquire()
+            self._room.acquire()
             with self._work:
-                while not self._waiting and not len(carry):
-                    if self._closed:
-                        self._ready.put(None)
-                        return
-                    self._work.wait()
+                while True:
+                    wait = self._cut_in()
+                    if wait <= 0:
+                        break
+                    self._work.wait(wait)
+                if not self._pool.count:
+                    self._ready.put(None)  # closed, and everything queued has run
+                    return
                 started = time.perf_counter()
-                window = _merge(carry, self._take(WINDOW_PASSES * self.batch_tokens))
-                more = bool(self._waiting)
+                slots, served = self._pool.take(self.batch_tokens)
+                self._served = max(self._served, served)
+                pool = self._pool
+                arena, lengths, rows = pool.ids, pool.lengths[slots], pool.rows[slots]
+                serials, owners = pool.serials[slots], pool.owners[slots]
             try:
-                passes, carry = self._cut(window, hold_back=more)
-            except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the window
-                log.exception("embedding passes could not be prepared")
-                for request in window.requests:
-                    request.fail(exc)
-                passes, carry = [], _Window()
-            self.stats.prep_s += time.perf_counter() - started
-            if not passes:
-                self._window_room.release()
+                prepared = _pad(arena, slots, lengths, rows, serials, owners)
+            except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the pass
+                log.exception("an embedding pass could not be prepared")
+                for request in {id(r): r for r in owners.tolist()}.values():
+                    self._fail(request, exc)
+                self._room.release()
                 continue
-            passes[-1].last_of_window = True
-            for each in passes:
-                self._ready.put(each)
+            self._last_prep_s = time.perf_counter() - started
+            self.stats.prep_s += self._last_prep_s
+            self._ready.put(prepared)
 
-    def _take(self, budget: int) -> _Window:
-        """Up to ``budget`` tokens of ids, oldest documents first, an equal share each (at
-        least one id each per round), each document's ids in order. Holds the lock."""
-        taken: list[tuple[Request, int, int]] = []
-        tokens = 0
-        active = list(self._waiting)
-        while active and tokens < budget:
-            share = (budget - tokens) // len(active)
-            still = []
-            for request in active:
-                if tokens >= budget:
-                    break
-                start, cum = request.next, request.cum
-                if cum[-1] - cum[start] <= share:
-                    stop = request.size  # the rest of it fits: the common case
-                else:
-                    stop = max(start + 1, bisect.bisect_right(cum, cum[start] + share) - 1)
-                taken.append((request, start, stop))
-                request.next = stop
-                tokens += cum[stop] - cum[start]
-                if stop < request.size:
-                    still.append(request)
-            active = still
-        self._waiting = [r for r in self._waiting if r.next < r.size]
-        return _window(taken)
-
-    def _cut(self, window: _Window, *, hold_back: bool) -> tuple[list[Pass], _Window]:
-        """The window's live ids sorted by length and cut into padded passes; while more is
-        queued, a last partial pass is held back to be filled by the next window (once)."""
-        live = np.fromiter((not r.done() for r in window.requests), dtype=bool,
-                           count=len(window.requests))
-        if len(window) and not live.all():
-            window = _select(window, live[window.who])
-        if not len(window):
-            return [], _Window()
-        order = np.argsort(window.lengths, kind="stable")
-        ranges = batches.cut_sorted(window.lengths[order], self.batch_tokens)
-        carry = _Window()
-        if hold_back and len(ranges) > 1 and not window.carried[order[ranges[-1][0]:]].any():
-            a, _ = ranges.pop()
-            carry = _select(window, order[a:])
-            carry.carried[:] = True
-        return [self._pad(window, order[a:b]) for a, b in ranges], carry
-
-    def _pad(self, window: _Window, items: np.ndarray) -> Pass:
-        """One pass: gathered from the window's packed ids in one step, grouped by document
-        (order within a pass changes nothing), so each document's rows are one slice."""
-        items = items[np.argsort(window.who[items], kind="stable")]
-        who, lengths = window.who[items], window.lengths[items]
-        width = int(lengths.max())
-        ids = window.ids[items, :width]
-        mask = (np.arange(width) < lengths[:, None]).astype(np.int64)
-        bounds = np.flatnonzero(np.diff(who)) + 1
-        starts, stops = [0, *bounds.tolist()], [*bounds.tolist(), len(items)]
-        rows = window.rows[items]
-        requests = window.requests
-        segments = [(requests[k], rows[a:b], a, b)
-                    for k, a, b in zip(who[starts].tolist(), starts, stops, strict=True)]
-        return Pass(segments, ids, mask, int(lengths.sum()))
+    def _cut_in(self) -> float:
+        """Seconds until the next pass should be cut (0: now; holds the lock). While the
+        forward thread is busy, the cut waits until the pool holds HOLD passes' worth, or
+        the running pass is about to end: the later it is cut, the more of the pool it is
+        cut from, and the less it pads."""
+        if self._closed:
+            return 0.0
+        if not self._pool.count:
+            return 3600.0  # woken by a submit
+        if self._forward_idle:
+            return 0.0
+        if self._pool.tokens >= HOLD * self.batch_tokens:
+            return 0.0
+        # The running pass should take about as long as the last one did; cut the next so it
+        # is ready a margin before that.
+        due = self._pass_started + (1 - CUT_MARGIN) * self._last_pass_s - self._last_prep_s
+        return max(0.0, due - time.perf_counter())
 
     def _forward_forever(self) -> None:
         while True:
             waited = time.perf_counter()
-            prepared = self._ready.get()
-            self.stats.starved_s += time.perf_counter() - waited
+            try:
+                prepared = self._ready.get_nowait()
+            except stdqueue.Empty:
+                with self._work:
+                    self._forward_idle = True
+                    self._work.notify()
+                prepared = self._ready.get()
+                self._forward_idle = False
+            self._pass_started = time.perf_counter()
+            self.stats.starved_s += self._pass_started - waited
+            self._room.release()  # the next pass is cut while this one runs
             if prepared is None:
                 self._delivering.put(None)
                 return
-            if prepared.last_of_window:
-                self._window_room.release()  # the next window is taken while this pass runs
             try:
                 self._run(prepared)
             except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the pass
                 log.exception("embedding pass could not be delivered")
-                for request, *_ in prepared.segments:
-                    request.fail(exc)
+                for request in prepared.requests:
+                    self._fail(request, exc)
 
     def _run(self, prepared: Pass) -> None:
-        if all(request.done() for request, *_ in prepared.segments):
+        if all(request.done() for request in prepared.requests):
             return  # every document in it stopped waiting
         started = time.perf_counter()
         try:
@@ -313,11 +379,12 @@ class EmbedQueue:
         except Exception as exc:  # noqa: BLE001 - whose member failed is found below
             log.warning("an embedding pass failed; running its documents one by one",
                         extra={"error": type(exc).__name__,
-                               "documents": len(prepared.segments)})
+                               "documents": len(prepared.requests)})
             self.stats.isolated_passes += 1
             self._isolate(prepared)
             return
-        self._count(prepared, time.perf_counter() - started)
+        self._last_pass_s = time.perf_counter() - started
+        self._count(prepared, self._last_pass_s)
         # Handed on: the next pass starts while this one's documents get their rows.
         self._delivering.put((prepared, vectors))
 
@@ -329,30 +396,58 @@ class EmbedQueue:
             prepared, vectors = item
             started = time.perf_counter()
             try:
-                _deliver(prepared.segments, vectors)
+                self._deliver(prepared, vectors)
             except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the pass
                 log.exception("embedding pass could not be delivered")
-                for request, *_ in prepared.segments:
-                    request.fail(exc)
+                for request in prepared.requests:
+                    self._fail(request, exc)
             self.stats.deliver_s += time.perf_counter() - started
+
+    def _deliver(self, prepared: Pass, vectors: np.ndarray) -> None:
+        """The pass's vectors into its slots (one copy), then each document whose last vectors
+        these were gets all of its own, and is woken alone by its future."""
+        finite = np.isfinite(vectors).all(axis=1)
+        broken = {} if finite.all() else dict(zip(prepared.who[~finite].tolist(),
+                                                   prepared.rows[~finite].tolist(), strict=True))
+        with self._lock:
+            self._pool.vectors[prepared.slots] = vectors
+        finished = []
+        for k, (request, count) in enumerate(zip(prepared.requests, prepared.counts, strict=True)):
+            if k in broken:
+                self._fail(request, NoVector(
+                    f"embed: the model produced no finite vector for chunk {broken[k]}"))
+                continue
+            request.remaining -= count
+            if request.remaining == 0:
+                finished.append(request)
+        if not finished:
+            return
+        with self._lock:
+            results = [(request, self._pool.end(request)) for request in finished]
+        for request, result in results:
+            if result is not None:
+                with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled now
+                    request.set_result(result)
 
     def _isolate(self, prepared: Pass) -> None:
         """Each document's members of a failed pass, alone: only the failing one fails."""
-        for request, rows, _, _ in prepared.segments:
+        lengths = prepared.mask.sum(axis=1)
+        for k, request in enumerate(prepared.requests):
             if request.done():
                 continue
-            lengths = request.packed.lengths[rows]
+            mine = np.flatnonzero(prepared.who == k)
             try:
-                for part in batches.plan_batches(lengths.tolist(), self.batch_tokens):
-                    mine = rows[part]
-                    width = int(lengths[part].max())
-                    mask = (np.arange(width) < lengths[part][:, None]).astype(np.int64)
-                    ids = request.packed.ids[mine, :width]
-                    alone = Pass([(request, mine, 0, len(mine))], ids, mask, 0)
+                for part in batches.plan_batches(lengths[mine].tolist(), self.batch_tokens):
+                    these = mine[part]
+                    width = int(lengths[these].max())
+                    ids, mask = prepared.ids[these, :width], prepared.mask[these, :width]
+                    alone = Pass(prepared.slots[these], prepared.rows[these],
+                                 np.zeros(len(these), dtype=np.int64), [request], [len(these)],
+                                 ids, mask, 0)
                     # Through the delivering thread too: it alone counts a document's rows.
                     self._delivering.put((alone, self.embedder.forward(ids, mask)))
             except Exception as exc:  # noqa: BLE001 - this document's run fails with it
-                request.fail(exc)
+                self._fail(request, exc)
 
     def _count(self, prepared: Pass, seconds: float) -> None:
         stats = self.stats
@@ -362,75 +457,20 @@ class EmbedQueue:
         stats.padded_tokens += prepared.ids.size
         stats.forward_s += seconds
         stats.largest_pass = max(stats.largest_pass, len(prepared.ids))
-        stats.documents += len(prepared.segments)
+        stats.documents += len(prepared.requests)
 
 
 class NoVector(ValueError):
     """The model returned a vector that is not finite for one of the document's chunks."""
 
 
-def _deliver(segments: list[tuple[Request, np.ndarray, int, int]], vectors: np.ndarray) -> None:
-    """Each document its rows (one slice each); a document whose last rows these are is woken,
-    alone, by its own future."""
-    finite = np.isfinite(vectors).all(axis=1)
-    all_finite = bool(finite.all())
-    for request, rows, start, stop in segments:
-        if request.done():
-            continue  # cancelled, or failed by an earlier pass
-        if not all_finite and not finite[start:stop].all():
-            bad = int(rows[int(np.argmin(finite[start:stop]))])
-            request.fail(NoVector(f"embed: the model produced no finite vector for chunk {bad}"))
-            continue
-        request.vectors[rows] = vectors[start:stop]
-        request.remaining -= stop - start
-        if request.remaining == 0:
-            with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled now
-                request.set_result(request.vectors)
-
-
-def _window(taken: list[tuple[Request, int, int]]) -> _Window:
-    if not taken:
-        return _Window()
-    requests: list[Request] = []
-    index: dict[int, int] = {}
-    owners, counts = [], []
-    for request, start, stop in taken:
-        k = index.setdefault(id(request), len(requests))
-        if k == len(requests):
-            requests.append(request)
-        owners.append(k)
-        counts.append(stop - start)
-    count = np.asarray(counts)
-    first = np.cumsum(count) - count  # where each range starts in the window
-    starts = np.fromiter((start for _, start, _ in taken), dtype=np.int64, count=len(taken))
-    total = int(count.sum())
-    return _Window(
-        requests,
-        np.concatenate([r.packed.ids[a:b] for r, a, b in taken]),
-        np.repeat(np.asarray(owners), count),
-        np.arange(total) - np.repeat(first - starts, count),
-        np.concatenate([r.packed.lengths[a:b] for r, a, b in taken]),
-        np.zeros(total, dtype=bool))
-
-
-def _select(window: _Window, which: np.ndarray) -> _Window:
-    """The ``which`` ids of ``window``, naming only their own requests (oldest first still): a
-    held-back carry that kept its whole window's requests would grow them window by window."""
-    used, who = np.unique(window.who[which], return_inverse=True)
-    return _Window([window.requests[k] for k in used.tolist()], window.ids[which],
-                   who.reshape(-1).astype(np.int64), window.rows[which], window.lengths[which],
-                   window.carried[which].copy())
-
-
-def _merge(first: _Window, second: _Window) -> _Window:
-    if not len(first):
-        return second
-    if not len(second):
-        return first
-    offset = len(first.requests)
-    return _Window(first.requests + second.requests,
-                   np.concatenate((first.ids, second.ids)),
-                   np.concatenate((first.who, second.who + offset)),
-                   np.concatenate((first.rows, second.rows)),
-                   np.concatenate((first.lengths, second.lengths)),
-                   np.concatenate((first.carried, second.carried)))
+def _pad(arena: np.ndarray, slots: np.ndarray, lengths: np.ndarray, rows: np.ndarray,
+         serials: np.ndarray, owners: np.ndarray) -> Pass:
+    """One pass, gathered from the arena in one step, with the documents it serves."""
+    _, first, who, counts = np.unique(serials, return_index=True, return_inverse=True,
+                                      return_counts=True)
+    width = int(lengths.max())
+    ids = arena[slots, :width].astype(np.int64)
+    mask = (np.arange(width) < lengths[:, None]).astype(np.int64)
+    return Pass(slots, rows, who.reshape(-1), owners[first].tolist(), counts.tolist(), ids, mask,
+                int(lengths.sum()))

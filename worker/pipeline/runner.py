@@ -56,7 +56,8 @@ class Pipeline:
             min_tokens=settings.chunk_min_tokens)
         # One model per process, shared by every slot through one queue: the chunks of all
         # documents in flight go through the same forward passes (ADR 0230).
-        self.embeds = embed.EmbedQueue(embedder)
+        self.embeds = embed.EmbedQueue(embedder,
+                                       documents=settings.worker_documents_in_flight)
         # And one writer: the documents ready at once are committed together (ADR 0233).
         self.writer = writes.GroupWriter(pool, fts_config=fts_config)
         # The tokenizers are not safe to share between concurrent calls.
