@@ -77,6 +77,9 @@ _SEGMENTER = pysbd.Segmenter(language="en", clean=False, char_span=True)
 # (Both kinds lie below U+3001: U+3000, the ideographic space, is the last whitespace.)
 _PLAIN = {c: " " for c in range(0x3001)
           if c != 0x0A and (chr(c).isspace() or unicodedata.category(chr(c)) == "Cc")}
+# A line feed before a lower-case word is a wrapped line (PDF text keeps its hard line breaks),
+# not a sentence break, which pysbd would make of every line feed.
+_WRAPPED_LINE = re.compile(r"\n(?=[^\S\n]*(\w))")
 # Where a sentence ends when pysbd fails on a block anyway: . ! ? … then whitespace.
 _FALLBACK_END = re.compile(r"[.!?…][\"”’)\]]*(?=\s)")
 # What joins the parts of a quote that are not one span, and ends a cut one.
@@ -270,12 +273,17 @@ def _spans(block: str) -> list[tuple[int, int]]:
     sentence-ending punctuation: splitting never fails, whatever a document holds."""
     try:
         return [(span.start, span.end)
-                for span in _SEGMENTER.segment(block.translate(_PLAIN))]
+                for span in _SEGMENTER.segment(_unwrapped(block.translate(_PLAIN)))]
     except Exception:  # noqa: BLE001 - a third-party rule engine; any failure has the fallback
         log.warning("sentence splitter failed on a passage; splitting at full stops",
                     extra={"chars": len(block)})
         ends = [m.end() for m in _FALLBACK_END.finditer(block)]
         return list(zip([0, *ends], [*ends, len(block)], strict=True))
+
+
+def _unwrapped(block: str) -> str:
+    """The block with each wrapped line's line feed a space, one for one (offsets hold)."""
+    return _WRAPPED_LINE.sub(lambda m: " " if m.group(1).islower() else "\n", block)
 
 
 def _blocks(text: str) -> list[tuple[int, str]]:
@@ -308,7 +316,8 @@ def quote(passage: str, chosen: Sequence[Sentence], at: int) -> str:
     sentence longer than that is cut at a word and ends with " …"."""
     first = last = chosen[at]
     for nxt in chosen[at + 1:]:
-        if nxt.paragraph != first.paragraph or nxt.end - first.start > QUOTE_CHARS:
+        if (nxt.paragraph != first.paragraph or nxt.end - first.start > QUOTE_CHARS
+                or not nxt.complete):  # a title line, or the chunk's end cutting a sentence
             break
         last = nxt
     span = passage[first.start:last.end]
@@ -320,9 +329,28 @@ def quote(passage: str, chosen: Sequence[Sentence], at: int) -> str:
 
 def nearest_quote(passage: str, chosen: Sequence[Sentence], similarities: Sequence[float]) -> str:
     """The quote that starts at the complete sentence most similar to the question (a title
-    line or other incomplete one only when the passage has no complete sentence)."""
-    order = sorted(range(len(chosen)), key=lambda i: (not chosen[i].complete, -similarities[i], i))
+    line or other incomplete one only when the passage has no complete sentence, and the tail
+    of a sentence the chunk's start cut only when it has nothing else)."""
+    cut = _cut_at_the_start(passage, chosen)
+
+    def rank(i: int) -> tuple[int, float, int]:  # whole sentences, then lines, then a cut tail
+        kind = 2 if chosen[i] is cut else 0 if chosen[i].complete else 1
+        return kind, -similarities[i], i
+
+    order = sorted(range(len(chosen)), key=rank)
     return quote(passage, chosen, order[0])
+
+
+def _cut_at_the_start(passage: str, chosen: Sequence[Sentence]) -> Sentence | None:
+    """The passage's first sentence when it is the tail of one the chunk boundary cut: it opens
+    the passage in lower case where other sentences open in capitals (text written all in
+    lower case, like Cranfield's abstracts, has no such tell)."""
+    if not chosen or chosen[0].start != len(passage) - len(passage.lstrip()):
+        return None
+    opens = [s.text[0] for s in chosen if s.text[:1].isalpha()]
+    if opens[:1] and opens[0].islower() and any(c.isupper() for c in opens[1:]):
+        return chosen[0]
+    return None
 
 
 def first_quote(passage: str) -> str:

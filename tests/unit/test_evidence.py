@@ -278,3 +278,37 @@ def test_splitting_falls_back_to_full_stops_when_the_segmenter_fails(monkeypatch
 @given(TEXTS)
 def test_splitting_is_total_and_every_sentence_and_quote_is_a_verbatim_span(text):
     assert_spans(text, evidence.sentences(text))
+
+
+# Two chunks of tests/fixtures/documents/debian-faq.en.pdf as the chunker cut them: PDF text
+# keeps its line breaks, and a chunk opens and closes inside sentences. /v1/ask quoted
+# "file to set it up. If you wish…" and ended quotes on "…provide a solution to a possible".
+DEBIAN_CUT = ("file to set it up. If you wish to upgrade to the latest stable version of Debian, "
+              "you’ll probably want to\nuse a source like this one. You can replace the mirror "
+              "in the United States with the name of a faster Debian")
+DEBIAN_WRAPPED = ("Answer any questions that might come up, and your system will be upgraded.\n"
+                  "Note that aptitude is not the recommended tool for doing upgrades from one "
+                  "Debian GNU/Linux\nrelease to another. For upgrades between releases you "
+                  "should read the Release")
+
+
+def test_a_wrapped_line_is_not_a_sentence_break():
+    assert texts(evidence.sentences(DEBIAN_WRAPPED)) == [
+        "Answer any questions that might come up, and your system will be upgraded.",
+        "Note that aptitude is not the recommended tool for doing upgrades from one Debian "
+        "GNU/Linux\nrelease to another.",
+        "For upgrades between releases you should read the Release"]
+
+
+def test_a_quote_neither_opens_nor_closes_on_a_sentence_the_chunk_cut():
+    chosen = [s for s in evidence.sentences(DEBIAN_CUT) if evidence.quotable(s.text)]
+    assert chosen[0].text == "file to set it up."
+    # The cut tail is most similar to the question, and still not where the quote starts
+    q = evidence.nearest_quote(DEBIAN_CUT, chosen, [0.9, 0.5, 0.4])
+    assert q == ("If you wish to upgrade to the latest stable version of Debian, you’ll "
+                 "probably want to\nuse a source like this one.")
+    q = evidence.nearest_quote(DEBIAN_WRAPPED, evidence.sentences(DEBIAN_WRAPPED), [0.9, 0.5, 0.4])
+    assert q.endswith("release to another.")  # not "…you should read the Release"
+    # Text all in lower case has no tell of a cut: its first sentence may open the quote
+    lower = "the wing was tested in the tunnel . the results agree with theory ."
+    assert evidence.first_quote(lower).startswith("the wing was tested")
