@@ -200,12 +200,24 @@ def _bootstrap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _password(args: argparse.Namespace, prompt: str) -> str:
+    """--password, else $INGEST_PASSWORD, else a prompt; with no terminal to prompt on (a
+    script, a pipe) say how to pass one instead of dying in getpass with EOFError."""
+    password = args.password or os.environ.get("INGEST_PASSWORD")
+    if password:
+        return str(password)
+    if not sys.stdin.isatty():
+        raise SystemExit("no password given and no terminal to ask on: "
+                         "pass --password or set INGEST_PASSWORD")
+    return getpass.getpass(prompt)
+
+
 def _users_create(args: argparse.Namespace) -> int:
     from gateway.auth import users
     from shared import db
     from shared.settings import CommonSettings
 
-    password = args.password or os.environ.get("INGEST_PASSWORD") or getpass.getpass("Password: ")
+    password = _password(args, "Password: ")
     with db.connect(CommonSettings().database_url) as conn:
         tenant_id = users.ensure_tenant(conn, args.tenant)
         user = users.create_user(conn, tenant_id=tenant_id, email=args.email,
@@ -239,8 +251,7 @@ def _users_update(args: argparse.Namespace) -> int:
 
     password = None
     if args.action == "reset-password":
-        password = (args.password or os.environ.get("INGEST_PASSWORD")
-                    or getpass.getpass("New password: "))
+        password = _password(args, "New password: ")
     with db.connect(CommonSettings().database_url) as conn:
         try:
             user = users.cli_update(conn, args.email, role=getattr(args, "role", None),

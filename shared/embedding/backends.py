@@ -1,6 +1,7 @@
 """The forward pass of each variant: padded ids and mask in, sentence vectors (not normalised) out.
 
-``torch`` is the sentence-transformers model itself (fp32 on the CPU, fp16 on cuda);
+``torch`` is the model's BERT run by our own plain-torch code (fp32 on the CPU, fp16 on cuda,
+docs/decisions/0302);
 ``onnx-int8`` is an ONNX export of its transformer with per-channel int8 weights, made once and
 cached by the weights' hash (docs/decisions/0111), with mean pooling here in fp32.
 """
@@ -20,6 +21,8 @@ import warnings
 from typing import Any, Protocol
 
 import numpy as np
+
+from shared.logging import setup as log_as_json_lines
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +194,7 @@ def cached_onnx_model(path: pathlib.Path, cache_dir: pathlib.Path, *,
     cache_dir.mkdir(parents=True, exist_ok=True)
     if not export_here:
         child = multiprocessing.get_context("spawn").Process(
-            target=_export_into, args=(str(path), str(target)), name="onnx-export")
+            target=_export_in_child, args=(str(path), str(target)), name="onnx-export")
         child.start()
         child.join()
         if not target.is_file():
@@ -200,6 +203,12 @@ def cached_onnx_model(path: pathlib.Path, cache_dir: pathlib.Path, *,
         return target
     _export_into(str(path), str(target))
     return target
+
+
+def _export_in_child(path: str, target: str) -> None:
+    """A spawned process starts with Python's logging: its lines must be JSON like its parent's."""
+    log_as_json_lines("onnx-export", os.environ.get("LOG_LEVEL", "INFO"))
+    _export_into(path, target)
 
 
 def _export_into(path: str, target: str) -> None:
@@ -250,4 +259,16 @@ def _quantize(fp32: pathlib.Path, out: pathlib.Path) -> None:
 
     # Per channel: one scale per output column. Per tensor (the default, and torch's dynamic int8)
     # loses too much on this model: cosine to fp32 drops to about 0.92 (ADR 0110).
-    quantize_dynamic(str(fp32), str(out), per_channel=True, weight_type=QuantType.QInt8)
+    root = logging.getLogger()
+    root.addFilter(_not_the_preprocessing_advice)
+    try:
+        quantize_dynamic(str(fp32), str(out), per_channel=True, weight_type=QuantType.QInt8)
+    finally:
+        root.removeFilter(_not_the_preprocessing_advice)
+
+
+def _not_the_preprocessing_advice(record: logging.LogRecord) -> bool:
+    """onnxruntime warns on the root logger, on every export, to run its shape pre-processing
+    first: advice for convolutional models that changes nothing for this one, read by
+    operators as a fault."""
+    return "pre-processing before quantization" not in record.getMessage()

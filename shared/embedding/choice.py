@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from shared.embedding import backends, batches
+from shared.logging import setup as log_as_json_lines
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +273,7 @@ class _Facts:
 def _measure_in_this_process(facts: dict[str, Any]) -> None:
     """The child's whole life: open both variants, measure, write the record (or nothing if
     int8 cannot be opened: the parent then keeps torch, and the next start tries again)."""
-    logging.basicConfig(level=logging.WARNING)
+    log_as_json_lines("embedding-choice", os.environ.get("LOG_LEVEL", "INFO"))
     embedder = _Facts(facts)
     opened = {"torch": embedder.open_backend("torch"),
               "onnx-int8": embedder.open_backend("onnx-int8")}

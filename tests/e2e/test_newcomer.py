@@ -80,5 +80,10 @@ def test_fresh_clone_make_run_processes_the_readme_and_ctrl_c_stops_everything(
             if any(marker in " ".join(c.cmdline()) for c in children)}
         stack.interrupt()
         devstack.assert_all_gone(children)
+        # And all the stack wrote to its error stream is JSON lines, the spawned embedding
+        # choice and ONNX export included, but the supervisor's last word
+        stray = [line for line in stack.log.read_text(errors="replace").splitlines()
+                 if line.strip() and not line.startswith("{") and line != "stopped"]
+        assert not stray, stray[:5]
     finally:
         stack.kill()

@@ -10,6 +10,7 @@ import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import orjson
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -227,3 +228,86 @@ def test_nan_and_infinity_literals_are_refused_not_stored_as_null(literal):
     with pytest.raises(intake.Refused) as refused:
         check(raw)
     assert refused.value.code == "invalid_payload" and literal in refused.value.detail
+
+
+# ── orjson when it reads as the strict parser would (ADR 0287) ─────────────────────────────
+# Numbers as a producer may write them: the texts each side of every limit the strict parser
+# marks (64-bit integers, underflow, overflow, NaN), and any integer or float.
+_number_texts = st.sampled_from([
+    "1e-400", "-1.5E-999", "0e-400", "5e-324", "2.4e-324", "1e-99", "1e-307", "-0.0", "0",
+    "-0", "1E2", "1e400", "-1e+400", "NaN", "Infinity", "9223372036854775807",
+    "18446744073709551615", "18446744073709551616", "-9223372036854775809",
+    "123456789012345678", "0." + "0" * 330 + "1", "1" * 1200, "1.0e-050",
+]) | st.integers().map(str) | st.floats(allow_nan=False, allow_infinity=False).map(repr)
+# Keys that collide, also written as escapes ("\u0061" is "a"), colons in keys and strings,
+# and an escaped colon (what the count of colons must not be fooled by).
+_keys = st.sampled_from(['"a"', '"b"', '"\\u0061"', '"a:b"', '"\\u003a"', '"x\\"y"',
+                         '"\\ud800"', '"é"', '"\\u00e9"', '":"'])
+_strings = _keys | st.text(max_size=6).map(json.dumps) | st.text(max_size=6).map(
+    lambda t: json.dumps(t, ensure_ascii=False))
+_spaces = st.sampled_from(["", " ", "\n  ", "\t"])
+
+
+@st.composite
+def _json_text(draw, depth: int = 0) -> str:
+    kind = draw(st.sampled_from(["number", "string", "literal", "list", "object"]
+                                if depth < 3 else ["number", "string", "literal"]))
+    if kind == "number":
+        return draw(_number_texts)
+    if kind == "string":
+        return draw(_strings)
+    if kind == "literal":
+        return draw(st.sampled_from(["true", "false", "null"]))
+    gap = draw(_spaces)
+    if kind == "list":
+        items = draw(st.lists(_json_text(depth + 1), max_size=4))
+        return "[" + gap + ("," + gap).join(items) + gap + "]"
+    pairs = draw(st.lists(st.tuples(_keys | _strings, _json_text(depth + 1)), max_size=4))
+    return "{" + gap + ("," + gap).join(f"{k}{gap}:{gap}{v}" for k, v in pairs) + gap + "}"
+
+
+def _normal(value):
+    """A parsed body as comparable data: markers by kind, floats by their text (0.0 is not
+    -0.0, 1 is not 1.0)."""
+    if isinstance(value, dict):
+        return {"dict": sorted((k, _normal(v)) for k, v in value.items())}
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    if isinstance(value, float):
+        return ("float", repr(value))
+    if isinstance(value, bool | int | str | None):
+        return (type(value).__name__, value)
+    return (type(value).__name__, *(getattr(value, slot) for slot in value.__slots__))
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_json_text(), min_size=1, max_size=4))
+def test_the_fast_reader_reads_every_body_as_the_strict_parser_does(items):
+    body = ("[" + ",".join(items) + "]").encode()
+    try:
+        expected = _normal(intake.strict_loads(body))
+    except (ValueError, UnicodeError) as exc:  # the whole body's 400 either way
+        with pytest.raises(type(exc)):
+            intake.loads(body)
+        return
+    assert _normal(intake.loads(body)) == expected
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": 1, "a": "\\u003a"}',          # the kept value holds the colon the key lost
+    '{"a": 1, "\\u0061": 2}',            # one key, written twice
+    '{"a": [12345678901234567890123]}',   # beyond 64 bits: orjson would read a float
+    '{"a": 0.%s1}' % ("0" * 330),         # underflows without an exponent
+    '{"a": 1e-400}'])
+def test_what_orjson_would_misread_goes_the_strict_way(text):
+    body = _body('{%s, "payload": %s}' % (ENVELOPE.format(n=1), text))
+    assert _normal(intake.loads(body)) == _normal(intake.strict_loads(body))
+    assert _normal(intake.loads(body)) != _normal(orjson.loads(body))
+
+
+def test_the_fast_reader_takes_the_common_body():
+    # The bench's events (digits, times, \u escapes): orjson's reading, not the strict one.
+    body = json.dumps([{**event_fields(), "source_sequence": 7, "payload": {
+        "amount": 12.5, "court": "Cour d'appel é", "at": "2025-06-01T12:00:00Z"}}]).encode()
+    assert intake._plain(body)
+    assert intake.loads(body) == json.loads(body)
