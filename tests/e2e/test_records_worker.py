@@ -378,6 +378,13 @@ def test_sigkill_mid_parse_resumes_after_the_last_staged_row(gateway, tenants, c
     first = _held_worker(stack_env, out_dir, flag, "parse", "worker-1")
     wait_until(lambda: batch(conn, batch_id)["last_staged_row"] == 10_000, timeout=120,
                message="first chunk staged")
+    # and whose first chunk was promoted ahead of staging's end (docs/decisions/0273), unseen
+    wait_until(lambda: conn.execute("SELECT promoted_upto FROM import_batches WHERE batch_id "
+                                    "= %s", (batch_id,)).fetchone()["promoted_upto"] == 10_000,
+               timeout=60, message="first chunk promoted ahead")
+    assert batch(conn, batch_id)["status"] == "processing"
+    assert judgment_count(conn, user.tenant_id) > 9_000
+    assert visible_judgments(gateway, user) == 0
 
     # When that worker is killed outright and another takes the job over
     first.signal(signal.SIGKILL)

@@ -23,7 +23,10 @@ from typing import Any
 
 import orjson
 import pytest
+from psycopg import sql
 
+from shared import contracts
+from shared.contracts import ad_metrics
 from tests.support import staging
 from worker.records import ad_promote, promote
 
@@ -98,8 +101,9 @@ def quadratic(plan: dict[str, Any]) -> list[str]:
     return problems
 
 
-def explain(conn, statement: str, params: dict[str, Any]) -> dict[str, Any]:
-    row = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()
+def explain(conn, statement: str | sql.Composed, params: dict[str, Any]) -> dict[str, Any]:
+    text = statement if isinstance(statement, str) else statement.as_string(conn)
+    row = conn.execute("EXPLAIN (FORMAT JSON) " + text, params).fetchone()
     return row["QUERY PLAN"][0]["Plan"]
 
 
@@ -240,7 +244,7 @@ def clear_statistics(conn) -> None:
 
 
 # ── the statements, with the parameters the worker passes ───────────────────────────────────
-def records_statements(world: dict[str, Any], contract: str) -> list[tuple[str, str, dict]]:
+def records_statements(world: dict[str, Any], contract: str) -> list[tuple[str, Any, dict]]:
     batch_id, tenant = world["batches"][contract], world["tenant_id"]
     keys = {"batch_id": batch_id, "tenant_id": tenant}
     run = {"run_id": uuid.uuid4(), "fence": 0}
@@ -255,13 +259,14 @@ def records_statements(world: dict[str, Any], contract: str) -> list[tuple[str, 
         ("forget_errors_after", RQ["forget_errors_after"], {**keys, "last": STAGED // 2}),
         ("advance_counter", RQ["advance_counter"], {**keys, **run, "previous": 0,
                                                     "last": STAGED}),
-        (promote.REPEATS[contract][0], RQ[promote.REPEATS[contract][0]], keys),
-        (promote.REPEATS[contract][1], RQ[promote.REPEATS[contract][1]],
+        ("repeats", RQ["repeats"], keys),
+        ("flag_duplicates", promote.on_stage("flag_duplicates", contracts.get(contract)),
          {**keys, **warn, "rows": rows}),
         ("staging_complete", RQ["staging_complete"], {**keys, **run, "total": STAGED,
                                                       "invalid": 0, "duplicate": 100,
                                                       "parse_ms": 1}),
         ("begin_promotion", RQ["begin_promotion"], {**keys, **run}),
+        ("slices_ahead", RQ["slices_ahead"], {**keys, **run}),
         ("forget_promoted", RQ["forget_promoted"], keys),
         ("advance_promotion", RQ["advance_promotion"], {**slice_, "inserted": 10}),
         ("finish_batch", RQ["finish_batch"], {**keys, "status": "completed", "inserted": 1,
@@ -271,7 +276,7 @@ def records_statements(world: dict[str, Any], contract: str) -> list[tuple[str, 
     statements = promote.PROMOTIONS[contract]
     out += [(name, RQ[name], slice_) for name in (statements.insert, statements.amends,
                                                   statements.upsert)]
-    out.append((statements.refuse, RQ[statements.refuse],
+    out.append(("refuse_row", promote.on_stage("refuse_row", contracts.get(contract)),
                 {**keys, "row": 7, "field": None, **warn}))
     if statements.links:
         out += [("link_plaintiffs", RQ["link_plaintiffs"], slice_),
@@ -279,7 +284,7 @@ def records_statements(world: dict[str, Any], contract: str) -> list[tuple[str, 
     return out
 
 
-def ad_statements(world: dict[str, Any]) -> list[tuple[str, str, dict]]:
+def ad_statements(world: dict[str, Any]) -> list[tuple[str, Any, dict]]:
     keys = {"batch_id": world["batches"]["ad_metrics"], "tenant_id": world["tenant_id"]}
     group = {**keys, "client_id": None, "platform": "meta", "after": 0,
              "upto": ad_promote.GROUP_ROWS,
@@ -293,8 +298,8 @@ def ad_statements(world: dict[str, Any]) -> list[tuple[str, str, dict]]:
                  for query in queries]
     per_group += [(query, AQ[query], {**group, **notes}) for _, query in ad_promote.FACTS]
     return [
-        ("ad_metric_repeats", RQ["ad_metric_repeats"], keys),
-        ("flag_ad_metric_duplicates", RQ["flag_ad_metric_duplicates"],
+        ("repeats", RQ["repeats"], keys),
+        ("flag_duplicates", promote.on_stage("flag_duplicates", ad_metrics.for_platform("meta")),
          {**keys, "code": "X", "message": "m", "rows": list(range(1, STAGED, 40))}),
         ("repeated_facts", AQ["repeated_facts"], keys),
         ("overflowing_facts", AQ["overflowing_facts"], keys),
@@ -317,7 +322,7 @@ def test_no_statement_reads_the_batch_or_a_table_once_per_row(conn, world):
 
     # When each statement of each contract's staging and promotion is planned as the worker
     # runs it
-    problems = {}
+    problems: dict[str, Any] = {}
     for contract in ("judgments", "plaintiffs", "ad_metrics"):
         statements = ad_statements(world) if contract == "ad_metrics" else \
             records_statements(world, contract)

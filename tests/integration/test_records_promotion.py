@@ -195,7 +195,9 @@ def test_an_event_or_a_later_batch_takes_over_what_a_failed_batch_left(conn, ten
 
     with pytest.raises(runs.LeaseLost):
         run_promotion(conn, target, "judgments", tick=die)
-    assert promote.fail(conn, target, "Interrupted.", "promote", {}, [], "unexpected_error")
+    # (failed by the crash guard, which leaves them: gateway/operations/crash_guard.sql)
+    conn.execute("UPDATE import_batches SET status = 'failed' WHERE batch_id = %s",
+                 (target.batch_id,))
 
     # When an event writes one of them with the very same values
     with conn.transaction():
@@ -210,6 +212,29 @@ def test_an_event_or_a_later_batch_takes_over_what_a_failed_batch_left(conn, ten
     view = reader_view(database_url, tenant)
     assert set(view) == {"F-1", "F-2", "L-1"}
     assert (result["inserted"], result["updated"]) == (1, 1)
+
+
+def test_a_batch_the_worker_fails_takes_its_unseen_rows_with_it(conn, tenants):
+    # Given a completed batch, and one whose slices wrote rows before it was stopped (slices
+    # ahead of staging's end, docs/decisions/0273, or a flip that failed)
+    tenant = tenants.user().tenant_id
+    done = staged_batch(conn, tenant, "judgments", [judgment("D-1")])
+    run_promotion(conn, done, "judgments")
+    target = staged_batch(conn, tenant, "judgments", [judgment(f"F-{i}") for i in range(100)])
+
+    def die(done: float) -> None:
+        raise runs.LeaseLost("killed")
+
+    with pytest.raises(runs.LeaseLost):
+        run_promotion(conn, target, "judgments", tick=die)
+    assert raw_count(conn, "judgments", tenant) == 1 + SLICE
+
+    # When the worker fails it, and something asks to forget the completed one's rows
+    assert promote.fail(conn, target, "Interrupted.", "promote", {}, [], "unexpected_error")
+    conn.execute(promote.Q["forget_promoted"], done.keys)
+
+    # Then the failed batch's rows are gone and the completed batch keeps its own
+    assert raw_count(conn, "judgments", tenant) == 1
 
 
 def test_plaintiffs_and_their_links_appear_with_their_batch(conn, tenants, database_url):

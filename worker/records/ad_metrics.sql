@@ -472,13 +472,13 @@ SELECT count(*) AS n FROM written;
 -- file's slices were merged before, so two rows of one fact are never a breakdown). Only a
 -- fact whose figures change is written; xmax = 0 marks an insert. A metric the export lacks
 -- stays NULL.
+-- A row's values become JSON (its evidence) only for a row warned, never for every row.
 WITH grp AS (
     SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), looked AS (
     SELECT g.*, c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id,
-           staged_values(to_jsonb(g)) AS evidence,
            (g.campaign_external_id IS NULL AND g.campaign_path IS NOT NULL
             AND c.id IS NULL)
            OR (g.ad_set_external_id IS NULL AND g.ad_set_path IS NOT NULL
@@ -520,7 +520,7 @@ WITH grp AS (
     INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
                                    message, raw)
     SELECT %(tenant_id)s, %(batch_id)s, l.row_number, x.field, x.code, x.severity, x.message,
-           l.evidence
+           staged_values(to_jsonb(l)) - ARRAY['campaign_id', 'ad_set_id', 'ad_id', 'ambiguous', 'nth']
     FROM looked l
     CROSS JOIN LATERAL (VALUES
         ('ad_set_external_id', %(ad_set_code)s::text, 'warning', %(ad_set_message)s::text,
@@ -570,7 +570,6 @@ WITH grp AS (
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), looked AS (
     SELECT g.*, c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id,
-           staged_values(to_jsonb(g)) AS evidence,
            (g.campaign_external_id IS NULL AND g.campaign_path IS NOT NULL
             AND c.id IS NULL)
            OR (g.ad_set_external_id IS NULL AND g.ad_set_path IS NOT NULL
@@ -613,7 +612,7 @@ WITH grp AS (
     INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
                                    message, raw)
     SELECT %(tenant_id)s, %(batch_id)s, l.row_number, x.field, x.code, x.severity, x.message,
-           l.evidence
+           staged_values(to_jsonb(l)) - ARRAY['campaign_id', 'ad_set_id', 'ad_id', 'ambiguous', 'nth']
     FROM looked l
     CROSS JOIN LATERAL (VALUES
         ('ad_set_external_id', %(ad_set_code)s::text, 'warning', %(ad_set_message)s::text,

@@ -144,6 +144,7 @@ class RecordsPipeline:
                     *promotion_args, **promotion_kwargs,
                     tick=lambda done: check.progress("promote", 0.92 + 0.07 * done))
         promote_ms = round((time.monotonic() - promoted_at) * 1000)
+        promote_ms += times.ms("promote")  # waiting for the slices ahead to end
         stats.update(result, db_ms=db_ms + promote_ms, promote_ms=promote_ms,
                      duration_ms=round((time.monotonic() - started) * 1000))
         self._remove_upload(job)
@@ -166,8 +167,8 @@ class RecordsPipeline:
         with read.open_upload(self._upload(job), self.s3) as path:
             with times.read():
                 source = reading(path, contract, fileread.decimal_option(conn, target))
-            staged_rows = self._stage_rows(conn, target, contract, source, resume, check,
-                                           times, issues_log)
+            staged_rows = self._stage_rows(conn, target, contract, batch, source, resume,
+                                           check, times, issues_log)
         with times.stage():
             if contract.name == "ad_metrics":  # repeats and slices, before the budget counts
                 ad_promote.prepare(conn, target)
@@ -175,10 +176,31 @@ class RecordsPipeline:
                                           times.ms("read", "validate"))
 
     def _stage_rows(self, conn: db.Conn, target: stage.Target, contract: contracts.Contract,
-                    source: table.Table | jsonrows.JsonLines, resume: int, check: _Check,
-                    times: Times, issues_log: rowlog.RowIssueLog) -> int:
-        """Each chunk after ``resume`` validated and staged; the number of the file's last
+                    batch: dict[str, Any], source: table.Table | jsonrows.JsonLines,
+                    resume: int, check: _Check, times: Times,
+                    issues_log: rowlog.RowIssueLog) -> int:
+        """Each chunk after ``resume`` validated and staged, and promoted ahead where the
+        contract's promotion is in slices (docs/decisions/0273); the number of the file's last
         row."""
+        ahead = promote.Ahead(self._connect, target, contract, batch) \
+            if promote.Ahead.applies(contract) else None
+        try:
+            last = self._stage_chunks(conn, target, contract, source, resume, check, times,
+                                      issues_log, ahead)
+            if ahead is not None:
+                with times.promote():
+                    ahead.finish()
+        finally:
+            if ahead is not None:
+                ahead.stop()
+                times.ahead = ahead.busy_s
+        return last
+
+    def _stage_chunks(self, conn: db.Conn, target: stage.Target, contract: contracts.Contract,
+                      source: table.Table | jsonrows.JsonLines, resume: int, check: _Check,
+                      times: Times, issues_log: rowlog.RowIssueLog,
+                      ahead: promote.Ahead | None) -> int:
+        rows = invalid = 0
         with source:
             with times.read():
                 parsed = fileread.opened(conn, target, source)
@@ -198,6 +220,10 @@ class RecordsPipeline:
                     warnings = []
                 with times.stage():
                     stage.write(conn, target, contract, staged)
+                rows += len(staged)
+                invalid += len({i[0] for i in staged.issues if i[3] == "critical" and i[0]})
+                if ahead is not None:
+                    ahead.offer(chunk.last, rows, invalid)
                 issues_log.chunk(staged)
                 check.progress("parse", 0.05 + 0.85 * source.position())
                 if chunk.last - chunk.previous >= stage.CHUNK_ROWS:
@@ -294,6 +320,7 @@ class Times:
 
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(self.STAGES, 0.0)
+        self.ahead = 0.0  # slices promoted while staging went on (docs/decisions/0273)
 
     @contextlib.contextmanager
     def _timing(self, name: str) -> Iterator[None]:
@@ -312,8 +339,12 @@ class Times:
     def stage(self) -> contextlib.AbstractContextManager[None]:
         return self._timing("stage")
 
+    def promote(self) -> contextlib.AbstractContextManager[None]:
+        return self._timing("promote")
+
     def ms(self, *names: str) -> int:
         return round(sum(self.seconds[n] for n in names) * 1000)
 
     def stats(self) -> dict[str, int]:
-        return {f"{name}_ms": self.ms(name) for name in self.STAGES}
+        return {**{f"{name}_ms": self.ms(name) for name in self.STAGES},
+                "promote_ahead_ms": round(self.ahead * 1000)}

@@ -11,12 +11,19 @@ in slices that nobody sees until one last transaction ends the batch (docs/decis
   batch is completed or partial. Then the flip: the amends upserted, the batch completed, the
   run succeeded and the IngestionCompleteEvent, in one transaction.
 
-Idempotent and resumable like staging (docs/decisions/0095): a takeover in `promoting` resumes
-after promoted_upto; a promotion that starts over first removes what an earlier try inserted.
+- ``Ahead``: the same slices, promoted on a connection of their own while the rest of the
+  file is still read, validated and staged (docs/decisions/0273): Postgres writes one slice
+  while Python validates the next chunk, on the other core.
+
+Idempotent and resumable like staging (docs/decisions/0095): a takeover in `promoting` (or in
+`processing`, after slices ahead) resumes after promoted_upto; a promotion that starts over
+first removes what an earlier try inserted, and so does a batch that fails.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from shared import contracts, db
@@ -32,7 +40,7 @@ from shared.contracts import codes, judgments, plaintiffs
 from worker import runs
 from worker.records.completion import commit_time, emit_ingestion_complete
 from worker.records.parse import BatchRejected
-from worker.records.stage import Target
+from worker.records.stage import STAGES, Target
 
 Q = db.load_queries(Path(__file__).with_name("records.sql"))
 
@@ -43,10 +51,6 @@ BUDGET_CODE = codes.BATCH_ERROR_BUDGET_EXCEEDED
 # Row numbers per slice transaction: a few seconds of index work on a table that holds
 # millions of rows, so no transaction over live tables lasts long (docs/decisions/0180).
 SLICE_ROWS = 10_000
-# Each contract's within-file duplicates (records.sql): the rows, then their flags and warnings.
-REPEATS = {"judgments": ("judgment_repeats", "flag_judgment_duplicates"),
-           "plaintiffs": ("plaintiff_repeats", "flag_plaintiff_duplicates"),
-           "ad_metrics": ("ad_metric_repeats", "flag_ad_metric_duplicates")}
 
 
 @dataclass(frozen=True)
@@ -64,27 +68,30 @@ class Counts:
 @dataclass(frozen=True)
 class Statements:
     """A records contract's promotion: its slice insert, its amends marker, its flip upsert,
-    the table they write, the rule of a row that table refuses and how it is refused."""
+    the table they write and the rule of a row that table refuses."""
 
     insert: str
     amends: str
     upsert: str
     table: str
     refused: contracts.Rule
-    refuse: str
     links: bool = False
 
 
 PROMOTIONS = {
     "judgments": Statements("insert_judgments", "judgment_amends", "upsert_judgments",
-                            "judgments", judgments.NOT_STORED, "refuse_judgment_row"),
+                            "judgments", judgments.NOT_STORED),
     "plaintiffs": Statements("insert_plaintiffs", "plaintiff_amends", "upsert_plaintiffs",
-                             "plaintiffs", plaintiffs.NOT_STORED, "refuse_plaintiff_row",
-                             links=True),
+                             "plaintiffs", plaintiffs.NOT_STORED, links=True),
 }
 # What the database says of one row's values (a check, a NOT NULL, a number too large, a
 # date out of range): that row is refused, the others promoted (docs/decisions/0186).
 ROW_REFUSALS = (psycopg.errors.IntegrityError, psycopg.errors.DataError)
+
+
+def on_stage(query: str, contract: contracts.Contract) -> sql.Composed:
+    """A records.sql statement that names {stage}, on the contract's typed stage."""
+    return sql.SQL(Q[query]).format(stage=sql.Identifier(STAGES[contract.name]))  # type: ignore[arg-type]
 
 
 def finish_staging(conn: db.Conn, target: Target, contract: contracts.Contract,
@@ -92,12 +99,11 @@ def finish_staging(conn: db.Conn, target: Target, contract: contracts.Contract,
     """processing → staging_complete with the file's counts, and the within-file duplicates
     flagged and recorded as warnings, in one transaction (so a takeover never records them
     twice)."""
-    repeats, flag = REPEATS[contract.name]
     with conn.transaction():
         invalid = _one(conn.execute(Q["count_invalid"], target.keys).fetchone())["invalid"]
-        rows = [r["row_number"] for r in conn.execute(Q[repeats], target.keys)]
+        rows = [r["row_number"] for r in conn.execute(Q["repeats"], target.keys)]
         if rows:
-            conn.execute(Q[flag], {
+            conn.execute(on_stage("flag_duplicates", contract), {
                 **target.keys, "rows": rows, "code": contract.duplicate.code,
                 "message": contract.duplicate.message})
         done = conn.execute(Q["staging_complete"], {
@@ -209,11 +215,86 @@ def _flip(conn: db.Conn, target: Target, contract: contracts.Contract, statement
             "unchanged": result["rows_unchanged"], "partial": int(status == "partial")}
 
 
-def _begin(conn: db.Conn, params: dict[str, Any]) -> int:
-    """promoting, fenced; where the slices resume. Starting from the first slice, whatever an
-    earlier try of the batch inserted is removed first, in the same transaction."""
+class Ahead:
+    """Slices promoted while the file is still being staged (docs/decisions/0273): each staged
+    chunk's rows are ``offer``ed once committed, and a thread writes them as slices (the
+    statements and transactions of ``promote``) on a connection of its own, so Postgres
+    promotes one chunk while this process validates the next. Rows written carry the batch's
+    id and stay unseen until the flip, as before. A file already over its error budget is not
+    promoted ahead (the flip's budget check decides; a batch that fails loses its rows).
+    ``finish`` waits for every offered slice; an error of the thread is raised by the next
+    ``offer`` or by ``finish``."""
+
+    def __init__(self, connect: Callable[[], db.Conn], target: Target,
+                 contract: contracts.Contract, batch: dict[str, Any]) -> None:
+        self.statements = PROMOTIONS[contract.name]
+        self.contract, self.threshold = contract, batch["error_threshold_percent"]
+        self.force_partial = batch["force_partial"]
+        self.params = {**target.keys, "run_id": target.run_id, "fence": target.fence,
+                       "source": batch["source"], "source_reference": batch["source_reference"]}
+        self.busy_s = 0.0
+        self._connect = connect
+        self._offers: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="records-slices-ahead",
+                                        daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def applies(cls, contract: contracts.Contract) -> bool:
+        return contract.name in PROMOTIONS
+
+    def offer(self, upto: int, rows: int, invalid: int) -> None:
+        """Rows up to ``upto`` are staged and committed; ``invalid`` of the ``rows`` validated
+        so far were invalid. Within the budget so far, they are promoted ahead."""
+        self._raise()
+        if self.force_partial or invalid * 100 <= self.threshold * max(rows, 1):
+            self._offers.put(upto)
+
+    def finish(self) -> None:
+        self._offers.put(None)
+        self._thread.join()
+        self._raise()
+
+    def stop(self) -> None:
+        """The job ends otherwise (an error, a lost lease): the slice under way ends (its
+        transaction commits or rolls back as a whole) and nothing more is promoted ahead."""
+        self._error = self._error or _Stopped()
+        self._offers.put(None)
+        self._thread.join()
+
+    def _raise(self) -> None:
+        if self._error is not None and not isinstance(self._error, _Stopped):
+            raise self._error
+
+    def _run(self) -> None:
+        try:
+            with self._connect() as conn:
+                after: int | None = None
+                while (upto := self._offers.get()) is not None and self._error is None:
+                    if after is None:
+                        after = _begin(conn, self.params, "slices_ahead")
+                    started = time.monotonic()
+                    while after < upto:
+                        end = min(after + SLICE_ROWS, upto)
+                        _slice(conn, self.contract, self.statements,
+                               {**self.params, "after": after, "upto": end})
+                        after = end
+                    self.busy_s += time.monotonic() - started
+        except BaseException as exc:  # noqa: BLE001 - handed to the job's thread, raised there
+            self._error = self._error or exc
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _begin(conn: db.Conn, params: dict[str, Any], start: str = "begin_promotion") -> int:
+    """promoting (or, ``start`` slices_ahead, still processing), fenced; where the slices
+    resume. Starting from the first slice, whatever an earlier try of the batch inserted is
+    removed first, in the same transaction."""
     with conn.transaction():
-        row = conn.execute(Q["begin_promotion"], params).fetchone()
+        row = conn.execute(Q[start], params).fetchone()
         if row is None:
             raise runs.LeaseLost(f"batch {params['batch_id']} is no longer ours to promote")
         if row["promoted_upto"] == 0:
@@ -261,6 +342,8 @@ def fail(conn: db.Conn, target: Target, reason: str, stage: str,
 
 def _fail(conn: db.Conn, target: Target, reason: str, stage: str,
           stats: dict[str, Any], issues: list[contracts.Issue], code: str) -> None:
+    # Rows slices wrote (ahead of staging's end, or before a flip that failed) go with it.
+    conn.execute(Q["forget_promoted"], target.keys)
     if issues:
         with conn.cursor().copy("COPY import_row_errors (tenant_id, batch_id, row_number, "
                                 "field, code, severity, message) FROM STDIN") as copy:
@@ -330,7 +413,7 @@ def _refuse(conn: db.Conn, contract: contracts.Contract, statements: Statements,
         field = None
     rule = statements.refused
     why = f" ({constraint})" if constraint else ""
-    conn.execute(Q[statements.refuse], {
+    conn.execute(on_stage("refuse_row", contract), {
         "batch_id": params["batch_id"], "tenant_id": params["tenant_id"], "row": row,
         "field": field, "code": rule.code, "message": rule.message.replace(
             "table)", f"table{why})", 1)})

@@ -94,68 +94,30 @@ SELECT count(DISTINCT row_number) AS invalid FROM import_row_errors
 WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND severity = 'critical'
   AND row_number > 0;
 
--- name: judgment_repeats
--- The rows whose case number an earlier row of the same file had (docs/decisions/0096), by the
--- staged key: the worker keys exactly as the judgments table's generated column does
--- (tests/integration/test_records_any_text.py holds the two to each other). One pass over the
--- batch (a window, no join): its plan is linear whatever the statistics say
--- (docs/decisions/0183).
+-- name: repeats
+-- The rows whose natural key an earlier row of the same file had (docs/decisions/0096): a
+-- judgment's case number as the judgments table's generated column keys it (the worker keys
+-- exactly so; tests/integration/test_records_any_text.py holds the two to each other), a
+-- plaintiff's name | address line 1 | ZIP folded (the plaintiffs table's dedupe key is its
+-- md5: such a row is not written again but still links its case number), an ad-metrics row's
+-- day or period, each level by id or name path, and breakdown (docs/decisions/0149: the flag
+-- is what makes each promotion group's upserts see one row per key). Over the parent stage:
+-- the key is a column every contract's stage shares. One pass over the batch (a window, no
+-- join): its plan is linear whatever the statistics say (docs/decisions/0183).
 SELECT row_number FROM (
     SELECT row_number,
            row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS seen
-    FROM import_staged_judgments
+    FROM import_staged_rows
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
 WHERE seen > 1;
 
--- name: plaintiff_repeats
--- The same plaintiff (name | address line 1 | ZIP folded: the plaintiffs table's dedupe key is
--- its md5) at an earlier row of the file. Such a row is not written again but still links its
--- case number (one plaintiff, many judgments).
-SELECT row_number FROM (
-    SELECT row_number,
-           row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS seen
-    FROM import_staged_plaintiffs
-    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
-WHERE seen > 1;
-
--- name: flag_judgment_duplicates
+-- name: flag_duplicates
 -- The repeats found above are flagged (promotion skips them) and warned, with the row's values
--- as evidence. By primary key from the list the caller passes: joined to a window over the
--- batch instead, a stage without statistics was scanned once per row (issue 21).
+-- as evidence; {stage} is the contract's typed stage (stage.STAGES). By primary key from the
+-- list the caller passes: joined to a window over the batch instead, a stage without
+-- statistics was scanned once per row (issue 21).
 WITH flagged AS (
-    UPDATE import_staged_judgments s SET is_duplicate = true
-    FROM unnest(%(rows)s::int[]) AS r (row_number)
-    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
-    RETURNING s.batch_id, s.row_number, staged_values(to_jsonb(s)) AS raw
-)
-INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
-SELECT %(tenant_id)s, batch_id, row_number, NULL, %(code)s, 'warning', %(message)s, raw
-FROM flagged;
-
--- name: flag_plaintiff_duplicates
-WITH flagged AS (
-    UPDATE import_staged_plaintiffs s SET is_duplicate = true
-    FROM unnest(%(rows)s::int[]) AS r (row_number)
-    WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
-    RETURNING s.batch_id, s.row_number, staged_values(to_jsonb(s)) AS raw
-)
-INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity, message, raw)
-SELECT %(tenant_id)s, batch_id, row_number, NULL, %(code)s, 'warning', %(message)s, raw
-FROM flagged;
-
--- name: ad_metric_repeats
--- A natural key (the contract's: day or period, each level by id or name path, breakdown) seen
--- at an earlier row of the same file. Ad metrics (docs/decisions/0149): the flag is what makes
--- each promotion group's upserts see one row per key.
-SELECT row_number FROM (
-    SELECT row_number, row_number() OVER (PARTITION BY natural_key ORDER BY row_number) AS seen
-    FROM import_staged_ad_metrics
-    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s) s
-WHERE seen > 1;
-
--- name: flag_ad_metric_duplicates
-WITH flagged AS (
-    UPDATE import_staged_ad_metrics s SET is_duplicate = true
+    UPDATE {stage} s SET is_duplicate = true
     FROM unnest(%(rows)s::int[]) AS r (row_number)
     WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
     RETURNING s.batch_id, s.row_number, staged_values(to_jsonb(s)) AS raw
@@ -199,28 +161,49 @@ WHERE b.batch_id = %(batch_id)s AND b.tenant_id = %(tenant_id)s
                 AND r.status = 'running' AND r.takeover_count = %(fence)s)
 RETURNING promoted_upto, rows_inserted;
 
+-- name: slices_ahead
+-- Where the slices promoted while the file is still being staged stand (docs/decisions/0273),
+-- fenced on the run; the batch stays processing.
+SELECT b.promoted_upto FROM import_batches b
+WHERE b.batch_id = %(batch_id)s AND b.tenant_id = %(tenant_id)s AND b.status = 'processing'
+  AND EXISTS (SELECT 1 FROM ingestion_runs r
+              WHERE r.run_id = %(run_id)s AND r.tenant_id = %(tenant_id)s
+                AND r.status = 'running' AND r.takeover_count = %(fence)s);
+
 -- name: forget_promoted
--- Before the first slice: rows an earlier try of this batch inserted (it failed after some
--- slices, and was retried). Nobody saw them (the batch was never completed), and no other
--- batch's rows carry this batch's id, so they go; links to them go with them (cascade).
-WITH links AS (
-    DELETE FROM plaintiff_judgments WHERE tenant_id = %(tenant_id)s AND batch_id = %(batch_id)s
+-- Before the first slice, when staging starts over from row 1, and when the batch fails: rows
+-- an earlier try of this batch inserted (it failed after some slices, and was retried), or
+-- this try's slices. Nobody saw them (the batch is not completed: a batch already final keeps
+-- its rows, whoever asks), and no other batch's rows carry this batch's id, so they go; links
+-- to them go with them (cascade).
+WITH unseen AS (
+    SELECT batch_id FROM import_batches
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+      AND status IN ('processing', 'staging_complete', 'promoting')
+), links AS (
+    DELETE FROM plaintiff_judgments
+    WHERE tenant_id = %(tenant_id)s AND batch_id = (SELECT batch_id FROM unseen)
 ), judgments_gone AS (
-    DELETE FROM judgments WHERE tenant_id = %(tenant_id)s AND batch_id = %(batch_id)s
+    DELETE FROM judgments
+    WHERE tenant_id = %(tenant_id)s AND batch_id = (SELECT batch_id FROM unseen)
 ), plaintiffs_gone AS (
-    DELETE FROM plaintiffs WHERE tenant_id = %(tenant_id)s AND batch_id = %(batch_id)s
+    DELETE FROM plaintiffs
+    WHERE tenant_id = %(tenant_id)s AND batch_id = (SELECT batch_id FROM unseen)
 )
-UPDATE import_batches SET promoted_upto = 0, rows_inserted = 0, updated_at = now()
-WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'promoting';
+UPDATE import_batches b SET promoted_upto = 0, rows_inserted = 0, updated_at = now()
+FROM unseen WHERE b.batch_id = unseen.batch_id AND b.tenant_id = %(tenant_id)s;
 
 -- name: insert_judgments
 -- One slice's judgments whose case number no stored row has: inserted, in key order (each
 -- unique-index insert lands next to the previous one), straight from the typed stage. A key
 -- that is stored already is left as it is (DO NOTHING): judgment_amends finds those rows for
--- the flip, and only when the slice had any (inserted < candidates).
+-- the flip, and only when the slice had any (inserted < candidates). A slice promoted while
+-- the file is still being staged (docs/decisions/0273) meets repeats not flagged yet: ordered
+-- by row within a key, the file's first row of a case number is the one inserted, as when
+-- the repeats are flagged.
 WITH src AS (
-    SELECT natural_key, case_number, plaintiff_name, defendant_name, amount, filed_date, court,
-           county
+    SELECT row_number, natural_key, case_number, plaintiff_name, defendant_name, amount,
+           filed_date, court, county
     FROM import_staged_judgments
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
       AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate
@@ -230,7 +213,7 @@ WITH src AS (
     SELECT %(tenant_id)s, case_number, plaintiff_name, defendant_name, amount, filed_date,
            court, county, %(source)s, %(source_reference)s, %(batch_id)s
     FROM src
-    ORDER BY natural_key
+    ORDER BY natural_key, row_number
     ON CONFLICT (tenant_id, case_number_normalized) DO NOTHING
     RETURNING 1
 )
@@ -275,7 +258,7 @@ WHERE m.ctid = ANY (ARRAY(
 -- name: insert_plaintiffs
 -- One slice's plaintiffs whose dedupe key no stored row has (see insert_judgments).
 WITH src AS (
-    SELECT name, address_line1, city, state, zip, phone, email, contact_name, status
+    SELECT row_number, natural_key, name, address_line1, city, state, zip, phone, email, contact_name, status
     FROM import_staged_plaintiffs
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
       AND row_number > %(after)s AND row_number <= %(upto)s AND NOT is_duplicate
@@ -285,6 +268,7 @@ WITH src AS (
     SELECT %(tenant_id)s, name, address_line1, city, state, zip, phone, email, contact_name,
            COALESCE(status, 'active'), %(source)s, %(source_reference)s, %(batch_id)s
     FROM src
+    ORDER BY natural_key, row_number
     ON CONFLICT (tenant_id, dedupe_key) DO NOTHING
     RETURNING 1
 )
@@ -355,38 +339,22 @@ WHERE s.batch_id = %(batch_id)s AND s.tenant_id = %(tenant_id)s
 
 -- name: advance_promotion
 -- The slice's last step, in its transaction: only from where the slice started, only while
--- promoting and only while the run is ours. No row back = roll the slice back.
+-- processing (a slice ahead of staging's end) or promoting, and only while the run is ours.
+-- No row back = roll the slice back.
 UPDATE import_batches b
 SET promoted_upto = %(upto)s, rows_inserted = b.rows_inserted + %(inserted)s, updated_at = now()
-WHERE b.batch_id = %(batch_id)s AND b.tenant_id = %(tenant_id)s AND b.status = 'promoting'
-  AND b.promoted_upto = %(after)s
+WHERE b.batch_id = %(batch_id)s AND b.tenant_id = %(tenant_id)s
+  AND b.status IN ('processing', 'promoting') AND b.promoted_upto = %(after)s
   AND EXISTS (SELECT 1 FROM ingestion_runs r
               WHERE r.run_id = %(run_id)s AND r.tenant_id = %(tenant_id)s
                 AND r.status = 'running' AND r.takeover_count = %(fence)s)
 RETURNING promoted_upto;
 
--- name: refuse_judgment_row
+-- name: refuse_row
 -- A staged row the database refused at promotion (docs/decisions/0186): no longer staged (the
--- stage holds valid rows), an error of its own with its values, and counted invalid.
+-- stage, {stage}, holds valid rows), an error of its own with its values, and counted invalid.
 WITH gone AS (
-    DELETE FROM import_staged_judgments s
-    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND row_number = %(row)s
-    RETURNING row_number, staged_values(to_jsonb(s)) AS raw
-), recorded AS (
-    INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
-                                   message, raw)
-    SELECT %(tenant_id)s, %(batch_id)s, row_number, %(field)s, %(code)s, 'critical',
-           %(message)s, raw
-    FROM gone
-)
-UPDATE import_batches
-SET rows_invalid = rows_invalid + (SELECT count(*) FROM gone),
-    rows_valid = rows_valid - (SELECT count(*) FROM gone), updated_at = now()
-WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
-
--- name: refuse_plaintiff_row
-WITH gone AS (
-    DELETE FROM import_staged_plaintiffs s
+    DELETE FROM {stage} s
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND row_number = %(row)s
     RETURNING row_number, staged_values(to_jsonb(s)) AS raw
 ), recorded AS (

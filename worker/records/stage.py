@@ -126,6 +126,8 @@ def resume_point(conn: db.Conn, target: Target, last_staged_row: int) -> int:
         conn.execute(Q["forget_errors_after"], {**target.keys, "last": last_staged_row})
         if last_staged_row == 0:
             conn.execute(Q["reset_counter"], target.keys)
+            # Slices promoted ahead of a restage (docs/decisions/0273) are written again.
+            conn.execute(Q["forget_promoted"], target.keys)
     return last_staged_row
 
 
