@@ -137,6 +137,25 @@ def test_legacy_xls_is_read_without_an_office_suite():
     assert "| MA | What C datatypes are 8 bits? (assume i386) | int |" in text
 
 
+@pytest.mark.parametrize("kind", ["xlsx", "xls"])
+def test_spreadsheet_cells_read_as_their_number_formats_show_them(kind):
+    """ADR 0296: the words a reader sees ("2006/11/24", "£10.52"), not the stored values."""
+    text = read(f"poi-Formatting.{kind}", kind).text
+    for shown in ("| yyyy/mm/dd | 2006/11/24 |", "| yy/mm/dd | 06/11/24 |",
+                  "| dd-mm-yy | 24-11-06 |", "| nn.nnn | 10.520 |", "| £nn.nn | £10.52 |"):
+        assert shown in text
+
+
+def test_spreadsheet_dates_in_a_1904_workbook_and_elapsed_hours():
+    text = read("calamine-date_1904.xls", "xls").text
+    assert "| 2021-01-01 | 15 |" in text and "| 255:10:10 | 17 |" in text
+
+
+def test_spreadsheet_date_codes_with_quoted_literals_and_locale_tags():
+    text = read("calamine-date_quoted_format.xlsx", "xlsx").text
+    assert "| January 2021 |" in text and "| January 1, 2021 |" in text
+
+
 def test_csv_document_rows_as_a_table():
     text = read("stanley-cups.csv", "csv").text
     assert "| Team | Location | Stanley Cups |\n| --- | --- | --- |\n| Blues | STL | 1 |" in text

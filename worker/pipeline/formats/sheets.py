@@ -17,7 +17,7 @@ from pathlib import Path
 
 import python_calamine
 
-from worker.pipeline.formats import common, office
+from worker.pipeline.formats import cellformats, common, numfmt, office
 
 # A row range's table stops growing past this many characters: about one chunk of tokens.
 BLOCK_CHARS = 700
@@ -36,8 +36,11 @@ def read_workbook(path: Path, source_type: str, limits: common.Limits) -> common
         common.check_zip(path, kind, "xl/workbook.xml", limits, _FIX)
     elif not common.is_ole(path):
         raise common.not_a("XLS (Excel 97–2003 workbook)", _FIX)
+    formats = None
     try:
         workbook = python_calamine.CalamineWorkbook.from_path(str(path))
+        # Numbers and dates as the user sees them ("1,599.99", "17-May-07"), ADR 0296.
+        formats = cellformats.open_formats(path, source_type)
         doc = common.Doc()
         cells = 0
         for name in workbook.sheet_names:
@@ -45,12 +48,18 @@ def read_workbook(path: Path, source_type: str, limits: common.Limits) -> common
             cells += sheet.total_height * sheet.total_width
             if cells > limits.max_cells:
                 raise common.too_large(kind, limits.max_cells, "cells")
+            rows = sheet.iter_rows()
+            if formats is not None and sheet.start is not None:
+                rows = formats.apply(name, rows, first_column=sheet.start[1])
             doc.add(common.heading(2, f"Sheet: {name}"))
-            doc.add(*row_ranges(sheet.iter_rows(), level=3))
+            doc.add(*row_ranges(rows, level=3))
     except common.DocumentTooLarge:
         raise
     except Exception as exc:  # calamine raises its own errors, ValueError, ZipError...
         raise common.damaged(kind, _FIX) from exc
+    finally:
+        if formats is not None:
+            formats.close()
     return doc
 
 
@@ -116,8 +125,10 @@ def _width(row: list[str]) -> int:
 
 
 def _value(value: object) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"  # as a spreadsheet shows a logical cell
+    if isinstance(value, float):
+        return numfmt.general(value)
     if isinstance(value, datetime.datetime) and value.time() == datetime.time():
         return value.date().isoformat()
     if isinstance(value, (datetime.date, datetime.time)):
