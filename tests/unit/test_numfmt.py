@@ -8,6 +8,7 @@ import datetime
 import decimal
 import pathlib
 import re
+import zipfile
 
 import pytest
 import python_calamine
@@ -142,3 +143,19 @@ def test_an_iso_date_code_shows_the_date_to_the_second(moment):
     shown = render("yyyy-mm-dd hh:mm:ss", moment)
     if rounded.year <= 9999:
         assert shown == rounded.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_cell_styles_are_found_in_any_attribute_order_and_prefix(tmp_path):
+    from worker.pipeline.formats import cellformats
+
+    path = tmp_path / "sheet.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("s.xml", '<x:worksheet xmlns:x="m"><x:sheetData>'
+                         '<x:row r="2"><x:c t="n" s="1" r="B2"><x:v>1</x:v></x:c>'
+                         '<x:c r="C2"><x:v>2</x:v></x:c></x:row><x:row r="5">'
+                         '<x:col s="1"/><x:c r="AA5" s="0"/><x:c r="AB5" s="1"/></x:row>'
+                         '</x:sheetData></x:worksheet>')
+    styles = [None, numfmt.formatter("0.00")]
+    with zipfile.ZipFile(path) as archive:
+        rows = list(cellformats._xlsx_rows(archive, "s.xml", styles))
+    assert rows == [(1, {1: styles[1]}), (4, {27: styles[1]})]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import posixpath
+import re
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -130,37 +131,51 @@ def _xlsx_sheet_members(archive: zipfile.ZipFile, workbook: etree._Element) -> d
     return members
 
 
+# A cell's start tag, any prefix: attributes in any order; `s` is its style, `r` its place.
+_CELL = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?c\s([^>]*)>")
+_STYLE = re.compile(rb'\bs="(\d+)"')
+_REF = re.compile(rb'\br="([A-Z]{1,3})(\d+)"')
+_CHUNK = 1 << 20
+
+
 def _xlsx_rows(archive: zipfile.ZipFile, member: str,
                styles: list[numfmt.Formatter | None]) -> Iterator[Row]:
-    """(row index, {column: formatter}) for each row holding a cell with a number format."""
-    with contextlib.closing(archive.open(member)) as stream:
-        parse = etree.iterparse(stream, events=("end",), tag=f"{{{_MAIN}}}row",
-                                resolve_entities=False, no_network=True, load_dtd=False)
-        index = -1
-        for _, row in parse:
-            ref = row.get("r")
-            index = int(ref) - 1 if ref else index + 1
-            cells = _xlsx_cells(row, styles)
-            row.clear(keep_tail=False)
-            while row.getprevious() is not None:  # keep the tree one row deep
-                del row.getparent()[0]
+    """(row index, {column: formatter}) for each row holding a cell with a number format.
+
+    The sheet's XML is scanned for cell start tags, not parsed: lxml's iterparse costs 2.3
+    times as much here (ADR 0296), and only the `s` and `r` attributes matter. A styled cell
+    without its `r` (optional in the standard, written by no common tool) ends the scan:
+    the rest of the sheet keeps its stored values.
+    """
+    row_index, cells = -1, {}
+    for style, ref in _styled_cells(archive, member):
+        if ref is None:
+            break
+        index = int(ref.group(2)) - 1
+        if index != row_index:
             if cells:
-                yield index, cells
+                yield row_index, cells
+            row_index, cells = index, {}
+        render = styles[style] if style < len(styles) else None
+        if render is not None:
+            cells[_column(ref.group(1).decode())] = render
+    if cells:
+        yield row_index, cells
 
 
-def _xlsx_cells(row: etree._Element, styles: list[numfmt.Formatter | None]
-                ) -> dict[int, numfmt.Formatter]:
-    cells = {}
-    column = -1
-    for cell in row:
-        ref = cell.get("r")
-        column = _column(ref) if ref else column + 1
-        style = cell.get("s")
-        if style is not None and style.isdigit() and int(style) < len(styles):
-            render = styles[int(style)]
-            if render is not None:
-                cells[column] = render
-    return cells
+def _styled_cells(archive: zipfile.ZipFile, member: str
+                  ) -> Iterator[tuple[int, re.Match[bytes] | None]]:
+    """Each cell with a style: (style index, its reference), read a megabyte at a time."""
+    with contextlib.closing(archive.open(member)) as stream:
+        rest = b""
+        while chunk := stream.read(_CHUNK):
+            data = rest + chunk
+            cut = data.rfind(b">") + 1
+            rest = data[cut:]
+            for tag in _CELL.finditer(data, 0, cut):
+                found = _STYLE.search(tag.group(1))
+                if found is not None:
+                    yield int(found.group(1)), _REF.search(tag.group(1))
 
 
 def _column(ref: str) -> int:
