@@ -89,16 +89,15 @@ class Pipeline:
             timings["read_ms"] = round((time.monotonic() - read_started) * 1000)
             limits = _limits(self.settings)
             with step("extract", 0.05):
-                # In a child process: a file that crashes or hangs its parser fails this run
-                # only, and PDFium never runs on two threads of one process (ADR 0077).
-                doc = parsers.extract_isolated(
-                    path, job.source_type,
-                    max_uncompressed_bytes=self.settings.max_uncompressed_mb << 20,
-                    timeout_s=self.settings.extract_timeout_s,
-                    memory_bytes=self.settings.extract_memory_mb << 20, check=step.check,
-                    limits=limits, ocr_page_s=self.settings.extract_ocr_page_s,
-                    attachments_dir=Path(kept) if attachments.keeps_attachments(
-                        job, limits.max_depth) else None, depth=job.attachment_depth)
+                if _decoded_only(job.source_type, path):
+                    # Plain text and Markdown are decoded, not parsed: nothing in them can crash
+                    # or hang a parser, and a child process cost a small one more than its
+                    # embedding did (ADR 0304).
+                    doc = extract.extract(path, job.source_type, limits=limits)
+                else:
+                    # In a child process: a file that crashes or hangs its parser fails this run
+                    # only, and PDFium never runs on two threads of one process (ADR 0077).
+                    doc = self._extract_isolated(job, path, limits, step, kept)
                 # An e-mail's attachments, to become its child documents (ADR 0250).
                 stored = attachments.store(doc.attachments, job, self.settings.upload_store_uri,
                                            self.s3, subject=doc.title)
@@ -107,6 +106,17 @@ class Pipeline:
         except BaseException:
             attachments.remove(stored, self.s3)  # never committed: nothing points at them
             raise
+
+    def _extract_isolated(self, job: jobs.IngestJob, path: Path, limits: extract.Limits,
+                          step: _Stepper, kept: str) -> extract.Extracted:
+        return parsers.extract_isolated(
+            path, job.source_type,
+            max_uncompressed_bytes=self.settings.max_uncompressed_mb << 20,
+            timeout_s=self.settings.extract_timeout_s,
+            memory_bytes=self.settings.extract_memory_mb << 20, check=step.check,
+            limits=limits, ocr_page_s=self.settings.extract_ocr_page_s,
+            attachments_dir=Path(kept) if attachments.keeps_attachments(
+                job, limits.max_depth) else None, depth=job.attachment_depth)
 
     def _finish(self, job: jobs.IngestJob, stored: list[attachments.Stored],
                 result: PipelineResult) -> PipelineResult:
@@ -307,3 +317,12 @@ def _stats(doc: extract.Extracted, chunks: list[chunk.Chunk], timings: dict[str,
         "chars": len(doc.text),
         "stages": dict(timings),
     }
+
+
+# Plain text and Markdown up to this size are read in the worker's own process (ADR 0304): the
+# reader only decodes and normalises them (extract._Reader), in time and memory linear in size.
+DECODED_IN_PROCESS_BYTES = 4 << 20
+
+
+def _decoded_only(source_type: str, path: Path) -> bool:
+    return source_type in ("txt", "md") and path.stat().st_size <= DECODED_IN_PROCESS_BYTES
