@@ -114,6 +114,14 @@ def test_ocrmypdfs_cardinal_scan_reads_its_upside_down_pages():
         assert "The LinnSequencer is a state-of-the-art composition and performance tool" in page
 
 
+def test_columns_the_automatic_layout_skips_are_read_as_sparse_text():
+    """A ruled election bulletin (pdfplumber's, rendered by poppler): Tesseract's automatic
+    layout read the candidates and skipped the party and vote-count columns (recall 0.77)."""
+    words = extract.extract(FIXTURES / "la-precinct-bulletin-2014-p1.webp", "webp").text.split()
+    assert {"REP", "DEM", "247", "142", "216"} <= set(words)
+    assert words.count("REP") >= 8
+
+
 def test_skew_angle_is_measured_on_the_pixels(clean_pages):
     small = clean_pages[0].resize((clean_pages[0].width // 3, clean_pages[0].height // 3))
     for angle in (0.0, 4.0, -12.0):
