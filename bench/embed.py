@@ -124,7 +124,7 @@ def _passes_by_hand(ids: list[list[int]], batch_tokens: int) -> list[tuple[np.nd
     out = []
     for group in passes:
         width = max(map(len, group))
-        padded = np.array([seq + [0] * (width - len(seq)) for seq in group], dtype=np.int64)
+        padded = np.array([[*seq] + [0] * (width - len(seq)) for seq in group], dtype=np.int64)
         mask = np.array([[1] * len(seq) + [0] * (width - len(seq)) for seq in group],
                         dtype=np.int64)
         out.append((padded, mask))
