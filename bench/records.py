@@ -202,7 +202,8 @@ def product(gateway: stack.Process, conn, token: str, data: bytes, name: str) ->
 def stage_shares(worker: stack.Process, batch_id: Any) -> str:
     """Where the worker's time went for one batch: the read, validate, stage and promote
     milliseconds of its `ingest_job_complete` log line (worker/records/pipeline.py Times), as
-    shares of their sum."""
+    shares of their sum, and the slices promoted ahead, beside read, validate and stage
+    (overlapping them, so not in the sum)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         for line in worker.logs().splitlines():
@@ -211,8 +212,10 @@ def stage_shares(worker: stack.Process, batch_id: Any) -> str:
                 ms = {name: stats.get(f"{name}_ms") or 0
                       for name in ("read", "validate", "stage", "promote")}
                 total = sum(ms.values()) or 1
+                ahead = stats.get("promote_ahead_ms") or 0
                 return "stages: " + ", ".join(f"{name} {value:,} ms ({value / total:.0%})"
-                                              for name, value in ms.items())
+                                              for name, value in ms.items()) + (
+                    f"; promoted while staging went on: {ahead:,} ms (ADR 0273)" if ahead else "")
         time.sleep(0.1)
     return "stages: the worker logged no completion line for the batch"
 
