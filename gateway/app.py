@@ -148,11 +148,12 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     ctx.exporter = metrics.Exporter(relay, alerter)
     # Event intake: the writer runs before the server takes its first request (the lifespan
     # ends before uvicorn listens), and reports the ledger's backlog at start (ADR 0135).
-    # Its own connections (ADR 0192): a burst of intake never takes the requests' pool.
+    # Its own connections (ADR 0192): a burst of intake never takes the requests' pool. Not
+    # checked per group: a group a dead connection broke is retried (ADR 0287).
     writer_pool = db.async_pool(settings.database_url, min_size=1,
                                 max_size=settings.events_writer_connections,
                                 name="event-writer", timeout_s=settings.db_pool_timeout_s,
-                                configure=event_writer.prepare)
+                                configure=event_writer.prepare, check=False)
     await writer_pool.open(wait=False)
     ctx.events = event_writer.Writer(
         writer_pool, queue_size=settings.events_queue_size, group_max=settings.events_group_max,

@@ -187,7 +187,7 @@ def check(raw: Any, tenant_id: UUID, max_payload_bytes: int, *,
                       "source_system, source_event_id, source_sequence, source_emitted_at, "
                       "type and payload.")
     payload = raw.get("payload")
-    if isinstance(payload, DuplicateKeys | Underflow | TooLarge | NotANumber):
+    if isinstance(payload, _MARKERS):
         _scan([payload])
     if not isinstance(payload, dict):
         raise Refused("invalid_payload", "payload must be a JSON object (one row of its type).")
@@ -204,6 +204,9 @@ def check(raw: Any, tenant_id: UUID, max_payload_bytes: int, *,
         payload_json=payload_json,
         payload_sha256=hashlib.sha256(data).hexdigest(),
     )
+
+
+_MARKERS = (DuplicateKeys, Underflow, TooLarge, NotANumber)
 
 
 def canonical(payload: dict, max_bytes: int) -> str:
@@ -358,15 +361,26 @@ def emitted_at(value: Any, *, now: datetime | None = None,
                       "source_emitted_at needs an offset (Z or +hh:mm): a time without one is "
                       "ambiguous.")
     try:
-        utc = parsed.astimezone(UTC)
+        utc = parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)
     except OverflowError as exc:
         raise Refused("source_emitted_at_out_of_range", "source_emitted_at must lie between "
                       "0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z in UTC.") from exc
-    if utc > (now or datetime.now(UTC)) + timedelta(seconds=skew_s):
+    if utc > _latest(now or datetime.now(UTC), skew_s):
         raise Refused("source_emitted_at_in_future", "source_emitted_at is later than this "
                       "server's clock allows (EVENTS_MAX_FUTURE_SKEW_S); check the source's "
                       "clock.")
     return utc
+
+
+_LATEST: list[Any] = [None, None, None]
+
+
+def _latest(now: datetime, skew_s: float) -> datetime:
+    """now + the skew, worked out once per request (every event of a batch shares ``now``)."""
+    if _LATEST[0] is not now or _LATEST[1] != skew_s:
+        _LATEST[:] = now, skew_s, now + timedelta(seconds=skew_s)
+    latest: datetime = _LATEST[2]
+    return latest
 
 
 def micros(value: datetime | None) -> int | None:

@@ -64,11 +64,14 @@ def sync_pool(url: str, *, min_size: int = 1, max_size: int = 10, name: str = "i
 
 def async_pool(url: str, *, min_size: int = 1, max_size: int = 10,
                name: str = "ingest", timeout_s: float = 30.0,
-               configure: Callable[[AsyncConn], Awaitable[None]] | None = None) -> AsyncPool:
+               configure: Callable[[AsyncConn], Awaitable[None]] | None = None,
+               check: bool = True) -> AsyncPool:
+    """``check=False``: no round trip per loan, for a caller that retries a transaction a dead
+    connection broke (the event writer, ADR 0287); the pool still drops a broken one."""
     return _TranslatingAsyncPool(
         url, min_size=min_size, max_size=max_size, name=name, open=False,
         connection_class=AsyncConn, kwargs={"row_factory": dict_row}, configure=configure,
-        timeout=timeout_s, check=AsyncConnectionPool.check_connection,
+        timeout=timeout_s, check=AsyncConnectionPool.check_connection if check else None,
     )
 
 

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import psutil
 import psycopg
 import pytest
 
@@ -321,6 +322,27 @@ def test_the_writer_turns_health_critical_while_the_database_refuses_and_recover
         assert httpx.get(f"{gw.url}/health/ready", timeout=10).json()[
             "checks"]["event_writer"] == "ok"
         assert len(_rows(conn, admin.tenant_id)) == 3
+    finally:
+        gw.stop()
+
+
+def test_the_writer_recovers_when_postgres_ends_its_connections(stack_env, out_dir, tenants, conn):
+    # The writer's pool lends connections unchecked (ADR 0287): a group that finds its
+    # connection ended is retried on a new one, and the request is still answered 202.
+    gw = stack.start_gateway(stack_env, out_dir)
+    try:
+        admin = tenants.user()
+        key = _key(gw, admin.token)
+        assert _post(gw.client(), key, _events(4, prefix="a")).status_code == 202
+        ports = [c.laddr.port for c in psutil.Process(gw.proc.pid).net_connections("tcp")
+                 if c.raddr and c.raddr.port == conn.info.port]
+        ended = conn.execute("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n "
+                             "FROM pg_stat_activity WHERE client_port = ANY(%s)",
+                             (ports,)).fetchone()
+        assert ended["n"] >= 2  # the requests' pool and the writer's
+        r = _post(gw.client(), key, _events(4, prefix="b"))
+        assert [o["outcome"] for o in r.json()["outcomes"]] == ["new"] * 4, r.text
+        assert len(_rows(conn, admin.tenant_id)) == 8
     finally:
         gw.stop()
 
