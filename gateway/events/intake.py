@@ -116,12 +116,12 @@ def loads(body: bytes) -> Any:
     if _plain(body):
         try:
             value = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return strict_loads(body)
-        # A key named twice is kept once: the parsed value then holds fewer colons than the
-        # body (each key has one, and nothing else of the value is lost or escaped).
-        if body.count(b":") == orjson.dumps(value).count(b":"):
-            return value
+            # A key named twice is kept once: the parsed value then holds fewer colons than
+            # the body (each key has one, and nothing else of the value is lost or escaped).
+            if body.count(b":") == orjson.dumps(value).count(b":"):
+                return value
+        except (orjson.JSONDecodeError, orjson.JSONEncodeError):  # e.g. nested past 254
+            pass
     return strict_loads(body)
 
 
