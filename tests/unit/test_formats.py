@@ -18,7 +18,7 @@ from selectolax.lexbor import LexborHTMLParser
 from shared import errors
 from tests.support import quality
 from worker.pipeline import extract
-from worker.pipeline.formats import common, jsondoc, sheets
+from worker.pipeline.formats import cellformats, common, jsondoc, sheets
 
 FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures" / "documents"
 
@@ -144,6 +144,18 @@ def test_spreadsheet_cells_read_as_their_number_formats_show_them(kind):
     for shown in ("| yyyy/mm/dd | 2006/11/24 |", "| yy/mm/dd | 06/11/24 |",
                   "| dd-mm-yy | 24-11-06 |", "| nn.nnn | 10.520 |", "| £nn.nn | £10.52 |"):
         assert shown in text
+
+
+def test_a_workbook_whose_styles_cannot_be_read_keeps_its_stored_values(tmp_path):
+    path = tmp_path / "broken-styles.xlsx"
+    with zipfile.ZipFile(FIXTURES / "poi-Formatting.xlsx") as source, \
+            zipfile.ZipFile(path, "w") as target:
+        for item in source.infolist():
+            data = source.read(item)
+            target.writestr(item, b"<styleSheet><cellXfs>" if item.filename ==
+                            "xl/styles.xml" else data)
+    assert cellformats.open_formats(path, "xlsx") is None  # the reader keeps stored values
+    assert cellformats.open_formats(FIXTURES / "poi-Formatting.xlsx", "xls") is None
 
 
 def test_spreadsheet_dates_in_a_1904_workbook_and_elapsed_hours():
