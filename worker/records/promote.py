@@ -277,8 +277,15 @@ class Ahead:
                     started = time.monotonic()
                     while after < upto:
                         end = min(after + SLICE_ROWS, upto)
-                        _slice(conn, self.contract, self.statements,
-                               {**self.params, "after": after, "upto": end})
+                        try:
+                            _slice_once(conn, self.statements,
+                                        {**self.params, "after": after, "upto": end})
+                        except ROW_REFUSALS:
+                            # A row the database refuses (rolled back) is left to promote(),
+                            # which refuses it once staging has counted the valid rows that
+                            # refusing one takes from: ahead, rows_valid is not set yet.
+                            self.busy_s += time.monotonic() - started
+                            return
                         after = end
                     self.busy_s += time.monotonic() - started
         except BaseException as exc:  # noqa: BLE001 - handed to the job's thread, raised there
