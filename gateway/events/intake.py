@@ -365,22 +365,11 @@ def emitted_at(value: Any, *, now: datetime | None = None,
     except OverflowError as exc:
         raise Refused("source_emitted_at_out_of_range", "source_emitted_at must lie between "
                       "0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z in UTC.") from exc
-    if utc > _latest(now or datetime.now(UTC), skew_s):
+    if utc > (now or datetime.now(UTC)) + timedelta(seconds=skew_s):
         raise Refused("source_emitted_at_in_future", "source_emitted_at is later than this "
                       "server's clock allows (EVENTS_MAX_FUTURE_SKEW_S); check the source's "
                       "clock.")
     return utc
-
-
-_LATEST: list[Any] = [None, None, None]
-
-
-def _latest(now: datetime, skew_s: float) -> datetime:
-    """now + the skew, worked out once per request (every event of a batch shares ``now``)."""
-    if _LATEST[0] is not now or _LATEST[1] != skew_s:
-        _LATEST[:] = now, skew_s, now + timedelta(seconds=skew_s)
-    latest: datetime = _LATEST[2]
-    return latest
 
 
 def micros(value: datetime | None) -> int | None:
