@@ -281,15 +281,22 @@ def ingest_costs(conn: db.Conn, tenant_id: uuid.UUID) -> None:
     stages = ("read_ms", "extract_ms", "chunk_ms", "embed_ms", "index_ms")
     for name in stages:
         parts[f"  {name[:-3]}"] = []
-    parts["  rest of the run (lease, progress, artifact, delete)"] = []
+    # A run's stages can overlap (the embed and index stages are pipelined), so the run minus
+    # its stages is the rest only when positive; when negative it is how much the stages
+    # overlapped. Each has its own line: a median of signed differences printed a negative
+    # "rest" (issue 35).
+    rest, overlap = ("  rest of the run (lease, progress, artifact, delete)",
+                     "  stages overlapping (their sum − the run, when over)")
+    parts[rest], parts[overlap] = [], []
     for r in rows:
         timed = r["stats"].get("stages", {})
         parts["queue wait (created → started)"].append(float(r["waited"]))
         parts["run (started → finished)"].append(float(r["ran"]))
         for name in stages:
             parts[f"  {name[:-3]}"].append(float(timed.get(name, 0)))
-        parts["  rest of the run (lease, progress, artifact, delete)"].append(
-            float(r["ran"]) - sum(float(timed.get(name, 0)) for name in stages))
+        left = float(r["ran"]) - sum(float(timed.get(name, 0)) for name in stages)
+        parts[rest].append(max(left, 0.0))
+        parts[overlap].append(max(-left, 0.0))
     chunks = statistics.median(r["stats"].get("chunks_created", 0) for r in rows)
     print(f"  a document's ingest, median of {len(rows)} ({chunks:.0f} chunks each), ms:")
     for name, values in parts.items():
