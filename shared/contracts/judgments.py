@@ -101,6 +101,7 @@ _DATE_INVALID = Rule("JUDGMENT_FILED_DATE_INVALID", CRITICAL,
 COLUMNS = (
     Column("case_number", ("File #",), "Case identifier, displayed as given; its normalised "
            "form (A–Z and 0–9 only) is the key.", required=True, normalise=case_number_text,
+           read_column=c.case_number_text,
            missing=Rule("JUDGMENT_CASE_NUMBER_MISSING", CRITICAL,
                         "Case number is required and must contain a letter or digit."),
            checks=case_number_checks("JUDGMENT"),
