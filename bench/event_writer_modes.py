@@ -11,9 +11,12 @@ Starts a throw-away Postgres (cli.embedded) and migrates it, then for --seconds 
   event's outcome.
 - pipeline: psycopg pipeline mode, one `INSERT ... ON CONFLICT DO UPDATE ... RETURNING` per
   event (executemany, returning), the outcome of each worked out from what it returns.
+- bare_copy: bench/events.py's bare COPY script's statements (text COPY into a temporary table,
+  `INSERT ... SELECT ... ON CONFLICT DO UPDATE ... RETURNING` of each event's id and whether
+  it is new): what Postgres spends on the same rows with no outcome work (ADR 0288).
 
-Both in one transaction per group; events/s and the gateway process's CPU seconds per 1,000
-events (the gateway's core is what intake runs out of first). No HTTP.
+Each in one transaction per group, on an emptied ledger; events/s, this process's CPU seconds
+per 1,000 events (the gateway's side of the writer) and Postgres's (its backends). No HTTP.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import common  # first: the repo on sys.path
+from events import COLUMNS, FROM_STAGE, Cpu  # noqa: E402
 
 from gateway.events import intake, writer  # noqa: E402
 from shared import db  # noqa: E402
@@ -60,11 +64,41 @@ async def pipeline(pool: db.AsyncPool, events: list[intake.Event]) -> list[dict[
         return out
 
 
-async def run(url: str, mode: str, args: argparse.Namespace, tenant_id: uuid.UUID) -> None:
+STAGE = ("CREATE TEMP TABLE IF NOT EXISTS bench_stage (tenant_id uuid, source_system text, "
+         "source_event_id text, source_sequence bigint, source_emitted_at timestamptz, "
+         "type text, payload text, payload_sha256 text) ON COMMIT DELETE ROWS")
+
+
+async def bare_copy(pool: db.AsyncPool, events: list[intake.Event]) -> list[dict[str, Any]]:
+    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        async with cur.copy(f"COPY bench_stage ({COLUMNS}) FROM STDIN") as copy:
+            for e in events:
+                await copy.write_row((e.tenant_id, e.source_system, e.source_event_id,
+                                      e.source_sequence, e.source_emitted_at, e.type,
+                                      e.payload_json, e.payload_sha256))
+        await cur.execute(FROM_STAGE.format(t="event_ledger"))
+        return [{"outcome": "new" if row["inserted"] else "duplicate",
+                 "ledger_id": row["ledger_id"]} for row in await cur.fetchall()]
+
+
+async def _prepare_both(conn: Any) -> None:
+    await writer.prepare(conn)
+    await conn.execute(STAGE)
+    await conn.commit()
+
+
+MODES = {"copy": writer.upsert, "pipeline": pipeline, "bare_copy": bare_copy}
+
+
+async def run(url: str, mode: str, args: argparse.Namespace, tenant_id: uuid.UUID,
+              pg: Any) -> None:
+    with db.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE event_ledger CASCADE")
     pool = db.async_pool(url, min_size=args.connections, max_size=args.connections,
-                         configure=writer.prepare)
+                         configure=_prepare_both)
     await pool.open(wait=True)
-    upsert = writer.upsert if mode == "copy" else pipeline
+    upsert = MODES[mode]
+    spent = Cpu(pg, None)
     emitted = datetime.now(UTC).isoformat()
     run_id = uuid.uuid4().hex[:8]
     done = [0]
@@ -88,9 +122,10 @@ async def run(url: str, mode: str, args: argparse.Namespace, tenant_id: uuid.UUI
     await asyncio.gather(*(one(n) for n in range(args.connections)))
     elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
     await pool.close()
+    postgres = spent.per_thousand(done[0]).split("postgres ")[1].split(",")[0]
     print(f"{mode}_events_per_s {done[0] / elapsed:.0f} ({args.connections} connections x "
-          f"groups of {args.group}; {cpu / done[0] * 1000:.2f} s of this process's CPU per "
-          f"1,000 events) [load {' '.join(f'{x:.2f}' for x in os.getloadavg())}]")
+          f"groups of {args.group}; CPU s per 1,000 events: this process {cpu / done[0] * 1000:.3f}, "
+          f"Postgres {postgres}) [load {' '.join(f'{x:.2f}' for x in os.getloadavg())}]")
 
 
 def main() -> None:
@@ -98,6 +133,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--group", type=int, default=400)
+    parser.add_argument("--modes", default="copy,pipeline,copy,pipeline",
+                        help=f"comma-separated, run in this order; of {', '.join(MODES)}")
     args = parser.parse_args()
     with common.stack("bench-writer-") as (_root, pg, _moto):
         url = pg.ensure_database("bench")
@@ -105,8 +142,8 @@ def main() -> None:
         with db.connect(url, autocommit=True) as conn:
             tenant_id = conn.execute("INSERT INTO tenants (name) VALUES ('bench') "
                                      "RETURNING tenant_id").fetchone()["tenant_id"]
-        for mode in ("copy", "pipeline", "copy", "pipeline"):
-            asyncio.run(run(url, mode, args, tenant_id))
+        for mode in args.modes.split(","):
+            asyncio.run(run(url, mode, args, tenant_id, pg))
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ WITH s AS MATERIALIZED (
     FROM event_intake i
     WINDOW k AS (PARTITION BY i.tenant_id, i.source_system, i.source_event_id)
 ), ids AS MATERIALIZED (
-    SELECT g AS rank, nextval(pg_get_serial_sequence('event_ledger', 'ledger_id')) AS ledger_id
+    SELECT g AS rank, nextval('event_ledger_ledger_id_seq') AS ledger_id
     FROM generate_series(0, %(n)s - 1) AS g
 ), again AS (
     -- A new key's later deliveries in the same group, against its first.
