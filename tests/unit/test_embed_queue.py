@@ -253,6 +253,40 @@ def test_passes_cut_from_a_pool_of_many_documents_pad_little():
     queue.close()
 
 
+class CountingQueue(embed.EmbedQueue):
+    """Counts how often the prep thread woke to decide when to cut."""
+
+    decisions = 0
+
+    def _cut_in(self) -> float:
+        self.decisions += 1
+        return super()._cut_in()
+
+
+def test_submits_behind_a_running_pass_do_not_each_wake_the_prep_thread():
+    # Given a pass running (a slow model, whose last pass set when the next is due) and room
+    # for HOLD passes of 2,048 padded tokens
+    model = StandInModel(batch_tokens=2048, delay_s=0.3)
+    queue = CountingQueue(model, documents=200)  # type: ignore[arg-type]
+    queue.embed(document(1, chunks=1))
+    first = queue.submit(document(2, chunks=2))
+    _wait_for(lambda: queue._forward_idle is False)  # noqa: SLF001
+    woken = queue.decisions
+
+    # When 200 one-chunk documents (under ~6,400 tokens) are submitted while it runs
+    docs = [document(200 + k, chunks=1) for k in range(200)]
+    requests = [queue.submit(doc) for doc in docs]
+    during = queue.decisions - woken
+
+    # Then the prep thread decided a handful of times, not once per document (each wake-up
+    # takes the GIL from a GPU's launching thread), and everyone got their own vectors
+    assert during < 20, during
+    first.result(30)
+    for doc, request in zip(docs, requests, strict=True):
+        np.testing.assert_allclose(request.result(30), expected(doc), atol=1e-6)
+    queue.close()
+
+
 def _brute_around(lengths: list[int], at: int, budget: int) -> int:
     """The most real tokens of any [a, b) holding ``at`` that fits the budget (or ``at``
     alone): the reference for ``cut_around``."""

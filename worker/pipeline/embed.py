@@ -190,6 +190,24 @@ class _Pool:
         self.free.extend(slots.tolist())
         return None if len(waiting) else self.vectors[slots]
 
+    def end_many(self, requests: list[Request]) -> list[np.ndarray | None]:
+        """``end`` for the documents whose last vectors one pass delivered, in one step per
+        array rather than one per document (the delivering thread holds the GIL for it while
+        the forward thread's launches wait)."""
+        live = [r.slots is not None for r in requests]
+        if not any(live):
+            return [None] * len(requests)
+        owned = [r.slots for r in requests if r.slots is not None]
+        slots = np.concatenate(owned)
+        if self.queued[slots].any():  # not every id ran (cannot happen for a finished one)
+            return [self.end(r) for r in requests]
+        for r in requests:
+            r.slots = None
+        self.owners[slots] = None
+        self.free.extend(slots.tolist())
+        rows = iter(np.split(self.vectors[slots], np.cumsum([len(o) for o in owned])[:-1]))
+        return [next(rows) if alive else None for alive in live]
+
 
 class EmbedQueue:
     def __init__(self, embedder: model.Embedder, *, batch_tokens: int = 0,
@@ -212,6 +230,7 @@ class EmbedQueue:
         # One pass prepared ahead of the one running: the later a pass is cut, the more of the
         # pool it is cut from.
         self._room = threading.Semaphore(1)
+        self._hold = HOLD * self.batch_tokens
         self._forward_idle = True
         # When the running pass started, and how long the last pass and the last cut took.
         self._pass_started = self._last_pass_s = self._last_prep_s = 0.0
@@ -240,8 +259,12 @@ class EmbedQueue:
             request.serial = next(self._serials)
             start = max(self._served, self._submitted // self.documents)
             self._submitted += int(before[-1] + packed.lengths[-1])
+            waiting = self._pool.tokens
             self._pool.put(request, packed, start + before)
-            self._work.notify()
+            # The prep thread is woken only when this submit can change its decision (see
+            # _cut_in): thousands of submits each waking it cost the forward thread the GIL.
+            if not waiting or waiting < self._hold <= self._pool.tokens:
+                self._work.notify()
         return request
 
     def embed(self, sequences: Sequence[Sequence[int]], *,
@@ -339,7 +362,7 @@ class EmbedQueue:
             return 3600.0  # woken by a submit
         if self._forward_idle:
             return 0.0
-        if self._pool.tokens >= HOLD * self.batch_tokens:
+        if self._pool.tokens >= self._hold:
             return 0.0
         # The running pass should take about as long as the last one did; cut the next so it
         # is ready a margin before that.
@@ -423,8 +446,8 @@ class EmbedQueue:
         if not finished:
             return
         with self._lock:
-            results = [(request, self._pool.end(request)) for request in finished]
-        for request, result in results:
+            results = self._pool.end_many(finished)
+        for request, result in zip(finished, results, strict=True):
             if result is not None:
                 with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled now
                     request.set_result(result)
