@@ -38,10 +38,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import common  # first: sets the environment before boto3 and the model load
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
+import orjson  # noqa: E402
 from pgvector import HalfVector  # noqa: E402
 from pgvector.psycopg import register_vector  # noqa: E402
 from psycopg import sql  # noqa: E402
@@ -174,6 +176,103 @@ def compare_keyword(url: str, tenant_id: uuid.UUID, queries: list[str], clients:
     print(f"  rankings equal for {sum(first[q] == second[q] for q in first)}/{len(first)} queries")
 
 
+def components(url: str, pg: EmbeddedPostgres, tenant_id: uuid.UUID, queries: list[str],
+               clients: int) -> None:
+    """CPU ms a hybrid query spends in each of its parts, measured apart (issue 35): the query
+    embedding (one thread, as the gateway's; alone at 1 client, in batches of ``clients`` as
+    its micro-batches at that many), the text leg's SQL, the vector leg's, the hits SQL
+    (Postgres's CPU, every backend, plus this process's as the driver), fusion and the JSON of
+    a response (this process). What the gateway spends beyond these (HTTP, auth, Litestar, the
+    pool, its asyncio driver) is its measured CPU a query minus them."""
+    from gateway.search.embedding import model_loader
+
+    encoder = model_loader(variant=VARIANT, cache_dir=str(common.ROOT / ".ingest" / "models"),
+                           threads=1)(DEFAULT_EMBEDDING_MODEL)
+    encoder.encode(queries[:8])  # warm
+    n = service.SearchRequest(q="x").pool_size
+    ef = str(min(service.MAX_EF_SEARCH, max(service.MIN_EF_SEARCH, n)))
+    cost: dict[str, float] = {}
+    started = time.process_time()
+    vectors = [v for at in range(0, len(queries), clients)
+               for v in encoder.encode(queries[at:at + clients])]
+    cost[f"query embedding (batches of {clients})"] = time.process_time() - started
+    literals = ["[" + ",".join(f"{x:.7g}" for x in v) + "]" for v in vectors]
+    found: dict[str, list[list[Any]]] = {"text": [[] for _ in queries],
+                                         "vector": [[] for _ in queries]}
+
+    def text(conn: db.Conn, i: int) -> None:
+        found["text"][i] = conn.execute(service.Q["text_candidates"], {
+            "tenant_id": tenant_id, "q": queries[i], "syntax": False, "n": n, **NO_FILTERS},
+            prepare=False).fetchall()
+
+    def vector(conn: db.Conn, i: int) -> None:
+        with conn.transaction():
+            conn.execute(service.Q["hnsw_scan"], {"ef_search": ef})
+            found["vector"][i] = conn.execute(service.Q["vector_candidates"], {
+                "tenant_id": tenant_id, "vector": literals[i], "model": DEFAULT_EMBEDDING_MODEL,
+                "n": n, **NO_FILTERS}, prepare=False).fetchall()
+
+    fused: list[list[service.Fused]] = []
+    shown: list[list[Any]] = []
+
+    def hits(conn: db.Conn, i: int) -> None:
+        ids = [c.chunk_id for f in fused[i] for c in (f, *f.others)]
+        shown[i] = conn.execute(service.Q["hits"], {"tenant_id": tenant_id, "q": queries[i],
+                                                    "syntax": False, "chunk_ids": ids}
+                                ).fetchall()
+
+    def sql_part(name: str, run: Any) -> None:
+        pending = list(range(len(queries)))
+        lock = threading.Lock()
+
+        def client(conn: db.Conn) -> None:
+            while True:
+                with lock:
+                    if not pending:
+                        return
+                    i = pending.pop()
+                run(conn, i)
+
+        # Connections open across the measurement: a backend's CPU leaves /proc when it exits.
+        conns = [db.connect(url, autocommit=True) for _ in range(clients)]
+        try:
+            server, mine = _server_cpu(pg), time.process_time()
+            threads = [threading.Thread(target=client, args=(c,)) for c in conns]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            cost[f"{name}: postgres"] = _server_cpu(pg) - server
+            cost[f"{name}: driver (psycopg, here)"] = time.process_time() - mine
+        finally:
+            for c in conns:
+                c.close()
+
+    sql_part("text leg SQL", text)
+    sql_part("vector leg SQL", vector)
+    started = time.process_time()
+    for t_rows, v_rows in zip(found["text"], found["vector"], strict=True):
+        fused.append(service.fuse([(r["chunk_id"], r["doc_id"]) for r in t_rows],
+                                  [(r["chunk_id"], r["doc_id"]) for r in v_rows], k=10,
+                                  group="document",
+                                  text_score={r["chunk_id"]: float(r["score"]) for r in t_rows},
+                                  distance={r["chunk_id"]: float(r["distance"])
+                                            for r in v_rows}))
+    cost["fusion (service.fuse, k = 10 by document)"] = time.process_time() - started
+    shown.extend([] for _ in queries)
+    sql_part("hits SQL", hits)
+    started = time.process_time()
+    for rows in shown:
+        orjson.dumps({"hits": [{**r, "chunk_id": str(r["chunk_id"]), "doc_id": str(r["doc_id"]),
+                                "parent_doc_id": None} for r in rows]}, default=str)
+    cost["JSON of the response (orjson)"] = time.process_time() - started
+    print(f"a hybrid query's parts apart, {len(queries)} queries, {clients} at a time, CPU ms a "
+          f"query (load average {_loadavg()}):")
+    for name, seconds in cost.items():
+        print(f"  {name:<48} {seconds * 1000 / len(queries):6.2f}")
+    print(f"  {'sum':<48} {sum(cost.values()) * 1000 / len(queries):6.2f}")
+
+
 def text_plan(conn: db.Conn, tenant_id: uuid.UUID, q: str) -> str:
     """How the BM25 query (ADR 0220) finds its chunks: the scan of chunk_fts, with its timing."""
     rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + service.Q["text_candidates"], {
@@ -225,6 +324,11 @@ def _cpu_seconds(gateway_pid: int, pg: EmbeddedPostgres) -> tuple[float, float, 
             if postmaster in (pid, parent):
                 server += used
     return _proc_stat(Path(f"/proc/{gateway_pid}"))[2], server, time.process_time()
+
+
+def _server_cpu(pg: EmbeddedPostgres) -> float:
+    """CPU seconds used so far by the Postgres server, every backend."""
+    return _cpu_seconds(os.getpid(), pg)[1]
 
 
 def _proc_stat(entry: Path) -> tuple[int, int, float]:
@@ -292,6 +396,8 @@ def main() -> None:
             query_sets = [[" ".join(rng.choice(words[50:1500], size=rng.integers(2, 4)))
                            for _ in range(args.queries)] for _ in range(len(runs) + 1)]
             compare_keyword(url, user.tenant_id, query_sets[-1], max(args.clients))
+            for clients in args.clients:
+                components(url, pg, user.tenant_id, query_sets[-1], clients)
             sqs = aws.client("sqs", endpoint_url=moto_url, region="us-east-1")
             queue_url, dlq_url = queue.ensure_queues(sqs, "bench-search")
             env = {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto_url, "SQS_QUEUE_URL": queue_url,
