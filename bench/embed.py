@@ -33,7 +33,10 @@ It prints, for the same ids:
 milliseconds of Python work that holds the GIL (as eager kernel launches do), then the rest of
 the pass with the GIL released (as the kernels and copies are), scaled by the pass's padded
 tokens from the pass measured on the issue's H200: 952 chunks of up to 256 tokens in 28.4 ms.
-So what it measures is the queue's own overhead beside a GPU's pace, with no GPU.
+So what it measures is the queue's own overhead beside a GPU's pace, with no GPU. Each round
+also says where the path's time over the bound went (ADR 0305): the fake's own time for the
+path's passes over the bound (pass shapes: padding, more and smaller passes), the passes' time
+beyond that (waiting for the GIL), and the time outside any pass.
 """
 
 from __future__ import annotations
@@ -81,10 +84,15 @@ class FakeGpu:
                  launches: int = 150) -> None:
         self.dim, self.pass_s, self.gil_s = dim, pass_ms / 1000, gil_ms / 1000
         self.launches = max(1, launches)
+        # The fake's own time for the passes it ran, had nothing else wanted the GIL: beside the
+        # time the passes took, what the path lost waiting for the GIL; beside the bound, what
+        # its pass shapes (padding, pass count) cost.
+        self.nominal_s = 0.0
 
     def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         started = time.perf_counter()
         total = max(self.gil_s, self.pass_s * ids.size / self.REFERENCE_PADDED)
+        self.nominal_s += total
         span = self.gil_s / self.launches
         for _ in range(self.launches):
             end = time.perf_counter() + span
@@ -165,6 +173,8 @@ def worker_path(model: embedding.Embedder, docs: list[list[list[int]]], in_fligh
     queue = embed.EmbedQueue(model, batch_tokens=batch_tokens)
     queue.embed(docs[0][:2])  # threads started and first-call allocations, as in a warm worker
     queue.stats = embed.QueueStats()
+    if isinstance(model.backend, FakeGpu):
+        model.backend.nominal_s = 0.0
     finished: stdqueue.SimpleQueue = stdqueue.SimpleQueue()
     upcoming: Iterator[list[list[int]] | None] = iter(docs)
     outstanding = 0
@@ -322,6 +332,9 @@ def compare(model: embedding.Embedder, path_model: embedding.Embedder, ids: list
         queued.append(count / took)
         line = (f"round {round_no} (load {load:.2f}): raw forward {raw[-1]:,.1f} chunks/s | "
                 f"worker path {queued[-1]:,.1f} chunks/s ({_describe(stats, took)})")
+        fake = path_model.backend
+        if isinstance(fake, FakeGpu):
+            line += " | " + _where_it_went(took, count / raw[-1], fake.nominal_s, stats)
         if args.thread_per_document:
             t_took, t_stats = thread_per_document(path_model, docs, in_flight, batch_tokens)
             threaded.append(count / t_took)
@@ -351,6 +364,18 @@ def _describe(stats: embed.QueueStats, took: float) -> str:
             f"{1000 * stats.deliver_s / passes:.2f} ms delivering a pass (its own thread), "
             f"{100 * stats.starved_s / took:.0f} % waiting for a pass; prep "
             f"{1000 * stats.prep_s / passes:.1f} ms a pass")
+
+
+def _where_it_went(took: float, bound: float, nominal: float, stats: embed.QueueStats) -> str:
+    """The path's run against the bound's, in ms: the fake's own time for the path's passes
+    over the bound's (their shapes: padding, more and smaller passes), the passes' time over
+    the fake's own (waiting for the GIL behind the other threads), and the run's time outside
+    any pass (before the first, between passes, delivering after the last)."""
+    return (f"over the bound {1000 * (took - bound):.0f} ms: pass shapes "
+            f"{1000 * (nominal - bound):.0f}, passes beyond the fake's own time (GIL waits, "
+            f"normalising) "
+            f"{1000 * (stats.forward_s - nominal):.0f}, outside passes "
+            f"{1000 * (took - stats.forward_s):.0f}")
 
 
 def sweep(model: embedding.Embedder, ids: list[list[int]]) -> None:
