@@ -2,6 +2,7 @@
 same database, with the machine's load printed beside each figure.
 
     python bench/events.py [--seconds 15] [--clients 16] [--batch 100] [--rounds 1]
+                           [--open-loop 0.3,0.5]
                            [--apply 20000] [--skip-intake] [--durable] [--quick]
 
 Starts Postgres and moto (cli.embedded), migrates, makes a tenant and an API key, and runs
@@ -23,6 +24,11 @@ empty table, so none pays for the rows another left behind. Then:
     SHA-256 of each payload, the row, and each event's ledger id and new/repeat back. They do
     no HTTP, no per-event checks, no queue. Targets: (a) >= 1.0x (b), >= 0.6x (c), p95 < 100 ms.
     --rounds N runs (a), (b), (c) N times interleaved and reports each one's median.
+    --open-loop F[,F...] then offers (a) and (c) a fixed rate, F x (c)'s closed-loop events/s, each
+    client sending its batches on a schedule whether or not its last answer came: latency is
+    clocked from each batch's scheduled time (a batch sent late waited in the client, which a
+    producer's queue would too). Beside the closed loop's p95 it says what is queueing (16
+    clients that wait for each other's commits) and what is work (ADR 0288).
 (e) --purge N: N pending junk events of one type (and 10,000 other events beside them) are
     discarded by filter through the product's service (gateway/events/replay.py), each with
     its audit row, in committed slices: the preview's and the purge's seconds, beside a bare
@@ -49,7 +55,7 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -122,6 +128,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--open-loop", type=lambda v: [float(f) for f in v.split(",")],
+                        default=[], metavar="F[,F...]",
+                        help="then offer intake and the bare COPY script F x the bare COPY "
+                             "script's closed-loop rate, open loop, for each F")
     parser.add_argument("--apply", type=int, default=20000, help="0 skips (d)")
     parser.add_argument("--skip-intake", action="store_true", help="skip (a)-(c)")
     parser.add_argument("--purge", type=int, default=0, metavar="N",
@@ -191,6 +201,9 @@ def _intake_phases(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, u
                 rate, p50, p95, events = _bare(url, table, tenant_id, args, statement, f"r{n}")
                 cpu[name] = spent.per_thousand(events)
                 results[name].append((rate, p50, p95, load()))
+        for fraction in args.open_loop:
+            offered = fraction * statistics.median(r[0] for r in results["bare_copy"])
+            _open_loop(args, url, gateway, key, tenant_id, pg, offered)
     finally:
         gateway.stop()
     figures = {}
@@ -214,6 +227,43 @@ def _intake_phases(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, u
             ("p95<100ms", p95 < 100)]
 
 
+def _open_loop(args: argparse.Namespace, url: str, gateway: stack.Process, key: str,
+               tenant_id: uuid.UUID, pg: EmbeddedPostgres, offered: float) -> None:
+    """Intake and the bare COPY script at one fixed offered rate (--open-loop)."""
+    _empty_ledger(url)
+    spent = Cpu(pg, gateway)
+    rate, p50, p95, events = _intake(gateway, key, args, "open", offered)
+    print(f"open_loop_intake_events_per_s {rate:.0f} (offered {offered:.0f}; p50 {p50:.1f} ms, "
+          f"p95 {p95:.1f} ms from each batch's scheduled time) {load()}")
+    print(f"  {spent.per_thousand(events)}")
+    spent = Cpu(pg, None)
+    rate, p50, p95, events = _bare(url, _bare_table(url, "bare_copy"), tenant_id, args, _copy,
+                                   "open", offered)
+    print(f"open_loop_bare_copy_events_per_s {rate:.0f} (offered {offered:.0f}; p50 {p50:.1f} "
+          f"ms, p95 {p95:.1f} ms) {load()}")
+    print(f"  {spent.per_thousand(events)}")
+
+
+def _turns(n: int, args: argparse.Namespace, stop_at: list[float],
+           offered: float | None) -> Iterator[float]:
+    """Client n's batches: each one's start time (time.monotonic), until the phase ends.
+    Closed loop (offered None): now, each time the last answer came. Open loop: every
+    clients x batch / offered seconds, the clients staggered evenly; a client behind its
+    schedule sends at once, and its latency still counts from the scheduled time."""
+    if not offered:
+        while (now := time.monotonic()) < stop_at[0]:
+            yield now
+        return
+    interval = args.clients * args.batch / offered
+    t0 = stop_at[0] - args.seconds + interval * n / args.clients
+    b = 0
+    while (due := t0 + b * interval) < stop_at[0]:
+        if (wait := due - time.monotonic()) > 0:
+            time.sleep(wait)
+        yield due
+        b += 1
+
+
 def _ready(gateway: stack.Process, timeout_s: float = 120.0) -> None:
     """Wait for /health/ready: a load balancer sends a replica nothing before, and until then
     the gateway loads its query model (ADR 0321), seconds of CPU the intake phase would
@@ -234,7 +284,7 @@ def _events(n: int, tag: str, emitted: str) -> list[dict]:
 
 
 def _intake(gateway: stack.Process, key: str, args: argparse.Namespace,
-            tag: str) -> tuple[float, float, float, int]:
+            tag: str, offered: float | None = None) -> tuple[float, float, float, int]:
     latencies: list[float] = []
     acked = [0]
     failures: list[str] = []
@@ -248,17 +298,16 @@ def _intake(gateway: stack.Process, key: str, args: argparse.Namespace,
             c.get("/health/live")  # connected before the clock starts
             b = 0
             ready.wait()
-            while time.monotonic() < stop_at[0]:
+            for started in _turns(n, args, stop_at, offered):
                 batch = _events(args.batch, f"{tag}-c{n}-b{b}", emitted)
                 b += 1
-                started = time.perf_counter()
                 try:
                     r = c.post("/v1/events", json=batch, headers={"X-Api-Key": key})
                 except Exception as exc:  # noqa: BLE001 - counted and shown, not hidden
                     with lock:
                         failures.append(f"{type(exc).__name__}: {exc}")
                     continue
-                took = (time.perf_counter() - started) * 1000
+                took = (time.monotonic() - started) * 1000
                 with lock:
                     if r.status_code == 202:
                         latencies.append(took)
@@ -348,7 +397,7 @@ def _copy(conn: psycopg.Connection, table: str, rows: list[tuple]) -> int:
 
 def _bare(url: str, table: str, tenant_id: uuid.UUID, args: argparse.Namespace,
           statement: Callable[[psycopg.Connection, str, list[tuple]], int],
-          tag: str) -> tuple[float, float, float, int]:
+          tag: str, offered: float | None = None) -> tuple[float, float, float, int]:
     latencies: list[float] = []
     done = [0]
     lock = threading.Lock()
@@ -363,16 +412,13 @@ def _bare(url: str, table: str, tenant_id: uuid.UUID, args: argparse.Namespace,
                          "source_emitted_at timestamptz, type text, payload text, "
                          "payload_sha256 text) ON COMMIT DELETE ROWS")
             conn.commit()
-            b = 0
             ready.wait()
-            while time.monotonic() < stop_at[0]:
-                started = time.perf_counter()
+            for b, started in enumerate(_turns(n, args, stop_at, offered)):
                 rows = _rows(tenant_id, _events(args.batch, f"{table}-{tag}-{n}-{b}", emitted))
-                b += 1
                 answered = statement(conn, table, rows)
                 assert answered == len(rows)
                 with lock:
-                    latencies.append((time.perf_counter() - started) * 1000)
+                    latencies.append((time.monotonic() - started) * 1000)
                     done[0] += len(rows)
 
     return _timed(args, one, latencies, done, ready, stop_at)
