@@ -4,6 +4,7 @@ and the query model's one lazy load under concurrent first requests."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 import uuid
@@ -152,6 +153,27 @@ def test_the_model_loads_once_off_the_loop_under_concurrent_first_queries():
     vectors, ticks = asyncio.run(scenario())
     assert len(loads) == 1 and loads[0] != threading.main_thread().name
     assert ticks > 5 and all(v == [1.0, 1.0] for v in vectors)
+
+
+def test_the_loaded_model_is_frozen_out_of_full_garbage_collections():
+    # A model loads after start-up froze the gateway's objects (ADR 0163, 0288): its own
+    # objects must be frozen too, or every full collection walks them while intake waits.
+    class Encoder:
+        model_name, dim = "m", 2
+
+        def __init__(self) -> None:
+            self.weights = [[i] for i in range(20_000)]  # objects the collector tracks
+
+    async def scenario() -> int:
+        embedder = QueryEmbedder("m", loader=lambda model: Encoder())
+        before = gc.get_freeze_count()
+        await embedder.encoder()
+        return gc.get_freeze_count() - before
+
+    try:
+        assert asyncio.run(scenario()) >= 20_000
+    finally:
+        gc.unfreeze()  # the rest of the test process collects as before
 
 
 def test_concurrent_queries_share_forward_passes_on_one_thread_each_getting_its_own_vector():
