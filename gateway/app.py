@@ -21,7 +21,7 @@ from gateway.context import Context, provide
 from gateway.documents import attachments
 from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
-from gateway.edge import json_depth, methods, query, transport
+from gateway.edge import json_depth, methods, query, strict_body, transport
 from gateway.events import replay_routes as event_replay
 from gateway.events import routes as event_routes
 from gateway.events import writer as event_writer
@@ -97,6 +97,8 @@ def create_app(settings: GatewaySettings) -> Litestar:
         ],
         dependencies={"ctx": Provide(provide, sync_to_thread=False)},
         guards=[auth.authenticate],
+        # JSON bodies are converted as JSON says them, not leniently (gateway/edge, ADR 0331).
+        before_request=strict_body.check,
         # An unknown address: the HTML 404 page for browsers, JSON for the API (gateway/web).
         exception_handlers={**errors.HANDLERS, NotFoundException: ui.not_found},  # type: ignore[dict-item]
         # OPTIONS is answered before any guard; JSON bodies are checked for depth as they are

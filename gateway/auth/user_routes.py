@@ -7,16 +7,18 @@ Another tenant's user id answers 404, an operator's 403, the admin's own 409
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
 from litestar import Request, Router, get, patch, post
 from litestar.params import FromPath, JSONBody
+from msgspec import Meta
 
 from gateway import auth, openapi
 from gateway.auth import users
 from gateway.auth.routes import Email, NewPassword
 from gateway.context import Ctx
+from shared import errors
 
 # auth.ROLES: the roles an admin may give (operators only by the CLI).
 Role = Literal["admin", "user"]
@@ -33,6 +35,12 @@ class NewUser:
 class UserChange:
     role: Role | None = None
     active: bool | None = None
+
+
+# A change changes something (ADR 0331): /schema says so, as update_user enforces it.
+Change = Annotated[UserChange, Meta(extra_json_schema={"anyOf": [
+    {"required": ["role"], "properties": {"role": {"type": "string"}}},
+    {"required": ["active"], "properties": {"active": {"type": "boolean"}}}]})]
 
 
 @dataclass
@@ -57,11 +65,13 @@ async def list_users(request: Request, ctx: Ctx) -> dict:
     return {"items": items, "total": len(items)}
 
 
-@patch("/{user_id:uuid}", responses=openapi.errors(409))
-async def update_user(user_id: FromPath[UUID], data: JSONBody[UserChange], request: Request,
+@patch("/{user_id:uuid}", responses=openapi.errors(400, 409))
+async def update_user(user_id: FromPath[UUID], data: JSONBody[Change], request: Request,
                       ctx: Ctx) -> dict:
     """Change a user's role (admin | user) or deactivate / reactivate them; either ends their
     sessions."""
+    if data.role is None and data.active is None:  # nothing to change: end nobody's sessions
+        raise errors.InvalidRequest("Send role, active or both: this request changes nothing.")
     return await users.admin_update(ctx.pool, auth.current(request), user_id, role=data.role,
                                     active=data.active)
 

@@ -161,7 +161,6 @@ async def show_event(ledger_id: Annotated[int, PathParameter(ge=1, le=2**53)], r
       responses=openapi.errors(400, 503))
 async def replay_events(data: JSONBody[Replay], request: Request, ctx: Ctx) -> dict:
     """Reset dead letters (chosen ids, or all matching a filter) to pending, on the record."""
-    await _true_or_false(request, "all")
     principal = auth.current(request)
     filtered = data.all or any((data.source_system, data.type, data.error))
     if data.ledger_ids and filtered:
@@ -216,7 +215,6 @@ async def discard_matching(data: JSONBody[Matching], request: Request, ctx: Ctx,
     error, first seen since/until), each on the record as a single discard, in committed
     slices. `preview: true` only counts (`matched`); then send the same filter with a
     `reason` and `at_most` set to the count you confirmed (409 `purge_grew` if more match)."""
-    await _true_or_false(request, "preview")
     principal = auth.current(request)
     if not data.preview and not data.reason:
         raise errors.InvalidRequest("reason is required: say why these events are discarded.")
@@ -228,14 +226,6 @@ async def discard_matching(data: JSONBody[Matching], request: Request, ctx: Ctx,
                        wanted=wanted, actor=f"user:{principal.user_id}",
                        actor_user_id=principal.user_id, reason=data.reason or "",
                        preview=data.preview, at_most=data.at_most)
-
-
-async def _true_or_false(request: Request, name: str) -> None:
-    """A switch that commits to a mass action is JSON true or false: Litestar converts bodies
-    leniently (0 and 1 would pass as false and true), which /schema does not promise."""
-    body = await request.json()
-    if isinstance(body, dict) and not isinstance(body.get(name, False), bool):
-        raise errors.InvalidRequest(f"{name} is true or false.")
 
 
 def _given(value: Any) -> Any:

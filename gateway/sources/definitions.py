@@ -21,6 +21,7 @@ from uuid import UUID
 import msgspec
 from msgspec import Meta
 
+from gateway.edge import strict_body
 from gateway.sources import access as source_access
 from gateway.sources import deactivation
 from shared import db, errors
@@ -180,7 +181,7 @@ def parse(data: Any, *, partial: bool) -> dict[str, Any]:
         raise errors.InvalidRequest("A source's bucket cannot change: its documents are named "
                                     "after it; create a new source instead.")
     _declared(data, SourceChange if partial else SourceFields)
-    data = _integral(data)
+    data = strict_body.integral(data)
     checks = {"name": _name, "bucket": bucket_name, "prefix": clean_prefix, "region": _region,
               "include_patterns": _patterns, "exclude_patterns": _patterns, "enabled": _enabled,
               "endpoint_url": _endpoint, "sync_every_minutes": _schedule}
@@ -200,20 +201,9 @@ def parse(data: Any, *, partial: bool) -> dict[str, Any]:
 def _declared(data: dict[str, Any], body: type[msgspec.Struct]) -> None:
     """The body as /schema declares it, or the refused field's rule in words."""
     try:
-        msgspec.convert(_integral(data), body, strict=True)
+        msgspec.convert(strict_body.integral(data), body, strict=True)
     except msgspec.ValidationError as exc:
         raise errors.InvalidRequest(_rule(body, str(exc))) from None
-
-
-def _integral(value: Any) -> Any:
-    """JSON's 60.0 is the integer 60 to JSON Schema (and to /schema's readers): say so."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integral(v) for v in value]
-    return value
 
 
 def _rule(body: type[msgspec.Struct], message: str) -> str:

@@ -70,7 +70,10 @@ async def list_deliveries(webhook_id: FromPath[UUID], request: Request, ctx: Ctx
 @dataclass
 class RotateRequest:
     # How long the replaced secret keeps signing; WEBHOOK_SECRET_GRACE_S (24 h) by default.
-    grace_period_s: float | None = None
+    grace_period_s: Annotated[float, Meta(
+        ge=0, le=webhooks.MAX_GRACE_S,
+        description=f"grace_period_s must be between 0 and {webhooks.MAX_GRACE_S} (7 days)."
+    )] | None = None
 
 
 @post("/{webhook_id:uuid}/rotate-secret", status_code=200, responses=openapi.errors(400, 404))

@@ -105,3 +105,17 @@ def test_a_plain_user_cannot_open_the_users_page(gateway, tenants):
         page = browser.get("/admin/users")
     assert page.status_code == 403
     assert 'href="/admin/users"' not in page.text
+
+
+@pytest.mark.parametrize("lax", [0, "false", None])
+def test_a_switch_is_json_true_or_false(gateway, tenants, conn, lax):
+    """Litestar alone would take 0 and "false" as false and deactivate the colleague (ADR 0331);
+    null is the field left out: a change of nothing, which must not end their sessions."""
+    admin, colleague = tenants.user(role="admin"), tenants.user(role="user")
+    before = snapshot(conn, colleague)
+    with gateway.client(admin.token) as client:
+        answer = client.patch(f"/v1/users/{colleague.user_id}", json={"active": lax})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["code"] == "invalid_request"
+    assert "active" in answer.json()["detail"]
+    assert snapshot(conn, colleague) == before

@@ -1,0 +1,82 @@
+"""A JSON body is read as JSON says it: a declared boolean is true or false, an integer is a
+number, never a string that looks like one (ADR 0331).
+
+Litestar converts a handler's arguments with msgspec's lax rules (``strict=False``) because
+the same conversion serves query strings, where every value is text. Applied to a JSON body it
+takes ``0`` and ``"1"`` as false and true and ``"5"`` as 5, which /schema does not promise: a
+client that sends ``"dry_run": "false"`` to a mass action would have it run. This hook runs
+after the guards (an unauthenticated caller still hears 401 first) and before Litestar's own
+conversion, on the body Litestar decodes and caches anyway, and converts it strictly against
+the type the handler declares. A refusal is Litestar's own ValidationException, so the answer
+is the same 400 as any other body field's: the field's declared rule in words, its code.
+
+Every route takes it from the application; a layer that sets its own ``before_request`` would
+drop it, which tests/unit/test_strict_body.py checks for every route with a body.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Request
+from litestar.exceptions import ValidationException
+
+# "Expected `bool`, got `int` - at `$.dry_run`" → the field's path as clients name it.
+_WHERE = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+_TYPES: dict[Any, Any] = {}  # route handler → its body's type (None: no body)
+
+
+async def check(request: Request) -> None:
+    """Refuse a body whose values only lax conversion would accept; return None to go on."""
+    declared = body_type(request.route_handler)
+    if declared is None or request.method in ("GET", "HEAD", "DELETE"):
+        return
+    if not await request.body():
+        return  # no body: Litestar's own answer (a required body missing, or the default)
+    try:
+        body = await request.json()
+    except Exception:  # noqa: BLE001 - not JSON at all: Litestar's own path answers 400
+        return
+    try:
+        msgspec.convert(integral(body), declared, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ValidationException(extra=[_problem(str(exc))]) from None
+
+
+def body_type(handler: Any) -> Any | None:
+    """The type a handler declares for its ``data`` argument (with its constraints), or None."""
+    if handler not in _TYPES:
+        field = handler.parsed_fn_signature.parameters.get("data")
+        _TYPES[handler] = None if field is None else _without_body_marker(field.raw)
+    return _TYPES[handler]
+
+
+def integral(value: Any) -> Any:
+    """JSON's 60.0 is the integer 60 to JSON Schema (and to /schema's readers): say so."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [integral(v) for v in value]
+    return value
+
+
+def _without_body_marker(raw: Any) -> Any:
+    """``JSONBody[T]`` is ``Annotated[T, Body(...)]``: keep T and msgspec's own constraints."""
+    metadata = getattr(raw, "__metadata__", None)
+    if metadata is None:
+        return raw
+    kept = tuple(m for m in metadata if isinstance(m, msgspec.Meta))
+    inner = raw.__origin__
+    return Annotated[(inner, *kept)] if kept else inner
+
+
+def _problem(message: str) -> dict[str, str]:
+    """The shape Litestar's signature model gives a body field's error (gateway/errors.py)."""
+    where = _WHERE.search(message)
+    text = message[:where.start()] if where else message
+    key = where.group("path") if where and where.group("path") else "request"
+    return {"message": text, "key": key, "source": "body"}
