@@ -168,6 +168,29 @@ def test_groups_of_1000_resolve_parents_named_in_earlier_groups(conn, tenants):
     assert warnings(conn, batch) == []
 
 
+def test_a_parent_named_only_in_a_later_group_is_found_by_earlier_groups(conn, tenants):
+    # Given 2,500 rows whose first 1,500 name their ad sets and ads by id only, and whose last
+    # 1,000 name them (a file sorted by day, the names filled in on the last days)
+    tenant = tenants.user().tenant_id
+    batch = new_batch(conn, tenant)
+    rows = [row(f"c{i % 5}", f"s{i % 50}", f"a{i % 500}", day=f"2026-01-{1 + i // 500:02d}",
+                named=i >= 1500) for i in range(2500)]
+    for r in rows[:1500]:
+        r["ad_set_name"] = None
+    stage(conn, tenant, batch, rows)
+
+    # When promoted in groups of 1,000
+    written = promote(conn, tenant, batch, group_rows=1000)
+
+    # Then the dimensions were written once for the whole file, before any fact: every fact of
+    # the first groups has its references, and no row warned of a missing parent
+    assert (written["ad_sets_upserted"], written["ads_upserted"],
+            written["daily_metrics_upserted"]) == (50, 500, 2500)
+    assert conn.execute("SELECT count(*) AS n FROM daily_metrics WHERE tenant_id = %s AND "
+                        "ad_id IS NOT NULL AND ad_set_id IS NOT NULL", (tenant,)).fetchone()["n"] == 2500
+    assert warnings(conn, batch) == []
+
+
 def test_missing_parent_sets_the_reference_null_with_a_warning(conn, tenants):
     # Given a row naming an ad by id only (no ad name) that the tenant does not have, and one
     # naming an ad set by id only likewise

@@ -1,7 +1,9 @@
 -- Promotion of an ad-metrics batch (worker/records/ad_promote.py, docs/decisions/0149, 0173–0175):
 -- staged rows into campaigns → ad_sets → ads → daily_metrics | period_metrics (migrations/0021,
--- 0030), one group of staged rows at a time, every group inside the batch's one promotion
--- transaction. A group is the batch's non-duplicate staged rows with row_number in (after, upto].
+-- 0030), inside the batch's one promotion transaction: the dimension statements once over the
+-- whole batch (after 0, upto its last row), the facts one group of staged rows at a time
+-- (docs/decisions/0274). A group is the batch's non-duplicate staged rows with row_number in
+-- (after, upto].
 -- Every query names the tenant; references resolve through (tenant, client, platform, id or name
 -- path), a client-less upload finding the tenant's client-less rows.
 -- References resolve through the dimensions' lookup_key (migrations/0021): "<tenant>|<platform>|
