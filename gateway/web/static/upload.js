@@ -250,13 +250,21 @@
     count();
   }
 
-  // "5 queued, 1 skipped, 1 refused": what became of everything chosen on this page.
+  // A queued upload is counted by where its run is now (follow() keeps data-status).
+  const RUN_STATE = { running: "processing", succeeded: "ingested", failed: "error" };
+
+  // "3 ingested, 1 queued, 1 skipped, 1 refused": what became of everything chosen here.
   function count() {
     const n = {};
-    for (const li of list.querySelectorAll(".upload")) n[li.dataset.outcome] = (n[li.dataset.outcome] || 0) + 1;
+    for (const li of list.querySelectorAll(".upload")) {
+      const state = li.dataset.outcome === "queued" ? RUN_STATE[li.dataset.status] || "queued"
+        : li.dataset.outcome;
+      n[state] = (n[state] || 0) + 1;
+    }
     const parts = [
       [n.uploading, "uploading"], [(n.waiting || 0) + (n.deciding || 0), "waiting"],
-      [n.queued, "queued"], [n.skipped, "skipped"], [n.refused, "refused"],
+      [n.queued, "queued"], [n.processing, "processing"], [n.ingested, "ingested"],
+      [n.skipped, "skipped"], [n.refused, "refused"],
       [n.error, "failed"], [n.cancelled, "cancelled"],
     ].filter(([k]) => k).map(([k, label]) => k + " " + label);
     summary.hidden = parts.length === 0;
@@ -288,6 +296,7 @@
         item.classList.add("is-error");
         outcome(item, runText(run), "/runs/" + runId, "Open the run").prepend(pill, " ");
       }
+      if (changed) count();
       const active = run.status === "queued" || run.status === "running";
       return { changed, active, stop: !active };
     });
