@@ -5,7 +5,8 @@ the parser's child process, the transaction) costs the same as for a big documen
 
 - ``breakdown``: one document at a time, step by step, in this process with the worker's own
   functions, in the order the worker runs them: receive, lease and lock (connection, claim,
-  heartbeat), read, extract (child process), chunk, embed, write (artifact and the content
+  heartbeat), read, extract (text in this process as the worker does, ADR 0304; other types in a
+  child process), chunk, embed, write (artifact and the content
   statements), commit, delete (message and upload). The stage reports the worker writes on the
   lease connection are counted in the step they announce.
 - ``in_flight``: the same documents through a real `ingest worker --once`, one slot against 8,
@@ -34,7 +35,7 @@ from shared.embedding import model as embedding
 from shared.settings import WorkerSettings
 from tests.support import documents, stack, submit
 from worker import runs
-from worker.pipeline import chunk, extract, index, parsers, read
+from worker.pipeline import chunk, extract, index, parsers, read, runner
 from worker.pipeline.runner import Pipeline
 
 # Messages waiting in the queue at most while a drain runs (see SmallBench._feed).
@@ -143,9 +144,13 @@ class SmallBench:
                 local = path
                 with step("extract"):
                     lease.report("extract", 0.05)
-                    doc = parsers.extract_isolated(local, job.source_type,
-                                                   max_uncompressed_bytes=200 << 20,
-                                                   timeout_s=120, memory_bytes=1 << 30)
+                    if runner._decoded_only(job.source_type, local):  # noqa: SLF001
+                        # as the worker does since ADR 0304: text is decoded here, not parsed
+                        doc = extract.extract(local, job.source_type)
+                    else:
+                        doc = parsers.extract_isolated(local, job.source_type,
+                                                       max_uncompressed_bytes=200 << 20,
+                                                       timeout_s=120, memory_bytes=1 << 30)
         times["read"][-1] -= times["extract"][-1]
         with step("chunk"):
             lease.report("chunk", 0.2)
