@@ -26,6 +26,10 @@ from litestar.exceptions import ValidationException
 # "Expected `bool`, got `int` - at `$.dry_run`" → the field's path as clients name it.
 _WHERE = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
 _TYPES: dict[Any, Any] = {}  # route handler → its body's type (None: no body)
+# msgspec's "Expected `bool`, got `int`" in the words of JSON, which is what the client wrote.
+_EXPECTED = re.compile(r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`$")
+_JSON_WORDS = {"bool": "true or false", "int": "an integer", "float": "a number",
+               "str": "a string", "array": "a list", "object": "an object", "null": "null"}
 
 
 async def check(request: Request) -> None:
@@ -79,4 +83,15 @@ def _problem(message: str) -> dict[str, str]:
     where = _WHERE.search(message)
     text = message[:where.start()] if where else message
     key = where.group("path") if where and where.group("path") else "request"
-    return {"message": text, "key": key, "source": "body"}
+    return {"message": _in_json_words(text), "key": key, "source": "body"}
+
+
+def _in_json_words(text: str) -> str:
+    """"Expected `bool`, got `int`" → "must be true or false, not a number"."""
+    found = _EXPECTED.match(text)
+    if not found:
+        return text
+    want = " or ".join(_JSON_WORDS.get(t.strip(), t.strip()) for t in found["want"].split("|"))
+    got = "a number" if found["got"] in ("int", "float") else _JSON_WORDS.get(found["got"],
+                                                                               found["got"])
+    return f"must be {want}, not {got}"

@@ -46,7 +46,9 @@ def test_every_switch_and_count_refuses_lax_values(handlers):
 
 def test_a_refusal_names_the_field_like_litestars_own():
     assert strict_body._problem("Expected `bool`, got `int` - at `$.dry_run`") == {
-        "message": "Expected `bool`, got `int`", "key": "dry_run", "source": "body"}
+        "message": "must be true or false, not a number", "key": "dry_run", "source": "body"}
+    assert strict_body._problem("Expected `int | null`, got `str` - at `$.limit`")[
+        "message"] == "must be an integer or null, not a string"
     assert strict_body._problem("Expected `object`, got `array`")["key"] == "request"
 
 
