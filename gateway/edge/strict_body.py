@@ -35,18 +35,24 @@ _JSON_WORDS = {"bool": "true or false", "int": "an integer", "float": "a number"
 async def check(request: Request) -> None:
     """Refuse a body whose values only lax conversion would accept; return None to go on."""
     declared = body_type(request.route_handler)
-    if declared is None or request.method in ("GET", "HEAD", "DELETE"):
-        return
-    if not await request.body():
+    if declared is None or not await request.body():
         return  # no body: Litestar's own answer (a required body missing, or the default)
     try:
         body = await request.json()
     except Exception:  # noqa: BLE001 - not JSON at all: Litestar's own path answers 400
         return
+    refused = problem(body, declared)
+    if refused is not None:
+        raise ValidationException(extra=[refused])
+
+
+def problem(body: Any, declared: Any) -> dict[str, str] | None:
+    """The field a strict conversion refuses, shaped as Litestar's own body errors, or None."""
     try:
         msgspec.convert(integral(body), declared, strict=True)
     except msgspec.ValidationError as exc:
-        raise ValidationException(extra=[_problem(str(exc))]) from None
+        return _problem(str(exc))
+    return None
 
 
 def body_type(handler: Any) -> Any | None:
