@@ -16,7 +16,9 @@ $(STAMP):
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch is pinned (pyproject) to the CPU build on this machine's disk; see README.
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# --no-compile: pip would byte-compile every file of every wheel (torch alone is thousands),
+	# ~75 s of the install's ~145 s here; Python compiles what is imported on first import.
+	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -16,7 +16,7 @@ import pytest
 from shared import aws, queue
 from tests.support import ad_exports, records, stack
 from tests.support.stack import wait_until
-from worker.handler import LAST_SLOT
+from worker.handler import AT_LIMIT, LAST_SLOT
 from worker.records.pipeline import WAITING
 
 ACTIVE = ("processing", "staging_complete", "promoting")
@@ -154,7 +154,10 @@ def test_a_fourth_import_waits_in_the_outbox_never_in_the_dlq(
         wait_until(lambda: depth(strict_queues) == 0, timeout=60, message="queue drained")
         assert depth(strict_queues, strict_queues.dlq_url) == 0
         logs = "".join(w.logs() for w in workers)
-        assert "tenant at its concurrent import limit; the job waits in the outbox" in logs
+        # (why it waited depends on which worker got each delivery: one running none of the
+        # tenant's three says the tenant is at its limit, one running two of them says it keeps
+        # its last slot for another tenant; seen both ways, so either reason is the outbox wait)
+        assert AT_LIMIT in logs or LAST_SLOT in logs, logs[-3000:]
     finally:
         for worker in workers:
             worker.stop()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
 import selectors
 import signal
@@ -155,6 +156,13 @@ def serve(socket_path: str) -> None:
     for module in PRELOAD_WORKER:
         with contextlib.suppress(ImportError):
             __import__(module)
+    _warm()
+    # Collect once, then freeze everything held here out of the collector (the prefork recipe
+    # in the gc docs): each child's own start-up collection then walks only its own objects
+    # (~0.25 s of CPU per fork before, over ~300k inherited objects) and never writes to the
+    # inherited pages, which stay shared instead of being copied.
+    gc.collect()
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(socket_path + ".tmp")
     os.rename(socket_path + ".tmp", socket_path)  # exists only once it listens
@@ -176,6 +184,25 @@ def serve(socket_path: str) -> None:
                 children[pid] = request["rc"]
                 connection.sendall(orjson.dumps({"pid": pid}) + b"\n")
         _reap(children)
+
+
+def _warm() -> None:
+    """Build a gateway app and the two AWS clients once, so each fork starts with what the
+    first build fills (Litestar's signature and schema work, lazy imports, botocore's service
+    models): ~0.6 s of a first `create_app` against ~0.25 s later, ~0.13 s per pair of
+    clients against ~0.01 s. Nothing here starts a thread or opens a connection; the warm
+    settings name no real server, and the clients get explicit keys so that the default
+    session never caches credentials a child's environment should decide."""
+    from gateway.app import create_app
+    from shared import aws
+    from shared.settings import GatewaySettings
+
+    nowhere = "http://127.0.0.1:9"
+    create_app(GatewaySettings(database_url="postgresql://warm@127.0.0.1:9/warm",
+                               sqs_queue_url=f"{nowhere}/q", jwt_secret="w" * 40,
+                               metrics_token="w" * 40, search_model_at_start=False))
+    for service in ("s3", "sqs"):
+        aws.client(service, endpoint_url=nowhere, region="us-east-1", credentials=("w", "w"))
 
 
 def _reap(children: dict[int, str]) -> None:
