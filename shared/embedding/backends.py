@@ -8,6 +8,8 @@ cached by the weights' hash (docs/decisions/0111), with mean pooling here in fp3
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import logging
@@ -18,6 +20,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -191,7 +194,31 @@ def cached_onnx_model(path: pathlib.Path, cache_dir: pathlib.Path, *,
     target = cache_dir / f"{weights_digest(path)}-{ONNX_RECIPE}.onnx"
     if target.is_file():
         return target
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    with cache_lock(cache_dir, target.name):
+        if target.is_file():  # made by the process we waited for
+            return target
+        return _export(path, target, export_here)
+
+
+@contextlib.contextmanager
+def cache_lock(cache_dir: pathlib.Path, name: str) -> Iterator[None]:
+    """One process at a time makes a cache entry (an export, a variant measurement); the others
+    wait, then find it made. Without it, every gateway and worker of a fresh `make run` exported
+    the same model side by side (three ~20 s exports at once were seen), and timed the variants
+    against each other's load. An flock is let go when its holder exits, however it exits.
+    Best effort: where the folder cannot be written, no lock (the entry cannot be cached either)."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        handle = (cache_dir / f".{name}.lock").open("a")
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _export(path: pathlib.Path, target: pathlib.Path, export_here: bool) -> pathlib.Path:
     if not export_here:
         child = multiprocessing.get_context("spawn").Process(
             target=_export_in_child, args=(str(path), str(target)), name="onnx-export")

@@ -179,11 +179,21 @@ def resolve(embedder: _Embedder, *, clock: Callable[[], float] = time.perf_count
         return "torch", embedder.open_backend("torch")
     path = embedder.cache_dir / f"variant-{_profile_key(embedder)}.json"
     cached = _read(path)
-    if cached is not None:
-        log.info("embedding variant chosen", extra={
-            "variant": cached["chosen"], "reason": "cached measurement", "file": str(path),
-            **_figures(cached["trials"])})
-        return cached["chosen"], embedder.open_backend(cached["chosen"])
+    if cached is None:
+        # One process measures; its peers wait for its file rather than time the variants
+        # against each other's load (and export the model side by side).
+        with backends.cache_lock(embedder.cache_dir, path.name):
+            cached = _read(path)
+            if cached is None:
+                return _measure(embedder, path, clock, rounds, in_child)
+    log.info("embedding variant chosen", extra={
+        "variant": cached["chosen"], "reason": "cached measurement", "file": str(path),
+        **_figures(cached["trials"])})
+    return cached["chosen"], embedder.open_backend(cached["chosen"])
+
+
+def _measure(embedder: _Embedder, path: Path, clock: Callable[[], float], rounds: int,
+             in_child: bool) -> tuple[str, backends.Backend]:
     if in_child:
         return _measured_in_child(embedder, path, rounds)
     opened = {"torch": embedder.open_backend("torch")}
