@@ -80,9 +80,9 @@ def machine_paragraphs() -> Iterator[str]:
         yield from str(body).split("\n\n")
 
 
-def chunks(paragraphs: Iterator[str], limit: int) -> list[str]:
-    """Paragraphs joined into distinct chunks of 25-120 words; at most ``limit``, taken evenly
-    from the whole text so that every source is in them."""
+def chunks(paragraphs: Iterator[str], limit: int, max_words: int = MAX_WORDS) -> list[str]:
+    """Paragraphs joined into distinct chunks of 25-``max_words`` words; at most ``limit``,
+    taken evenly from the whole text so that every source is in them."""
     out: list[str] = []
     seen: set[str] = set()
     current: list[str] = []
@@ -98,9 +98,9 @@ def chunks(paragraphs: Iterator[str], limit: int) -> list[str]:
         words = re.sub(r"\s+", " ", paragraph).strip().split(" ")
         if not any(words):
             continue
-        for start in range(0, len(words), MAX_WORDS):  # a long paragraph is cut, not dropped
-            piece = words[start:start + MAX_WORDS]
-            if sum(len(c.split()) for c in current) + len(piece) > MAX_WORDS:
+        for start in range(0, len(words), max_words):  # a long paragraph is cut, not dropped
+            piece = words[start:start + max_words]
+            if sum(len(c.split()) for c in current) + len(piece) > max_words:
                 flush()
             current.append(" ".join(piece))
     flush()
