@@ -68,8 +68,9 @@ def test_same_job_delivered_five_times_makes_one_version(conn, queues, store_roo
     user = tenants.user()
     job = submit.submit(conn, queues.queue, store_root, user, documents.make_markdown(3), copies=5)
 
-    # When a worker drains the queue
-    worker = stack.start_worker(stack_env, out_dir, once=True)
+    # When a worker drains the queue (copies that find the run held come back when its owner
+    # would look stale: 6 s here rather than the scaled 30 s, still ~36 heartbeats)
+    worker = stack.start_worker({**stack_env, "RUNNING_STALE_AFTER_S": "6"}, out_dir, once=True)
     assert worker.proc.wait(240) == 0, worker.logs()[-3000:]
 
     # Then the run succeeded once, with one version, and every copy was deleted
