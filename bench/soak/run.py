@@ -47,6 +47,9 @@ class Options:
     plan: tuple[str, ...] = ()
     gap_s: tuple[float, float] = GAP_S
     tail_s: float = 10.0
+    # Product settings for every process of the stack, on top of the defaults (the test's short
+    # soak shortens the visibility timeout, so redeliveries settle within its few minutes).
+    settings: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -69,7 +72,7 @@ def soak(opts: Options) -> Result:
         (opts.out / old).unlink(missing_ok=True)  # a report is of one run only
     folder = Path(tempfile.mkdtemp(prefix="ingest-soak-"))
     folder.chmod(0o755)
-    stack = Stack(folder, opts.out, opts.workers)
+    stack = Stack(folder, opts.out, opts.workers, overrides=opts.settings)
     say(f"soak: seed {opts.seed}, {opts.minutes:g} min of load, {opts.workers} workers, "
         f"stack in {folder}, output in {opts.out}; load average {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores")

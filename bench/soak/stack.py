@@ -41,6 +41,7 @@ class Stack:
     out: Path
     workers: int
     gateways: int = 2  # processes on the one port, as `make run` (ADR 0324)
+    overrides: dict[str, str] = field(default_factory=dict)  # product settings over the defaults
     port: int = 0
     proc: subprocess.Popen | None = None
     proxy: TcpProxy | None = None
@@ -66,7 +67,7 @@ class Stack:
             self.folder / "home", PYTHONPATH=str(ROOT), DEV_AWS_ENDPOINT_URL=self.proxy.url,
             # The ONNX export is made once per machine, not once per soak (ADR 0111).
             EMBEDDING_CACHE_DIR=str(ROOT / ".ingest" / "models"),
-            DEV_GATEWAY_PROCESSES=str(self.gateways))
+            DEV_GATEWAY_PROCESSES=str(self.gateways), **self.overrides)
         self.out.mkdir(parents=True, exist_ok=True)
         self.console, self.log = self.out / "ingest-dev.console.txt", self.out / "ingest-dev.log"
         with open(self.console, "wb") as out, open(self.log, "wb") as err:
