@@ -24,7 +24,16 @@ from shared.contracts import ad_metrics
 from shared.settings import WorkerSettings
 from worker import runs
 from worker.pipeline import read
-from worker.records import ad_promote, fileread, jsonrows, promote, rowlog, stage, table
+from worker.records import (
+    ad_promote,
+    fileread,
+    jsonrows,
+    promote,
+    rowlog,
+    search_indexes,
+    stage,
+    table,
+)
 from worker.records.parse import BatchRejected
 
 log = logging.getLogger(__name__)
@@ -147,6 +156,9 @@ class RecordsPipeline:
         promote_ms += times.ms("promote")  # waiting for the slices ahead to end
         stats.update(result, db_ms=db_ms + promote_ms, promote_ms=promote_ms,
                      duration_ms=round((time.monotonic() - started) * 1000))
+        if job.contract != "ad_metrics":  # the tables with trigram indexes (ADR 0334)
+            with self._connect() as conn:
+                search_indexes.merge_pending(conn)
         self._remove_upload(job)
         return RecordsResult(stats)
 
