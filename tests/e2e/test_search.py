@@ -117,6 +117,9 @@ def world(pg, moto, tmp_path_factory) -> Iterator[World]:
             failed = conn.execute("SELECT count(*) AS n FROM ingestion_runs WHERE status <> "
                                   "'succeeded'").fetchone()["n"]
             assert failed == 0
+            # Both gateways load the query model as they start; the tests search by meaning.
+            stack.wait_ready(gateway)
+            stack.wait_ready(provider_gateway)
             yield World(url, env, acme, globex, docs, gateway, provider_gateway, messages)
         finally:
             gateway.stop()

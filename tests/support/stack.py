@@ -163,6 +163,21 @@ def _wait_live(process: Process) -> None:
     raise TimeoutError("gateway not live")
 
 
+def wait_ready(process: Process, timeout: float = 120) -> None:
+    """Wait until a gateway started with its query model loading (SEARCH_MODEL_AT_START, the
+    default) says /health/ready: until then vector, hybrid and ask answer 503 model_loading
+    (ADR 0321), and the load can wait for another process's int8 export (ADR 0333)."""
+    wait_until(lambda: _status(process, "/health/ready") == 200, timeout=timeout, interval=0.2,
+               message=f"{process.name} ready (query model loaded)")
+
+
+def _status(process: Process, path: str) -> int | None:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(f"{process.url}{path}", timeout=5,
+                         verify=process.scheme == "http").status_code
+    return None
+
+
 def wait_until(predicate, timeout: float = 30, interval: float = 0.1, message: str = ""):
     """Poll until predicate() is truthy; return its value or fail with the message."""
     deadline = time.monotonic() + timeout
