@@ -33,14 +33,13 @@ from pathlib import Path
 
 import common  # first: sets the environment
 import numpy as np  # noqa: E402
+from search import CHUNKS_PER_DOC, WORDS_PER_CHUNK, vocabulary  # noqa: E402  (the same corpus)
 
 from cli.embedded import EmbeddedPostgres  # noqa: E402
 from shared import db  # noqa: E402
 from shared.db import migrate  # noqa: E402
 from shared.settings import DEFAULT_EMBEDDING_MODEL  # noqa: E402
 
-CHUNKS_PER_DOC = 100
-WORDS_PER_CHUNK = 60
 INDEX = "idx_chunk_fts_gin"
 SMALL_LIST_DOCS = 2
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,14 +49,6 @@ NO_FILTERS = {"doc_ids": None, "source_id": None, "file_type": None, "after": No
               "before": None}
 PENDING = ("SELECT n_pending_pages AS pages, n_pending_tuples AS tuples "
            "FROM gin_metapage_info(get_raw_page(%s, 0))")
-
-
-def vocabulary(rng: np.random.Generator, size: int = 5000) -> list[str]:
-    syllables = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
-    words: set[str] = set()
-    while len(words) < size:
-        words.add("".join(rng.choice(syllables, size=rng.integers(2, 4))))
-    return sorted(words)
 
 
 def add_documents(conn: db.Conn, tenant_id: uuid.UUID, docs: int, rng: np.random.Generator,
@@ -97,6 +88,7 @@ def write_fts(conn: db.Conn, tenant_id: uuid.UUID, version_id: uuid.UUID) -> Non
 
 def pending(conn: db.Conn) -> str:
     row = conn.execute(PENDING, (INDEX,)).fetchone()
+    assert row is not None
     return f"{row['pages']} pages, {row['tuples']} tuples"
 
 
