@@ -64,6 +64,7 @@ import orjson  # noqa: E402
 from shared import db  # noqa: E402
 from shared.db import migrate  # noqa: E402
 from tests.support import stack  # noqa: E402
+from worker.records import error_pages  # noqa: E402
 
 HEADER = "File #,Plaintiff,Defendant,Amount,Entry Date,Court,County\n"
 # Tables an import reads or writes, whose statistics --statistics clears or makes stale.
@@ -571,6 +572,8 @@ def error_batch(conn, tenant_id: uuid.UUID) -> uuid.UUID:  # type: ignore[no-unt
     # (migrations/0027).
     conn.execute("UPDATE import_batches SET status = 'failed', completed_at = now() "
                  "WHERE batch_id = %s", (batch_id,))
+    # …and then the worker's upkeep of a final batch with errors (ADR 0335).
+    error_pages.make_visible(conn, {"tenant_id": tenant_id, "batch_id": batch_id})
     conn.execute("ANALYZE import_row_errors")
     return batch_id
 

@@ -30,13 +30,15 @@ Q = db.load_queries(Path(__file__).with_name("batches.sql"))
 # A page in the back half of a finished batch is the same query walked backwards from its last
 # error (docs/decisions/0165); the caller puts the rows back in row order.
 _ROW_ORDER = "ORDER BY e.row_number, e.id"
+_FROM_FIRST = ">= (SELECT row_number, id FROM first)"
 
 
 def _walked_backwards(name: str) -> str:
-    if _ROW_ORDER not in Q[name]:
-        raise RuntimeError(f"batches.sql {name} no longer orders by {_ROW_ORDER!r}; update "
-                           "gateway/imports/batches.py with it")
-    return Q[name].replace(_ROW_ORDER, "ORDER BY e.row_number DESC, e.id DESC")
+    if Q[name].count(_ROW_ORDER) != 2 or _FROM_FIRST not in Q[name]:
+        raise RuntimeError(f"batches.sql {name} no longer orders by {_ROW_ORDER!r} from its "
+                           "first row; update gateway/imports/batches.py with it")
+    return (Q[name].replace(_ROW_ORDER, "ORDER BY e.row_number DESC, e.id DESC")
+            .replace(_FROM_FIRST, _FROM_FIRST.replace(">=", "<=")))
 
 
 FROM_END = {suffix: _walked_backwards("page_errors" + suffix) for suffix in ("", "_by_code")}

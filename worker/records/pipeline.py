@@ -26,6 +26,7 @@ from worker import runs
 from worker.pipeline import read
 from worker.records import (
     ad_promote,
+    error_pages,
     fileread,
     jsonrows,
     promote,
@@ -156,9 +157,10 @@ class RecordsPipeline:
         promote_ms += times.ms("promote")  # waiting for the slices ahead to end
         stats.update(result, db_ms=db_ms + promote_ms, promote_ms=promote_ms,
                      duration_ms=round((time.monotonic() - started) * 1000))
-        if job.contract != "ad_metrics":  # the tables with trigram indexes (ADR 0334)
-            with self._connect() as conn:
+        with self._connect() as conn:
+            if job.contract != "ad_metrics":  # the tables with trigram indexes (ADR 0334)
                 search_indexes.merge_pending(conn)
+            error_pages.make_visible(conn, target.keys)  # deep error pages (ADR 0335)
         self._remove_upload(job)
         return RecordsResult(stats)
 
@@ -285,6 +287,8 @@ class RecordsPipeline:
             if not promote.fail(conn, target, reason, stage_name, stats, issues, code):
                 log.warning("the run is no longer ours; its failure was not recorded",
                             extra={"batch_id": str(job.batch_id)})
+            else:  # a file over its error budget is the one whose errors are read most
+                error_pages.make_visible(conn, target.keys)
 
 
 class _Check:
