@@ -21,6 +21,10 @@ and time at this size, and the keyword SQL alone from 8 connections beside its h
 (bench/search_baseline.sql: df counted on the GIN bitmap, every match scored), with a check that
 both rank the same chunks (ADR 0225).
 
+--pending-docs N writes the last N documents' keyword rows after the VACUUM, as workers write
+them, so searches meet the keyword index's pending list as it is between merges (ADR 0344;
+--gin-pending-limit 4096 gives the index Postgres's default limit, as before migration 0100).
+
 Postgres runs with shared_buffers = 512MB (--shared-buffers), room for the 195 MB HNSW index
 and the 156 MB of vectors, as docs/operations.md asks of a production server; the versions
 are recorded as made by EMBEDDING_VARIANT onnx-int8, the variant the gateway embeds queries
@@ -71,8 +75,12 @@ def vocabulary(rng: np.random.Generator, size: int = 5000) -> list[str]:
 
 
 def load(conn: db.Conn, tenant_id: uuid.UUID, chunks: int, rng: np.random.Generator,
-         words: list[str]) -> None:
+         words: list[str], pending_docs: int = 0) -> None:
+    """``pending_docs``: the last documents' keyword rows are written after the VACUUM, one
+    version a transaction by the worker's own statement, so they stay in the keyword index's
+    pending list as workers leave them (ADR 0344); the others are merged by the VACUUM."""
     docs = max(1, chunks // CHUNKS_PER_DOC)
+    versions = []
     zipf = 1.0 / np.arange(1, len(words) + 1)
     zipf /= zipf.sum()
     conn.execute("DROP INDEX idx_chunk_embeddings_hnsw")  # built once after the load: faster
@@ -87,6 +95,7 @@ def load(conn: db.Conn, tenant_id: uuid.UUID, chunks: int, rng: np.random.Genera
                          "embedding_dim, chunk_count) VALUES (%s, %s, %s, 1, %s, %s, %s, 384, %s)",
                          (version_id, tenant_id, doc_id, f"sha256:{doc_id.hex}",
                           DEFAULT_EMBEDDING_MODEL, VARIANT, CHUNKS_PER_DOC))
+            versions.append(version_id)
             ids = [uuid.uuid4() for _ in range(CHUNKS_PER_DOC)]
             picks = rng.choice(len(words), size=(CHUNKS_PER_DOC, WORDS_PER_CHUNK), p=zipf)
             vectors = rng.standard_normal((CHUNKS_PER_DOC, 384)).astype(np.float32)
@@ -103,13 +112,25 @@ def load(conn: db.Conn, tenant_id: uuid.UUID, chunks: int, rng: np.random.Genera
                 for chunk_id, vector in zip(ids, vectors, strict=True):
                     cp.write_row((chunk_id, tenant_id, version_id, HalfVector(vector)))
         # Postgres fills the bm25 column (migration 0055) from tsv, as for the workers' rows.
+        late = versions[len(versions) - pending_docs:] if pending_docs else []
         conn.execute("INSERT INTO chunk_fts (chunk_id, tenant_id, doc_version_id, tsv) "
                      "SELECT chunk_id, tenant_id, doc_version_id, to_tsvector('english', text) "
-                     "FROM chunks")
+                     "FROM chunks WHERE doc_version_id <> ALL(%s)", (late,))
     conn.execute("SET maintenance_work_mem = '512MB'")
     conn.execute("CREATE INDEX idx_chunk_embeddings_hnsw ON chunk_embeddings "
                  "USING hnsw (embedding halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)")
     conn.execute("VACUUM ANALYZE")  # search_term_df (migration 0056) read index-only
+    for version_id in late:
+        with conn.transaction():
+            conn.execute(WORKER_Q["insert_fts"], {"tenant_id": tenant_id, "config": "english",
+                                                  "doc_version_id": version_id})
+    if late:
+        conn.execute("ANALYZE")  # a manual ANALYZE leaves the pending list as it is
+        row = conn.execute("SELECT n_pending_pages FROM gin_metapage_info(get_raw_page("
+                           "'idx_chunk_fts_gin', 0))").fetchone()
+        print(f"keyword rows of the last {len(late)} documents written as the worker writes "
+              f"them: {row['n_pending_pages'] if row else '?'} pages pending in "
+              f"idx_chunk_fts_gin")
 
 
 NO_FILTERS = {"doc_ids": None, "source_id": None, "file_type": None, "after": None,
@@ -124,6 +145,7 @@ def plan(conn: db.Conn, tenant_id: uuid.UUID) -> str:
     return "\n".join(r["QUERY PLAN"] for r in rows)
 
 
+WORKER_Q = db.load_queries(common.ROOT / "worker" / "queries.sql")
 BASELINE = db.load_queries(Path(__file__).with_name("search_baseline.sql"))["bm25_every_match"]
 
 
@@ -362,6 +384,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--shared-buffers", default="512MB",
                         help="Postgres shared_buffers (its default, 128MB, holds less than the index)")
+    parser.add_argument("--pending-docs", type=int, default=0,
+                        help="documents whose keyword rows stay pending, as workers leave them "
+                             "between merges (ADR 0344; 40 fill the 4 MB default)")
+    parser.add_argument("--gin-pending-limit", type=int,
+                        help="the keyword index's gin_pending_list_limit in kB (default: as "
+                             "migrated, 256; 4096 is Postgres's default, before migration 0100)")
     args = parser.parse_args()
     rng = np.random.default_rng(15)
     words = vocabulary(rng)
@@ -378,7 +406,14 @@ def main() -> None:
                 register_vector(conn)
                 user = common.BenchUser(conn)
                 started = time.monotonic()
-                load(conn, user.tenant_id, args.chunks, rng, words)
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")  # the pending pages
+                if args.pending_docs:  # the pending list stays as the writes leave it
+                    conn.execute("ALTER TABLE chunk_fts SET (autovacuum_enabled = false)")
+                if args.gin_pending_limit:
+                    conn.execute(sql.SQL("ALTER INDEX idx_chunk_fts_gin SET "
+                                         "(gin_pending_list_limit = {})").format(
+                                             sql.Literal(args.gin_pending_limit)))
+                load(conn, user.tenant_id, args.chunks, rng, words, args.pending_docs)
                 print(f"loaded {args.chunks} chunks with vectors, tsvectors and the HNSW index "
                       f"in {time.monotonic() - started:.0f} s")
                 print("vector query plan:\n  " + plan(conn, user.tenant_id).replace("\n", "\n  "))
