@@ -160,7 +160,8 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     ctx.events = event_writer.Writer(
         writer_pool, queue_size=settings.events_queue_size, group_max=settings.events_group_max,
         retry_budget=settings.events_writer_retry_budget, registry=ctx.exporter.registry,
-        tasks=settings.events_writer_connections)
+        tasks=settings.events_writer_connections,
+        linger_s=settings.events_group_linger_ms / 1000)
     ctx.events.start()
     # Live updates: one LISTEN connection of its own for all open streams (ADR 0160).
     ctx.live = live_hub.Hub(settings.database_url, pool, max_streams=settings.live_max_streams,

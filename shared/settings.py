@@ -254,6 +254,10 @@ class GatewaySettings(CommonSettings):
     # The writer commits groups over this many connections of its own at once (ADR 0192), and
     # refuses a source_emitted_at later than its clock plus EVENTS_MAX_FUTURE_SKEW_S (ADR 0191).
     events_writer_connections: int = Field(default=4, ge=1, le=32)
+    # A writer task that finds fewer than EVENTS_GROUP_MAX events queued while another task's
+    # commit is in flight waits up to EVENTS_GROUP_LINGER_MS for more before it commits, so
+    # groups are larger and fewer commits queue (ADR 0340); 0 commits what it finds at once.
+    events_group_linger_ms: float = Field(default=0.0, ge=0, le=20)
     events_max_future_skew_s: float = Field(default=86400.0, ge=0)
     # POST /v1/webhooks/{id}/rotate-secret: how long the replaced secret keeps signing beside
     # the new one when the request names no grace period (docs/decisions/0196).
