@@ -74,6 +74,9 @@ from shared.db import migrate  # noqa: E402
 from tests.support import stack  # noqa: E402
 
 JWT_SECRET = "bench-secret-" + "b" * 40
+METRICS_TOKEN = "bench-metrics-" + "m" * 20
+WRITER_COUNTERS = ("ingest_events_groups_total", "ingest_events_groups_lingered_total",
+                   "ingest_events_committed_total")
 LEASE_S = 60.0  # the worker's default LEDGER_APPLY_LEASE_S: a claim sets next_apply_at to now() + it
 COLUMNS = ("tenant_id, source_system, source_event_id, source_sequence, source_emitted_at, type, "
            "payload, payload_sha256")
@@ -167,7 +170,7 @@ def _bench(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, moto: Mot
     env = {"DATABASE_URL": url, "AWS_ENDPOINT_URL": moto.url, "SQS_QUEUE_URL": q_url,
            "SQS_DLQ_URL": dlq_url, "UPLOAD_STORE_URI": (root / "uploads").as_uri(),
            "ARTIFACT_STORE_URI": (root / "artifacts").as_uri(), "JWT_SECRET": JWT_SECRET,
-           "METRICS_TOKEN": "bench-metrics-" + "m" * 20, "LOG_LEVEL": "WARNING",
+           "METRICS_TOKEN": METRICS_TOKEN, "LOG_LEVEL": "WARNING",
            **stack.MOTO_ENV, **stack.OFFLINE_ENV}
     env.update(item.split("=", 1) for item in args.set)
     print(f"machine: {os.cpu_count()} cores; postgres {'durable' if args.durable else 'throw-away (fsync off)'}")
@@ -191,7 +194,7 @@ def _intake_phases(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, u
         "intake": [], "bare_executemany": [], "bare_copy": []}
     cpu: dict[str, str] = {}
     phases: list[tuple[str, Callable[[str], tuple[float, float, float, int]]]] = [
-        ("intake", lambda tag: _intake(gateway, key, args, tag))]
+        ("intake", lambda tag: _grouped(gateway, lambda: _intake(gateway, key, args, tag)))]
     for name, statement in (("bare_executemany", _executemany), ("bare_copy", _copy)):
         phases.append((name, lambda tag, name=name, statement=statement: _bare(
             url, _bare_table(url, name), tenant_id, args, statement, tag)))
@@ -246,12 +249,37 @@ def _intake_report(args: argparse.Namespace, results: dict[str, list[tuple[float
             ("intake>=0.6x copy", copy_ratio >= 0.6), ("p95<100ms", p95 < 100)]
 
 
+def _writer_counters(gateway: stack.Process) -> dict[str, float]:
+    with gateway.client(METRICS_TOKEN) as c:
+        text = c.get("/metrics").text
+    found = dict.fromkeys(WRITER_COUNTERS, 0.0)
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.split("{")[0] in found:
+            found[name.split("{")[0]] += float(value)
+    return found
+
+
+def _grouped(gateway: stack.Process, phase: Callable[[], tuple[float, float, float, int]]
+             ) -> tuple[float, float, float, int]:
+    """Run an intake phase and print how the writer grouped it: groups, the mean group, how
+    many groups lingered (EVENTS_GROUP_LINGER_MS)."""
+    before = _writer_counters(gateway)
+    result = phase()
+    after = _writer_counters(gateway)
+    groups, lingered, events = (after[k] - before[k] for k in WRITER_COUNTERS)
+    print(f"  writer: {groups:.0f} groups, {events / max(groups, 1):.0f} events each on "
+          f"average, {lingered:.0f} lingered")
+    return result
+
+
 def _open_loop(args: argparse.Namespace, url: str, gateway: stack.Process, key: str,
                tenant_id: uuid.UUID, pg: EmbeddedPostgres, offered: float) -> None:
     """Intake and the bare COPY script at one fixed offered rate (--open-loop)."""
     _empty_ledger(url)
     spent = Cpu(pg, gateway)
-    rate, p50, p95, events = _intake(gateway, key, args, "open", offered)
+    rate, p50, p95, events = _grouped(gateway, lambda: _intake(gateway, key, args, "open",
+                                                               offered))
     print(f"open_loop_intake_events_per_s {rate:.0f} (offered {offered:.0f}; p50 {p50:.1f} ms, "
           f"p95 {p95:.1f} ms from each batch's scheduled time) {load()}")
     print(f"  {spent.per_thousand(events)}")

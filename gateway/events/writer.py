@@ -78,6 +78,12 @@ class Metrics:
         self.retries = Counter(
             "ingest_events_writer_retries", "Writer commits retried after a transient "
             "database error.", registry=registry)
+        self.groups = Counter(
+            "ingest_events_groups", "Groups the writer took to commit (events committed / "
+            "groups = the mean group).", registry=registry)
+        self.lingered = Counter(
+            "ingest_events_groups_lingered", "Groups whose task waited for more requests while "
+            "another commit was in flight (EVENTS_GROUP_LINGER_MS).", registry=registry)
         self.depth = Gauge("ingest_events_queue_depth", "Events waiting in this gateway's "
                            "writer queue.", registry=registry)
         self.healthy = Gauge("ingest_events_writer_healthy", "1 while the writer commits; 0 "
@@ -108,6 +114,9 @@ class Writer:
         self.committing = 0               # groups in a commit (any task)
         # Set by every arrival and every commit that ends: what a lingering task waits on.
         self._wake = asyncio.Event()
+        # One task gathers a group at a time: idle tasks that each took an arrival and
+        # lingered would split the arrivals between them, and no group would grow.
+        self._gathering = asyncio.Lock()
         self.retry_budget = retry_budget
         self.metrics = Metrics(registry)
         self.metrics.depth.set_function(lambda: self.queued)
@@ -169,7 +178,8 @@ class Writer:
         group = list(first)
         try:
             self._gather(group)
-            if self.linger_s and self.committing:
+            if self.linger_s and self.committing and len(group) < self.group_max:
+                self.metrics.lingered.inc()
                 await self._linger(group)
         except asyncio.CancelledError:  # stopped while lingering: answer, never drop
             for item in group:
@@ -198,9 +208,14 @@ class Writer:
                     await self._wake.wait()
             self._gather(group)
 
+    async def _next_group(self) -> list[Item]:
+        async with self._gathering:
+            return await self._take(await self.queue.get())
+
     async def _run(self) -> None:
         while True:
-            group = await self._take(await self.queue.get())
+            group = await self._next_group()
+            self.metrics.groups.inc()
             self.in_flight += len(group)
             self.committing += 1
             try:

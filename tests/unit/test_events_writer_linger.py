@@ -99,3 +99,21 @@ def test_a_task_stopped_while_lingering_answers_its_requests():
     error, queued = asyncio.run(scenario())
     assert isinstance(error, errors.ServiceUnavailable)
     assert queued == 0
+
+
+def test_one_task_gathers_at_a_time_so_arrivals_are_not_split_between_lingering_tasks():
+    async def scenario() -> tuple[int, bool]:
+        w = _writer()
+        w.committing = 1
+        first, second = (asyncio.create_task(w._next_group()) for _ in range(2))
+        for _ in range(3):
+            _request(w, 100)
+            await asyncio.sleep(0)  # each arrival gets its chance to wake a task
+        w.committing = 0
+        w._wake.set()
+        group = await asyncio.wait_for(first, 5)
+        idle = not second.done()  # still waiting for a request of its own
+        second.cancel()
+        return len(group), idle
+
+    assert asyncio.run(scenario()) == (300, True)
