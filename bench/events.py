@@ -13,6 +13,8 @@ empty table, so none pays for the rows another left behind. Then:
 (a) intake: --clients threads, each with its own HTTP connection, send batches of --batch new
     events (sequence and emitted time set, a small judgment payload) for --seconds; counted are
     events answered 202 (the answer comes after commit); p50 and p95 of the requests.
+    Beside it the writer's groups from the gateway's /metrics: how many, the mean group, how
+    many lingered (EVENTS_GROUP_LINGER_MS, ADR 0340).
 (b) bare_executemany: --clients connections, each sends batches of --batch events as one
     transaction of psycopg's `executemany` (pipelined) of a one-row `INSERT ... ON CONFLICT DO
     UPDATE ... RETURNING`, for --seconds.
