@@ -13,7 +13,6 @@ app's own exceptions at the boundary.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -68,31 +67,12 @@ def async_pool(url: str, *, min_size: int = 1, max_size: int = 10,
                configure: Callable[[AsyncConn], Awaitable[None]] | None = None,
                check: bool = True) -> AsyncPool:
     """``check=False``: no round trip per loan, for a caller that retries a transaction a dead
-    connection broke (the event writer, ADR 0287); the pool still drops a broken one.
-    ``check=True`` checks a connection only when it has rested (``_check_if_rested``)."""
+    connection broke (the event writer, ADR 0287); the pool still drops a broken one."""
     return _TranslatingAsyncPool(
         url, min_size=min_size, max_size=max_size, name=name, open=False,
         connection_class=AsyncConn, kwargs={"row_factory": dict_row}, configure=configure,
-        timeout=timeout_s, check=_check_if_rested if check else None,
-        reset=_note_return if check else None,
+        timeout=timeout_s, check=AsyncConnectionPool.check_connection if check else None,
     )
-
-
-# A connection given back less than this long ago is lent again without a check: it has just
-# answered. Under load every loan is such a one, and the check's round trip was a query's worth
-# of Postgres and event-loop time per request (two loans for a search: docs/decisions/0336).
-# A restart takes longer than this, so the connections it broke have rested and are checked.
-RESTED_S = 1.0
-
-
-async def _note_return(conn: AsyncConn) -> None:
-    conn._ingest_returned_at = time.monotonic()  # type: ignore[attr-defined]
-
-
-async def _check_if_rested(conn: AsyncConn) -> None:
-    returned_at = getattr(conn, "_ingest_returned_at", None)
-    if returned_at is None or time.monotonic() - returned_at > RESTED_S:
-        await AsyncConnectionPool.check_connection(conn)
 
 
 class _TranslatingAsyncPool(AsyncConnectionPool[AsyncConn]):
