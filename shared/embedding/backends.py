@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -38,7 +38,12 @@ TORCH_RUNNER = "plain-bert-v1"
 
 class Backend(Protocol):
     def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """Sentence vectors (not yet normalised) for a padded batch of ids and its mask."""
+        """Sentence vectors (not yet normalised) for a padded batch of ids and its mask.
+
+        A backend whose pass ends in a wait with the GIL released (a GPU's synchronise, a
+        child process's reply) may set ``signals_launch = True`` and take a ``launched``
+        callable, called once its own Python for the pass is done: the embed queue's other
+        threads keep their Python work for that wait (ADR 0306)."""
 
 
 def offline() -> None:
@@ -88,15 +93,20 @@ class TorchBackend:
 
             self._model = SentenceTransformer(str(path), device=device).eval()
         self._staging: _Staging | None = None
+        # On cuda a pass is launches, then a synchronise with the GIL released (ADR 0306).
+        self.signals_launch = device == "cuda"
         if device == "cuda":
             # fp16 on a GPU: vectors agree with fp32 to cosine 1.000 (issue 15, measured on H100).
             self._model.half()
             self._staging = _Staging(torch, device)
 
-    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def forward(self, ids: np.ndarray, mask: np.ndarray, *,
+                launched: Callable[[], None] | None = None) -> np.ndarray:
         torch = self._torch
         if self._staging is not None:
-            return self._staging.run(self._model, ids, mask)
+            return self._staging.run(self._model, ids, mask, launched)
+        if launched is not None:
+            launched()  # on the CPU the pass's Python runs throughout: nothing to wait for
         features = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
         with torch.inference_mode():
             vectors = self._model(features)["sentence_embedding"]
@@ -113,7 +123,8 @@ class _Staging:
         self._into: Any = None   # int64, ids then mask, flat
         self._back: Any = None   # the vectors' dtype, (rows, dim)
 
-    def run(self, model: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def run(self, model: Any, ids: np.ndarray, mask: np.ndarray,
+            launched: Callable[[], None] | None = None) -> np.ndarray:
         torch = self.torch
         rows, width = ids.shape
         with self._lock:
@@ -134,6 +145,8 @@ class _Staging:
                                              dtype=vectors.dtype, pin_memory=True)
                 back = self._back[:rows]
                 back.copy_(vectors, non_blocking=True)
+                if launched is not None:
+                    launched()  # all queued on the stream: what is left is the wait below
                 torch.cuda.current_stream().synchronize()
             # Out of the pinned buffer (the next pass writes it), as float32.
             return back.numpy().astype(np.float32)

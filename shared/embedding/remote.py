@@ -53,7 +53,11 @@ class ForwardProcess:
         self._into: shared_memory.SharedMemory | None = None
         self._back: shared_memory.SharedMemory | None = None
 
-    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    # The parent's part of a pass ends with the send: the rest is a wait without the GIL.
+    signals_launch = True
+
+    def forward(self, ids: np.ndarray, mask: np.ndarray, *,
+                launched: Callable[[], None] | None = None) -> np.ndarray:
         with self._lock:
             self._ensure_started()
             rows, width = ids.shape
@@ -63,6 +67,8 @@ class ForwardProcess:
             back = self._block("_back", max(1, rows) * self.dim * 4)  # float32
             try:
                 self._pipe.send((rows, width, into.name, back.name))
+                if launched is not None:
+                    launched()
                 reply = self._pipe.recv()
             except (EOFError, OSError) as exc:
                 self._stop_child()

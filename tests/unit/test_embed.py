@@ -278,11 +278,12 @@ def test_the_gpu_staging_path_gives_the_plain_forwards_vectors(embedder):
     tokenize = embedder.tokenizer.encode_batch
 
     # When passes of growing, shrinking and growing shapes go through the same buffers
-    passes = []
+    passes, launched = [], []
     for n, words in ((6, 120), (2, 10), (9, 200), (3, 60)):
         texts = [documents.prose(words + k, seed=n * 10 + k) for k in range(n)]
         ids, mask = batches.pad([e.ids[:256] for e in tokenize(texts)])
-        staged = staging.run(backend._model, ids, mask)  # type: ignore[attr-defined]
+        staged = staging.run(backend._model, ids, mask,  # type: ignore[attr-defined]
+                             lambda n=n: launched.append(n))
         passes.append((staged, backend.forward(ids, mask)))
 
     # Then each pass's vectors are the plain forward's, still after the later passes ran
@@ -290,3 +291,5 @@ def test_the_gpu_staging_path_gives_the_plain_forwards_vectors(embedder):
     for staged, plain in passes:
         np.testing.assert_allclose(staged, plain, atol=1e-5)
         assert staged.dtype == np.float32
+    # and each pass said once that its launches were queued (ADR 0306)
+    assert launched == [6, 2, 9, 3]

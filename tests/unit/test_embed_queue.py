@@ -43,6 +43,11 @@ class StandInModel:
         self.passes.append(ids.shape)
         return np.stack([vector_of(row[m.astype(bool)]) for row, m in zip(ids, mask, strict=True)])
 
+    def run(self, ids: np.ndarray, mask: np.ndarray, *, launched=None) -> np.ndarray:
+        if launched is not None:
+            launched()  # as a CPU backend: no wait without the GIL to keep free
+        return self.forward(ids, mask)
+
 
 def vector_of(ids) -> np.ndarray:
     ids = np.asarray(ids, dtype=np.float64)
@@ -235,6 +240,78 @@ def test_slots_of_a_cancelled_document_taken_over_by_the_next_give_it_its_own_ve
         np.testing.assert_allclose(each.result(30), expected(doc), atol=1e-6)
     assert len(queue._pool.free) == len(queue._pool.queued)  # noqa: SLF001 - every slot free
     queue.close()
+
+
+class LaunchingModel(StandInModel):
+    """A GPU-like pass: ``launch_s`` of this thread's work (the kernel launches), then
+    ``launched`` is called and ``wait_s`` passes with the GIL free (the synchronise)."""
+
+    def __init__(self, launch_s: float, wait_s: float) -> None:
+        super().__init__(batch_tokens=64)
+        self.launch_s, self.wait_s = launch_s, wait_s
+        self.launched_at: list[float] = []
+
+    def run(self, ids: np.ndarray, mask: np.ndarray, *, launched=None) -> np.ndarray:
+        time.sleep(self.launch_s)
+        self.launched_at.append(time.perf_counter())
+        if launched is not None:
+            launched()
+        time.sleep(self.wait_s)
+        return self.forward(ids, mask) * 3  # not unit: the queue normalises
+
+
+def test_a_pass_is_delivered_after_the_next_ones_launches_not_during_them():
+    # Given two documents that fill a pass each, on a device whose passes launch for 80 ms
+    model = LaunchingModel(launch_s=0.08, wait_s=0.08)
+    queue = embed.EmbedQueue(model)  # type: ignore[arg-type]
+    first, second = document(1, chunks=2), document(2, chunks=2)
+    for doc in (first, second):
+        for chunk in doc:
+            chunk[1:-1] = (chunk[1:-1] * 32)[:30]  # 32 tokens each: a pass holds 2
+    done_at: dict[int, float] = {}
+
+    # When both are queued at once
+    requests = [queue.submit(doc) for doc in (first, second)]
+    for k, request in enumerate(requests):
+        request.add_done_callback(lambda _, k=k: done_at.setdefault(k, time.perf_counter()))
+
+    # Then each gets its own unit vectors, and the first only once the second pass's launches
+    # were done: the delivering thread's work never competes with them for the GIL
+    for doc, request in zip((first, second), requests, strict=True):
+        np.testing.assert_allclose(request.result(10), expected(doc), atol=1e-6)
+    assert len(model.launched_at) == 2, model.passes
+    assert done_at[0] >= model.launched_at[1], "delivered while the next pass was launching"
+    assert done_at[0] < done_at[1]
+    queue.close()
+
+
+def test_embedder_run_tells_a_backend_when_to_say_launched_and_says_it_for_one_that_cannot():
+    calls: list[str] = []
+
+    class Signalling:
+        signals_launch = True
+
+        def forward(self, ids, mask, *, launched=None):
+            calls.append("launching")
+            if launched is not None:
+                launched()
+            calls.append("waiting")
+            return np.full((len(ids), 3), 2.0)
+
+    class Plain:
+        def forward(self, ids, mask):
+            calls.append("plain")
+            return np.full((len(ids), 3), 2.0)
+
+    embedder = embedding.load_embedder(cache_dir="/nonexistent")
+    ids = np.ones((2, 4), dtype=np.int64)
+    for backend in (Signalling(), Plain()):
+        embedder.use_backend(backend, "stand-in")  # type: ignore[arg-type]
+        raw = embedder.run(ids, ids, launched=lambda: calls.append("launched"))
+        assert raw.dtype == np.float32 and (raw == 2.0).all()  # not normalised by run
+        np.testing.assert_allclose(np.linalg.norm(embedder.forward(ids, ids), axis=1), 1.0)
+    assert calls == ["launching", "launched", "waiting", "launching", "waiting",
+                     "launched", "plain", "plain"]
 
 
 def test_passes_cut_from_a_pool_of_many_documents_pad_little():

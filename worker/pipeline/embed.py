@@ -50,6 +50,11 @@ POLL_S = 0.2
 # bound against 78-80 % cutting as soon as one pass's worth waits).
 HOLD = 4
 CUT_MARGIN = 0.3
+# The delivering and prep threads keep their Python work out of the forward thread's launches
+# (ADR 0306), waiting at most this long for the device's wait to begin. Only a safety net: a
+# backend that cannot tell when it begins (the CPU's) says so at once, and an idle forward
+# thread says so too.
+QUIET_WAIT_S = 0.5
 
 
 class Request(concurrent.futures.Future):  # type: ignore[type-arg]
@@ -232,6 +237,11 @@ class EmbedQueue:
         self._room = threading.Semaphore(1)
         self._hold = HOLD * self.batch_tokens
         self._forward_idle = True
+        # Set while the forward thread needs no GIL: idle, or its pass's launches done and the
+        # device's wait begun. Clear while it runs Python (choosing, launching, handing on):
+        # then every GIL-holding step of another thread stretches the pass (ADR 0306).
+        self._quiet = threading.Event()
+        self._quiet.set()
         # When the running pass started, and how long the last pass and the last cut took.
         self._pass_started = self._last_pass_s = self._last_prep_s = 0.0
         # Passes run, with their vectors, for the delivering thread (which wakes the documents:
@@ -327,9 +337,17 @@ class EmbedQueue:
             with self._work:
                 while True:
                     wait = self._cut_in()
-                    if wait <= 0:
-                        break
-                    self._work.wait(wait)
+                    if wait > 0:
+                        self._work.wait(wait)
+                        continue
+                    if not self._quiet.is_set() and not self._closed:
+                        # Due, but the forward thread is launching: cut once it waits.
+                        self._lock.release()
+                        try:
+                            self._quiet.wait(QUIET_WAIT_S)
+                        finally:
+                            self._lock.acquire()
+                    break
                 if not self._pool.count:
                     self._ready.put(None)  # closed, and everything queued has run
                     return
@@ -378,8 +396,10 @@ class EmbedQueue:
                 with self._work:
                     self._forward_idle = True
                     self._work.notify()
+                self._quiet.set()  # idle: the other threads may have the GIL
                 prepared = self._ready.get()
                 self._forward_idle = False
+            self._quiet.clear()
             self._pass_started = time.perf_counter()
             self.stats.starved_s += self._pass_started - waited
             self._room.release()  # the next pass is cut while this one runs
@@ -398,14 +418,17 @@ class EmbedQueue:
             return  # every document in it stopped waiting
         started = time.perf_counter()
         try:
-            vectors = self.embedder.forward(prepared.ids, prepared.mask)
+            # Not normalised here: the delivering thread does it, while the next pass runs.
+            vectors = self.embedder.run(prepared.ids, prepared.mask, launched=self._quiet.set)
         except Exception as exc:  # noqa: BLE001 - whose member failed is found below
+            self._quiet.clear()
             log.warning("an embedding pass failed; running its documents one by one",
                         extra={"error": type(exc).__name__,
                                "documents": len(prepared.requests)})
             self.stats.isolated_passes += 1
             self._isolate(prepared)
             return
+        self._quiet.clear()  # this thread's Python again: hand on, take the next pass, launch
         self._last_pass_s = time.perf_counter() - started
         self._count(prepared, self._last_pass_s)
         # Handed on: the next pass starts while this one's documents get their rows.
@@ -417,6 +440,8 @@ class EmbedQueue:
             if item is None:
                 return
             prepared, vectors = item
+            # After the next pass's launches, if one runs: its kernels run meanwhile.
+            self._quiet.wait(QUIET_WAIT_S)
             started = time.perf_counter()
             try:
                 self._deliver(prepared, vectors)
@@ -427,8 +452,9 @@ class EmbedQueue:
             self.stats.deliver_s += time.perf_counter() - started
 
     def _deliver(self, prepared: Pass, vectors: np.ndarray) -> None:
-        """The pass's vectors into its slots (one copy), then each document whose last vectors
-        these were gets all of its own, and is woken alone by its future."""
+        """The pass's vectors, normalised, into its slots (one copy), then each document whose
+        last vectors these were gets all of its own, and is woken alone by its future."""
+        vectors = model.unit(vectors)
         finite = np.isfinite(vectors).all(axis=1)
         broken = {} if finite.all() else dict(zip(prepared.who[~finite].tolist(),
                                                    prepared.rows[~finite].tolist(), strict=True))
@@ -468,7 +494,7 @@ class EmbedQueue:
                                  np.zeros(len(these), dtype=np.int64), [request], [len(these)],
                                  ids, mask, 0)
                     # Through the delivering thread too: it alone counts a document's rows.
-                    self._delivering.put((alone, self.embedder.forward(ids, mask)))
+                    self._delivering.put((alone, self.embedder.run(ids, mask)))
             except Exception as exc:  # noqa: BLE001 - this document's run fails with it
                 self._fail(request, exc)
 
