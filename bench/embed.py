@@ -90,6 +90,8 @@ class FakeGpu:
         # time the passes took, what the path lost waiting for the GIL; beside the bound, what
         # its pass shapes (padding, pass count) cost.
         self.nominal_s = 0.0
+        # Per pass, with --timeline: start, launches done, end (perf_counter), rows, width, nominal.
+        self.log: list[tuple[float, float, float, int, int, float]] | None = None
 
     def forward(self, ids: np.ndarray, mask: np.ndarray, *,
                 launched: Callable[[], None] | None = None) -> np.ndarray:
@@ -102,9 +104,13 @@ class FakeGpu:
             while time.perf_counter() < end:
                 pass
             time.sleep(0)  # the binding lets go of the GIL around the launch
+        launches_done = time.perf_counter()
         if launched is not None:
             launched()
         time.sleep(max(0.0, total - (time.perf_counter() - started)))
+        if self.log is not None:
+            self.log.append((started, launches_done, time.perf_counter(), ids.shape[0],
+                             ids.shape[1], total))
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
         out[:, 0] = 1.0  # unit vectors, one allocation
         return out
@@ -171,7 +177,7 @@ def raw_forward(model: embedding.Embedder, ids: list[list[int]], batch_tokens: i
 
 
 def worker_path(model: embedding.Embedder, docs: list[list[list[int]]], in_flight: int,
-                batch_tokens: int) -> tuple[float, embed.QueueStats]:
+                batch_tokens: int, *, timeline: bool = False) -> tuple[float, embed.QueueStats]:
     """Seconds for the embed queue to hand every document its vectors, ``in_flight`` at once,
     fed as the worker feeds it: submit, and replace each finished document from one thread that
     the finished futures wake through a queue (the worker's writer takes them the same way)."""
@@ -180,6 +186,7 @@ def worker_path(model: embedding.Embedder, docs: list[list[list[int]]], in_fligh
     queue.stats = embed.QueueStats()
     if isinstance(model.backend, FakeGpu):
         model.backend.nominal_s = 0.0
+        model.backend.log = [] if timeline else None
     finished: stdqueue.SimpleQueue = stdqueue.SimpleQueue()
     upcoming: Iterator[list[list[int]] | None] = iter(docs)
     outstanding = 0
@@ -197,7 +204,18 @@ def worker_path(model: embedding.Embedder, docs: list[list[list[int]]], in_fligh
             outstanding += 1
     took = time.perf_counter() - started
     queue.close()
+    if timeline and isinstance(model.backend, FakeGpu):
+        _print_timeline(model.backend, started, took)
     return took, queue.stats
+
+
+def _print_timeline(fake: FakeGpu, started: float, took: float) -> None:
+    """Each pass of the round, in ms from the first submit: when it began, how long its
+    launches took (3 ms alone), its whole time against the fake's own, its shape."""
+    for begin, launched, end, rows, width, nominal in fake.log or []:
+        print(f"    pass at {1000 * (begin - started):6.1f}: launches {1000 * (launched - begin):5.1f}, "
+              f"took {1000 * (end - begin):5.1f} (own {1000 * nominal:5.1f}), {rows} x {width}")
+    print(f"    last vector at {1000 * took:.1f}")
 
 
 def thread_per_document(model: embedding.Embedder, docs: list[list[list[int]]], in_flight: int,
@@ -268,6 +286,8 @@ def main() -> None:
     parser.add_argument("--forward-process", action="store_true",
                         help="EMBED_FORWARD_PROCESS=true for the worker path: the forward pass "
                              "in a child process (ADR 0303)")
+    parser.add_argument("--timeline", action="store_true",
+                        help="with --fake-gpu: each pass of each round, when and how long")
     parser.add_argument("--sweep", action="store_true",
                         help="chunks/s of the raw forward per batch size (8..256 sequences)")
     args = parser.parse_args()
@@ -333,7 +353,8 @@ def compare(model: embedding.Embedder, path_model: embedding.Embedder, ids: list
     for round_no in range(1, args.repeat + 1):
         load = os.getloadavg()[0]
         raw.append(count / raw_forward(model, ids, batch_tokens))
-        took, stats = worker_path(path_model, docs, in_flight, batch_tokens)
+        took, stats = worker_path(path_model, docs, in_flight, batch_tokens,
+                                  timeline=args.timeline)
         queued.append(count / took)
         line = (f"round {round_no} (load {load:.2f}): raw forward {raw[-1]:,.1f} chunks/s | "
                 f"worker path {queued[-1]:,.1f} chunks/s ({_describe(stats, took)})")

@@ -9,6 +9,9 @@
     python bench/pipeline.py --fleet    # 1,000 documents of ~200 words through 2 workers,
                                         # against the rate the embedding alone allows
                                         # (--fleet-docs N for fewer)
+    python bench/pipeline.py --fleet --gin-pending-limit 4096
+                                        # the same with the keyword index's pending list at
+                                        # Postgres's default, as before migration 0100
 
 Prints, per document: the worker's own per-stage times (read, extract, chunk, embed, index),
 total, chunks/s and the share that is not embedding; then a bare SentenceTransformer.encode over
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import common  # first: sets the environment before boto3 and the model load
 import psutil
+from psycopg import sql
 
 from cli.embedded import EmbeddedPostgres, MotoServer  # noqa: E402
 from shared import aws, db, queue  # noqa: E402
@@ -51,12 +55,24 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--fleet", action="store_true",
                         help="small documents through 2 workers vs the embedding alone")
     parser.add_argument("--fleet-docs", type=int, default=1000)
+    parser.add_argument("--gin-pending-limit", type=int, default=0,
+                        help="the keyword index's gin_pending_list_limit in kB for this run "
+                             "(default: as migrated, 256 since migration 0100; 4096 is "
+                             "Postgres's own default, as before it)")
     return parser.parse_args()
 
 
 def _bench(args: argparse.Namespace, root: Path, pg: EmbeddedPostgres, moto: MotoServer) -> None:
     url = pg.ensure_database("bench")
     migrate.apply(url)
+    if args.gin_pending_limit:
+        with db.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("ALTER INDEX idx_chunk_fts_gin SET (gin_pending_list_limit = {})")
+                         .format(sql.Literal(args.gin_pending_limit)))
+    with db.connect(url, autocommit=True) as conn:
+        limit = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'idx_chunk_fts_gin'"
+                             ).fetchone()["reloptions"]
+    print(f"keyword index options: {limit or 'defaults'}")
     sqs = aws.client("sqs", endpoint_url=moto.url, region="us-east-1")
     q_url, dlq_url = queue.ensure_queues(sqs, f"bench-{uuid.uuid4().hex[:6]}")
     jobs_queue = queue.Queue(sqs, q_url, dlq_url)
