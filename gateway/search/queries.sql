@@ -82,7 +82,7 @@ WITH terms AS MATERIALIZED (
                         AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
                         AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
                         AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)))
-    ORDER BY f.bm25 <#> query.vec
+    ORDER BY score DESC
     LIMIT %(n)s
 ), theta AS (
     SELECT CASE WHEN count(*) >= %(n)s THEN min(score) ELSE 0 END AS t FROM probe
@@ -112,7 +112,9 @@ WHERE f.tenant_id = %(tenant_id)s
                     AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
                     AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
                     AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)))
-ORDER BY f.bm25 <#> query.vec, f.chunk_id
+-- By the output column, so the inner product is computed once a match, not once for the sort
+-- and again for the output (docs/decisions/0345); score DESC is <#> ascending, exactly.
+ORDER BY score DESC, f.chunk_id
 LIMIT %(n)s;
 
 -- name: vector_candidates
