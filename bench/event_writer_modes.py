@@ -11,6 +11,9 @@ Starts a throw-away Postgres (cli.embedded) and migrates it, then for --seconds 
   event's outcome.
 - pipeline: psycopg pipeline mode, one `INSERT ... ON CONFLICT DO UPDATE ... RETURNING` per
   event (executemany, returning), the outcome of each worked out from what it returns.
+- arrays: the product's statement fed by nine array parameters it unnests instead of the
+  staging table, one statement on an autocommit connection: one round trip per group instead of
+  about five (ADR 0341: Postgres the same, three times this process's CPU: not kept).
 - bare_copy: bench/events.py's bare COPY script's statements (text COPY into a temporary table,
   `INSERT ... SELECT ... ON CONFLICT DO UPDATE ... RETURNING` of each event's id and whether
   it is new): what Postgres spends on the same rows with no outcome work (ADR 0288).
@@ -31,6 +34,7 @@ from typing import Any
 
 import common  # first: the repo on sys.path
 from events import COLUMNS, FROM_STAGE, Cpu  # noqa: E402
+from psycopg.rows import tuple_row  # noqa: E402
 
 from gateway.events import intake, writer  # noqa: E402
 from shared import db  # noqa: E402
@@ -81,13 +85,51 @@ async def bare_copy(pool: db.AsyncPool, events: list[intake.Event]) -> list[dict
                  "ledger_id": row["ledger_id"]} for row in await cur.fetchall()]
 
 
+async def upsert_arrays(pool: db.AsyncPool, events: list[intake.Event]) -> list[dict[str, Any]]:
+    """The product's statement fed by arrays instead of COPY (ADR 0341, not kept): as
+    ``writer.upsert``, in one round trip: the group's columns as nine array parameters that
+    the statement unnests, on an autocommit connection (one statement, its own transaction)."""
+    columns: list[list[Any]] = [list(range(len(events))), [], [], [], [], [], [], [], []]
+    (ranks, tenants, systems, ids, sequences, emitted, types, payloads, hashes) = columns
+    for e in events:
+        tenants.append(e.tenant_id)
+        systems.append(e.source_system)
+        ids.append(e.source_event_id)
+        sequences.append(e.source_sequence)
+        emitted.append(e.source_emitted_at)
+        types.append(e.type)
+        payloads.append(e.payload_json)
+        hashes.append(e.payload_sha256)
+    async with pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(INTAKE_ARRAYS, {
+            "n": len(events), "rank": ranks, "tenant_id": tenants, "source_system": systems,
+            "source_event_id": ids, "source_sequence": sequences, "source_emitted_at": emitted,
+            "type": types, "payload": payloads, "payload_sha256": hashes}, prepare=True)
+        rows = await cur.fetchall()
+    if len(rows) != len(events):
+        raise RuntimeError(f"intake answered {len(rows)} outcomes for {len(events)} events")
+    return [writer.outcome(kind, ledger_id) for _, ledger_id, kind in rows]
+
+
+INTAKE_ARRAYS = writer.Q["intake_group"].replace("WITH s AS MATERIALIZED (", """WITH event_intake AS MATERIALIZED (
+    SELECT * FROM unnest(%(rank)s::int4[], %(tenant_id)s::uuid[], %(source_system)s::text[],
+                         %(source_event_id)s::text[], %(source_sequence)s::int8[],
+                         %(source_emitted_at)s::timestamptz[], %(type)s::text[],
+                         %(payload)s::text[], %(payload_sha256)s::text[])
+        AS t(rank, tenant_id, source_system, source_event_id, source_sequence,
+             source_emitted_at, type, payload, payload_sha256)
+), s AS MATERIALIZED (""", 1)
+assert writer.Q["intake_group"] != INTAKE_ARRAYS
+
+
 async def _prepare_both(conn: Any) -> None:
     await writer.prepare(conn)
     await conn.execute(STAGE)
     await conn.commit()
+    await conn.set_autocommit(True)
 
 
-MODES = {"copy": writer.upsert, "pipeline": pipeline, "bare_copy": bare_copy}
+MODES = {"copy": writer.upsert, "arrays": upsert_arrays, "pipeline": pipeline, "bare_copy": bare_copy}
 
 
 async def run(url: str, mode: str, args: argparse.Namespace, tenant_id: uuid.UUID,

@@ -122,6 +122,7 @@ def _gateway(args: argparse.Namespace) -> int:
 
     from gateway.app import create_app
     from gateway.edge import shares, transport
+    from gateway.events import timing
     from shared.settings import GatewaySettings
 
     settings = GatewaySettings()
@@ -132,8 +133,11 @@ def _gateway(args: argparse.Namespace) -> int:
             "SESSION_COOKIE_SECURE=false: cookies go over plain HTTP; only for development")
     # Each client's share of connections and requests (gateway/edge/shares.py, ADR 0323).
     client_shares = shares.Shares.from_settings(settings)
+    served = shares.middleware(client_shares, app)
+    if settings.events_server_timing:  # intake answers say where their time went (ADR 0341)
+        served = timing.arrivals(served)
     config = uvicorn.Config(
-        shares.middleware(client_shares, app), host=args.host or settings.host,
+        served, host=args.host or settings.host,
         port=args.port or settings.port, loop="uvloop",
         log_config=None, access_log=False, timeout_graceful_shutdown=10,
         # Slow clients, connections per process, TLS, proxies (gateway/edge/transport.py).

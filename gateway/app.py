@@ -24,6 +24,7 @@ from gateway.documents import routes as documents
 from gateway.edge import json_depth, methods, query, strict_body, transport
 from gateway.events import replay_routes as event_replay
 from gateway.events import routes as event_routes
+from gateway.events import timing as event_timing
 from gateway.events import writer as event_writer
 from gateway.imports import batches as import_batches
 from gateway.imports import clients as ad_clients
@@ -163,6 +164,8 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
         tasks=settings.events_writer_connections,
         linger_s=settings.events_group_linger_ms / 1000)
     ctx.events.start()
+    if settings.events_server_timing:
+        event_timing.start()  # the loop-lag sampler and GC timer behind Server-Timing (ADR 0341)
     # Live updates: one LISTEN connection of its own for all open streams (ADR 0160).
     ctx.live = live_hub.Hub(settings.database_url, pool, max_streams=settings.live_max_streams,
                             queue_size=settings.live_queue_size, registry=ctx.exporter.registry,

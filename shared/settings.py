@@ -259,6 +259,10 @@ class GatewaySettings(CommonSettings):
     # groups are larger and fewer commits queue (ADR 0340); 0 commits what it finds at once.
     events_group_linger_ms: float = Field(default=0.0, ge=0, le=20)
     events_max_future_skew_s: float = Field(default=86400.0, ge=0)
+    # Diagnosis: each POST /v1/events answer says where its time went (Server-Timing: the
+    # key lookup, the body, the checks, the writer's queue and commit, the loop's lag, GC
+    # pauses; gateway/events/timing.py, ADR 0341). Costs a loop wake-up every 2 ms.
+    events_server_timing: bool = False
     # POST /v1/webhooks/{id}/rotate-secret: how long the replaced secret keeps signing beside
     # the new one when the request names no grace period (docs/decisions/0196).
     webhook_secret_grace_s: float = Field(default=86400.0, ge=0, le=7 * 86400)

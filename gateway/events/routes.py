@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 from uuid import UUID
 
 from litestar import Request, Response, Router, delete, get, post
@@ -16,7 +17,7 @@ from msgspec import Meta
 
 from gateway import auth, openapi
 from gateway.context import Ctx
-from gateway.events import intake, keys
+from gateway.events import intake, keys, timing
 from gateway.events.writer import Unstorable
 from shared import errors
 
@@ -109,9 +110,15 @@ async def post_events(request: Request, ctx: Ctx) -> dict:
     names; `ad_metric.daily` carries one row of a platform's daily export plus `platform`
     (meta, google or tiktok) and, optionally, `client_id` (GET /v1/clients). Follow them at
     GET /v1/events."""
-    caller: keys.KeyCaller = request.state.key_caller
     settings = ctx.settings
-    raw = _parse(await _read_body(request, settings.events_max_body_kb * 1024))
+    began = time.perf_counter()
+    stamps = timing.Stamps(cast(float, request.scope.get("events_arrived", began)), began) \
+        if settings.events_server_timing else None
+    caller: keys.KeyCaller = request.state.key_caller
+    body = await _read_body(request, settings.events_max_body_kb * 1024)
+    if stamps:
+        stamps.read = time.perf_counter()
+    raw = _parse(body)
     now = datetime.now(UTC)
     if len(raw) > settings.events_max_batch:
         raise TooManyEvents(f"A batch may hold at most {settings.events_max_batch} events; "
@@ -125,14 +132,22 @@ async def post_events(request: Request, ctx: Ctx) -> dict:
                 max_future_skew_s=settings.events_max_future_skew_s, now=now)))
         except intake.Refused as exc:
             outcomes[i] = {"outcome": "rejected", "code": exc.code, "detail": exc.detail}
-    results = await _committed(ctx.events.submit([event for _, event in checked]),
+    if stamps:
+        stamps.checked = time.perf_counter()
+    results = await _committed(ctx.events.submit([event for _, event in checked], stamps),
                                settings.events_commit_timeout_s) if checked else []
+    if stamps:
+        stamps.woke = time.perf_counter()
     for (i, _), result in zip(checked, results, strict=True):
         outcomes[i] = result
     counts = dict.fromkeys(OUTCOMES, 0)
     for outcome in outcomes:
         counts[outcome["outcome"]] += 1
-    return {"outcomes": [{"index": i, **o} for i, o in enumerate(outcomes)], "counts": counts}
+    answer = {"outcomes": [{"index": i, **o} for i, o in enumerate(outcomes)], "counts": counts}
+    if stamps is None:
+        return answer
+    return Response(answer, status_code=202,  # type: ignore[return-value]
+                    headers={"Server-Timing": timing.header(stamps, time.perf_counter())})
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from psycopg.rows import tuple_row
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
-from gateway.events import keys
+from gateway.events import keys, timing
 from gateway.events.intake import Event
 from shared import db, errors
 
@@ -53,6 +53,7 @@ class Pending:
         self.future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self.results: list[Any] = [None] * n
         self.left = n
+        self.stamps: timing.Stamps | None = None  # EVENTS_SERVER_TIMING (ADR 0341)
 
 
 @dataclass
@@ -126,7 +127,8 @@ class Writer:
         self._tasks: list[asyncio.Task[None]] = []
 
     # ── intake side ────────────────────────────────────────────────────────────────────────
-    def submit(self, events: list[Event]) -> asyncio.Future[list[Any]]:
+    def submit(self, events: list[Event],
+               stamps: timing.Stamps | None = None) -> asyncio.Future[list[Any]]:
         """Queue every event or none: a half-queued batch would answer for events it did not
         say it took. No await in here, so nothing else can take the room meanwhile. The future
         resolves after commit with each event's outcome, in order."""
@@ -134,6 +136,7 @@ class Writer:
             self.metrics.saturated.inc()
             raise IntakeBusy(retry_after_s=1)
         pending = Pending(len(events))
+        pending.stamps = stamps
         items = [Item(e, pending, i) for i, e in enumerate(events)]
         self.queue.put_nowait(items)
         self.queued += len(items)
@@ -215,11 +218,13 @@ class Writer:
     async def _run(self) -> None:
         while True:
             group = await self._next_group()
+            _stamp(group, "taken")
             self.metrics.groups.inc()
             self.in_flight += len(group)
             self.committing += 1
             try:
                 await self._commit_group(group)
+                _stamp(group, "committed")
             except asyncio.CancelledError:
                 for item in group:
                     _settle(item, error=errors.ServiceUnavailable(
@@ -272,6 +277,14 @@ class Writer:
                     type(exc).__name__, self.failed_attempts)
         if self.critical:
             self.metrics.healthy.set(0)
+
+
+def _stamp(group: list[Item], moment: str) -> None:
+    """EVENTS_SERVER_TIMING: when a group was taken or committed, once per request."""
+    now = time.perf_counter()
+    for item in group:
+        if item.index == 0 and item.pending.stamps is not None:
+            setattr(item.pending.stamps, moment, now)
 
 
 def _settle(item: Item, *, result: dict[str, Any] | None = None,
