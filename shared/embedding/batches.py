@@ -8,6 +8,7 @@ pass is gathered from whole documents with numpy rather than one Python list per
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -74,14 +75,13 @@ class Packed:
 
     def __init__(self, sequences: Sequence[Sequence[int]], width: int = 0,
                  dtype: type[np.integer] = np.int64) -> None:
-        self.lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+        self.lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64,
+                                   count=len(sequences))
         width = width or (int(self.lengths.max()) if len(sequences) else 0)
+        flat = np.fromiter(itertools.chain.from_iterable(sequences), dtype=dtype,
+                           count=int(self.lengths.sum()))
         self.ids = np.zeros((len(sequences), width), dtype=dtype)
-        # Each sequence converted straight into its row: ~12 % less time than chaining them
-        # into one flat array scattered through a mask, and this runs for every document
-        # while the embed queue's other threads wait for the GIL (ADR 0308).
-        for row, sequence, n in zip(self.ids, sequences, self.lengths.tolist(), strict=True):
-            row[:n] = np.fromiter(sequence, dtype=dtype, count=n)
+        self.ids[_mask(self.lengths, width)] = flat
 
     def __len__(self) -> int:
         return len(self.lengths)
