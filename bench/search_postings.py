@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 import uuid
@@ -72,6 +73,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # a run cut short keeps its figures
     rng = np.random.default_rng(15)
     words = vocabulary(rng)
     queries = [" ".join(rng.choice(words[50:1500], size=rng.integers(2, 4)))
