@@ -479,6 +479,37 @@ WITH grp AS (
     SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
+), refs AS (
+    -- Each entity the group names, resolved once (a Meta export names each ad once a day):
+    -- by id through lookup_key, by name path through path_lookup (one entity of that path,
+    -- else none). The group's rows read the result from one JSON object by key ('c', 's', 'a'
+    -- and an id; 'C', 'S', 'A' and a path), an in-memory lookup through an InitPlan computed
+    -- once: no join for the planner to turn into a nested loop over the group when its
+    -- statistics are missing or stale, and not three index probes per row (ADR 0275).
+    SELECT jsonb_object_agg(k, id) AS ids FROM (
+        SELECT 'c' || x, (SELECT id FROM campaigns WHERE lookup_key = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT campaign_external_id FROM grp) d (x) WHERE x IS NOT NULL
+        UNION ALL
+        SELECT 'C' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
+                          FROM campaigns WHERE path_lookup = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT campaign_path FROM grp WHERE campaign_external_id IS NULL) d (x)
+        WHERE x IS NOT NULL
+        UNION ALL
+        SELECT 's' || x, (SELECT id FROM ad_sets WHERE lookup_key = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT ad_set_external_id FROM grp) d (x) WHERE x IS NOT NULL
+        UNION ALL
+        SELECT 'S' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
+                          FROM ad_sets WHERE path_lookup = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT ad_set_path FROM grp WHERE ad_set_external_id IS NULL) d (x)
+        WHERE x IS NOT NULL
+        UNION ALL
+        SELECT 'a' || x, (SELECT id FROM ads WHERE lookup_key = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT ad_external_id FROM grp) d (x) WHERE x IS NOT NULL
+        UNION ALL
+        SELECT 'A' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
+                          FROM ads WHERE path_lookup = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT ad_path FROM grp WHERE ad_external_id IS NULL) d (x)
+        WHERE x IS NOT NULL) r (k, id)
 ), looked AS (
     SELECT g.*, c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id,
            (g.campaign_external_id IS NULL AND g.campaign_path IS NOT NULL
@@ -490,33 +521,21 @@ WITH grp AS (
            row_number() OVER (PARTITION BY g.metric_date, c.id, s.id, a.id
                               ORDER BY g.row_number) AS nth
     FROM grp g
-    LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.campaign_external_id IS NOT NULL THEN
-                    (SELECT id FROM campaigns
-                     WHERE lookup_key = %(key_prefix)s::text || g.campaign_external_id)
-               WHEN g.campaign_path IS NOT NULL THEN
-                    (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM campaigns
-                     WHERE path_lookup = %(key_prefix)s::text || g.campaign_path)
-               END AS id
-    ) c ON true
-    LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.ad_set_external_id IS NOT NULL THEN
-                    (SELECT id FROM ad_sets
-                     WHERE lookup_key = %(key_prefix)s::text || g.ad_set_external_id)
-               WHEN g.ad_set_path IS NOT NULL THEN
-                    (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM ad_sets
-                     WHERE path_lookup = %(key_prefix)s::text || g.ad_set_path)
-               END AS id
-    ) s ON true
-    LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.ad_external_id IS NOT NULL THEN
-                    (SELECT id FROM ads
-                     WHERE lookup_key = %(key_prefix)s::text || g.ad_external_id)
-               WHEN g.ad_path IS NOT NULL THEN
-                    (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM ads
-                     WHERE path_lookup = %(key_prefix)s::text || g.ad_path)
-               END AS id
-    ) a ON true
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN g.campaign_external_id IS NOT NULL
+                    THEN ((SELECT ids FROM refs) ->> ('c' || g.campaign_external_id))::uuid
+                    ELSE ((SELECT ids FROM refs) ->> ('C' || g.campaign_path))::uuid END AS id
+    ) c
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN g.ad_set_external_id IS NOT NULL
+                    THEN ((SELECT ids FROM refs) ->> ('s' || g.ad_set_external_id))::uuid
+                    ELSE ((SELECT ids FROM refs) ->> ('S' || g.ad_set_path))::uuid END AS id
+    ) s
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN g.ad_external_id IS NOT NULL
+                    THEN ((SELECT ids FROM refs) ->> ('a' || g.ad_external_id))::uuid
+                    ELSE ((SELECT ids FROM refs) ->> ('A' || g.ad_path))::uuid END AS id
+    ) a
     WHERE COALESCE(g.grain, 'day') = 'day'
 ), warned AS (
     INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
@@ -570,6 +589,37 @@ WITH grp AS (
     SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
+), refs AS (
+    -- Each entity the group names, resolved once (a Meta export names each ad once a day):
+    -- by id through lookup_key, by name path through path_lookup (one entity of that path,
+    -- else none). The group's rows read the result from one JSON object by key ('c', 's', 'a'
+    -- and an id; 'C', 'S', 'A' and a path), an in-memory lookup through an InitPlan computed
+    -- once: no join for the planner to turn into a nested loop over the group when its
+    -- statistics are missing or stale, and not three index probes per row (ADR 0275).
+    SELECT jsonb_object_agg(k, id) AS ids FROM (
+        SELECT 'c' || x, (SELECT id FROM campaigns WHERE lookup_key = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT campaign_external_id FROM grp) d (x) WHERE x IS NOT NULL
+        UNION ALL
+        SELECT 'C' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
+                          FROM campaigns WHERE path_lookup = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT campaign_path FROM grp WHERE campaign_external_id IS NULL) d (x)
+        WHERE x IS NOT NULL
+        UNION ALL
+        SELECT 's' || x, (SELECT id FROM ad_sets WHERE lookup_key = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT ad_set_external_id FROM grp) d (x) WHERE x IS NOT NULL
+        UNION ALL
+        SELECT 'S' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
+                          FROM ad_sets WHERE path_lookup = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT ad_set_path FROM grp WHERE ad_set_external_id IS NULL) d (x)
+        WHERE x IS NOT NULL
+        UNION ALL
+        SELECT 'a' || x, (SELECT id FROM ads WHERE lookup_key = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT ad_external_id FROM grp) d (x) WHERE x IS NOT NULL
+        UNION ALL
+        SELECT 'A' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
+                          FROM ads WHERE path_lookup = %(key_prefix)s::text || x)
+        FROM (SELECT DISTINCT ad_path FROM grp WHERE ad_external_id IS NULL) d (x)
+        WHERE x IS NOT NULL) r (k, id)
 ), looked AS (
     SELECT g.*, c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id,
            (g.campaign_external_id IS NULL AND g.campaign_path IS NOT NULL
@@ -582,33 +632,21 @@ WITH grp AS (
                                            g.period_end, c.id, s.id, a.id
                               ORDER BY g.row_number) AS nth
     FROM grp g
-    LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.campaign_external_id IS NOT NULL THEN
-                    (SELECT id FROM campaigns
-                     WHERE lookup_key = %(key_prefix)s::text || g.campaign_external_id)
-               WHEN g.campaign_path IS NOT NULL THEN
-                    (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM campaigns
-                     WHERE path_lookup = %(key_prefix)s::text || g.campaign_path)
-               END AS id
-    ) c ON true
-    LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.ad_set_external_id IS NOT NULL THEN
-                    (SELECT id FROM ad_sets
-                     WHERE lookup_key = %(key_prefix)s::text || g.ad_set_external_id)
-               WHEN g.ad_set_path IS NOT NULL THEN
-                    (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM ad_sets
-                     WHERE path_lookup = %(key_prefix)s::text || g.ad_set_path)
-               END AS id
-    ) s ON true
-    LEFT JOIN LATERAL (
-        SELECT CASE WHEN g.ad_external_id IS NOT NULL THEN
-                    (SELECT id FROM ads
-                     WHERE lookup_key = %(key_prefix)s::text || g.ad_external_id)
-               WHEN g.ad_path IS NOT NULL THEN
-                    (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM ads
-                     WHERE path_lookup = %(key_prefix)s::text || g.ad_path)
-               END AS id
-    ) a ON true
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN g.campaign_external_id IS NOT NULL
+                    THEN ((SELECT ids FROM refs) ->> ('c' || g.campaign_external_id))::uuid
+                    ELSE ((SELECT ids FROM refs) ->> ('C' || g.campaign_path))::uuid END AS id
+    ) c
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN g.ad_set_external_id IS NOT NULL
+                    THEN ((SELECT ids FROM refs) ->> ('s' || g.ad_set_external_id))::uuid
+                    ELSE ((SELECT ids FROM refs) ->> ('S' || g.ad_set_path))::uuid END AS id
+    ) s
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN g.ad_external_id IS NOT NULL
+                    THEN ((SELECT ids FROM refs) ->> ('a' || g.ad_external_id))::uuid
+                    ELSE ((SELECT ids FROM refs) ->> ('A' || g.ad_path))::uuid END AS id
+    ) a
     WHERE g.grain IN ('period', 'all_time')
 ), warned AS (
     INSERT INTO import_row_errors (tenant_id, batch_id, row_number, field, code, severity,
