@@ -269,7 +269,7 @@ def test_sigkill_mid_promotion_reruns_without_duplicates_and_one_event(
     first = _held_worker(stack_env, out_dir, flag, "promote", "worker-1")
     # (the facts' upsert, known by its CTE: pg_stat_activity keeps only a query's first 1 KiB)
     wait_until(lambda: conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE query "
-                                    "LIKE '%%), looked AS (%%' AND state = "
+                                    "LIKE '%%), refs AS (%%' AND state = "
                                     "'idle in transaction'").fetchone()["n"] >= 1,
                timeout=120, message="promotion held uncommitted")
 
