@@ -47,14 +47,18 @@ def run(*, workers: int | None, port: int | None) -> int:
     STATE.mkdir(mode=0o700, exist_ok=True)
     workers = settings.worker_processes if workers is None else workers
     port = port or settings.port
-    pg = EmbeddedPostgres(STATE / "pgdata", port=_saved_port("pg-port"),
+    # Postgres and moto never take the API's port: a port the OS just called free can be handed
+    # out again at once, and a stack whose gateway cannot bind is never ready (CI saw it once).
+    pg_port = _saved_port("pg-port", taken={port})
+    pg = EmbeddedPostgres(STATE / "pgdata", port=pg_port,
                           password=_secret("pg-password"))
     try:
         pg.check_version()  # before anything starts: a Postgres 16 folder is not ours to open
     except DataFolderVersionError as exc:
         print(exc, file=sys.stderr)
         return 1
-    moto = MotoServer(port=_saved_port("moto-port"), log_path=STATE / "moto.log")
+    moto = MotoServer(port=_saved_port("moto-port", taken={port, pg_port}),
+                      log_path=STATE / "moto.log")
     supervisor = Supervisor(backoff_s=settings.dev_restart_backoff_s,
                             backoff_max_s=settings.dev_restart_backoff_max_s,
                             state_path=STATE / "children.json")
@@ -104,14 +108,17 @@ def run(*, workers: int | None, port: int | None) -> int:
         print("stopped", file=sys.stderr)
 
 
-def _saved_port(name: str) -> int:
-    """Reuse last run's port, so a second `make run` keeps the same URLs when it can."""
+def _saved_port(name: str, taken: set[int]) -> int:
+    """Reuse last run's port, so a second `make run` keeps the same URLs when it can; never one
+    of `taken` (the ports the stack's other servers will bind)."""
     path = STATE / name
     if path.exists():
         port = int(path.read_text())
-        if _is_free(port):
+        if port not in taken and _is_free(port):
             return port
     port = free_port()
+    while port in taken:
+        port = free_port()
     path.write_text(str(port))
     return port
 
