@@ -5,6 +5,7 @@ restarted. The fresh-clone `make run` → upload → Ctrl-C path is tests/e2e/te
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -37,7 +38,15 @@ def _start(folder: Path, out_dir: Path, workers: int, **settings: str) -> devsta
     argv = [str(ROOT / ".venv" / "bin" / "python"), "-m", "cli.main", "dev",
             "--port", str(port), "--workers", str(workers)]
     stack = devstack.start(argv, folder, env, out_dir, port)
-    stack.wait_ready()
+    try:
+        stack.wait_ready()
+    except BaseException:
+        # The test's own cleanup never gets the stack: stop it here, Ctrl-C first so its
+        # supervisor stops the Postgres it started (CI once left one running for a whole run).
+        with contextlib.suppress(Exception):
+            stack.interrupt()
+        stack.kill()
+        raise
     return stack
 
 
