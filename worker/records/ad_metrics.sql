@@ -480,36 +480,13 @@ WITH grp AS (
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), refs AS (
-    -- Each entity the group names, resolved once (a Meta export names each ad once a day):
-    -- by id through lookup_key, by name path through path_lookup (one entity of that path,
-    -- else none). The group's rows read the result from one JSON object by key ('c', 's', 'a'
-    -- and an id; 'C', 'S', 'A' and a path), an in-memory lookup through an InitPlan computed
-    -- once: no join for the planner to turn into a nested loop over the group when its
-    -- statistics are missing or stale, and not three index probes per row (ADR 0275).
-    SELECT jsonb_object_agg(k, id) AS ids FROM (
-        SELECT 'c' || x, (SELECT id FROM campaigns WHERE lookup_key = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT campaign_external_id FROM grp) d (x) WHERE x IS NOT NULL
-        UNION ALL
-        SELECT 'C' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
-                          FROM campaigns WHERE path_lookup = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT campaign_path FROM grp WHERE campaign_external_id IS NULL) d (x)
-        WHERE x IS NOT NULL
-        UNION ALL
-        SELECT 's' || x, (SELECT id FROM ad_sets WHERE lookup_key = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT ad_set_external_id FROM grp) d (x) WHERE x IS NOT NULL
-        UNION ALL
-        SELECT 'S' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
-                          FROM ad_sets WHERE path_lookup = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT ad_set_path FROM grp WHERE ad_set_external_id IS NULL) d (x)
-        WHERE x IS NOT NULL
-        UNION ALL
-        SELECT 'a' || x, (SELECT id FROM ads WHERE lookup_key = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT ad_external_id FROM grp) d (x) WHERE x IS NOT NULL
-        UNION ALL
-        SELECT 'A' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
-                          FROM ads WHERE path_lookup = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT ad_path FROM grp WHERE ad_external_id IS NULL) d (x)
-        WHERE x IS NOT NULL) r (k, id)
+    -- The group's entities, each resolved once (migrations/0073, ADR 0275): the rows read
+    -- their ids from this one JSON object through an InitPlan, `(SELECT ids FROM refs)`.
+    SELECT ad_entity_ids(%(key_prefix)s::text,
+                         array_agg(campaign_external_id), array_agg(campaign_path),
+                         array_agg(ad_set_external_id), array_agg(ad_set_path),
+                         array_agg(ad_external_id), array_agg(ad_path)) AS ids
+    FROM grp
 ), looked AS (
     SELECT g.*, c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id,
            (g.campaign_external_id IS NULL AND g.campaign_path IS NOT NULL
@@ -590,36 +567,13 @@ WITH grp AS (
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
       AND row_number > %(after)s AND row_number <= %(upto)s
 ), refs AS (
-    -- Each entity the group names, resolved once (a Meta export names each ad once a day):
-    -- by id through lookup_key, by name path through path_lookup (one entity of that path,
-    -- else none). The group's rows read the result from one JSON object by key ('c', 's', 'a'
-    -- and an id; 'C', 'S', 'A' and a path), an in-memory lookup through an InitPlan computed
-    -- once: no join for the planner to turn into a nested loop over the group when its
-    -- statistics are missing or stale, and not three index probes per row (ADR 0275).
-    SELECT jsonb_object_agg(k, id) AS ids FROM (
-        SELECT 'c' || x, (SELECT id FROM campaigns WHERE lookup_key = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT campaign_external_id FROM grp) d (x) WHERE x IS NOT NULL
-        UNION ALL
-        SELECT 'C' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
-                          FROM campaigns WHERE path_lookup = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT campaign_path FROM grp WHERE campaign_external_id IS NULL) d (x)
-        WHERE x IS NOT NULL
-        UNION ALL
-        SELECT 's' || x, (SELECT id FROM ad_sets WHERE lookup_key = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT ad_set_external_id FROM grp) d (x) WHERE x IS NOT NULL
-        UNION ALL
-        SELECT 'S' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
-                          FROM ad_sets WHERE path_lookup = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT ad_set_path FROM grp WHERE ad_set_external_id IS NULL) d (x)
-        WHERE x IS NOT NULL
-        UNION ALL
-        SELECT 'a' || x, (SELECT id FROM ads WHERE lookup_key = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT ad_external_id FROM grp) d (x) WHERE x IS NOT NULL
-        UNION ALL
-        SELECT 'A' || x, (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END
-                          FROM ads WHERE path_lookup = %(key_prefix)s::text || x)
-        FROM (SELECT DISTINCT ad_path FROM grp WHERE ad_external_id IS NULL) d (x)
-        WHERE x IS NOT NULL) r (k, id)
+    -- The group's entities, each resolved once (migrations/0073, ADR 0275): the rows read
+    -- their ids from this one JSON object through an InitPlan, `(SELECT ids FROM refs)`.
+    SELECT ad_entity_ids(%(key_prefix)s::text,
+                         array_agg(campaign_external_id), array_agg(campaign_path),
+                         array_agg(ad_set_external_id), array_agg(ad_set_path),
+                         array_agg(ad_external_id), array_agg(ad_path)) AS ids
+    FROM grp
 ), looked AS (
     SELECT g.*, c.id AS campaign_id, s.id AS ad_set_id, a.id AS ad_id,
            (g.campaign_external_id IS NULL AND g.campaign_path IS NOT NULL
