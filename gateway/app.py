@@ -162,7 +162,8 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
         writer_pool, queue_size=settings.events_queue_size, group_max=settings.events_group_max,
         retry_budget=settings.events_writer_retry_budget, registry=ctx.exporter.registry,
         tasks=settings.events_writer_connections,
-        linger_s=settings.events_group_linger_ms / 1000)
+        linger_s=settings.events_group_linger_ms / 1000,
+        server_timing=settings.events_server_timing)
     ctx.events.start()
     if settings.events_server_timing:
         event_timing.start()  # the loop-lag sampler and GC timer behind Server-Timing (ADR 0341)

@@ -436,3 +436,37 @@ def test_inside_one_batch_the_array_order_is_the_arrival_order(gateway, tenants,
         assert _outcomes(_post(c, key, batch)) == [("new", None)] * 3
     rows = _rows(conn, admin.tenant_id)  # by ledger_id, the arrival order apply falls back on
     assert [r["source_event_id"] for r in rows] == ["z-first", "m-second", "a-third"]
+
+
+TIMED_PARTS = ("pre", "read", "check", "queue", "db", "wake", "post")
+
+
+def test_server_timing_splits_an_intake_answer_into_its_parts(stack_env, out_dir, tenants):
+    # EVENTS_SERVER_TIMING (ADR 0341): the bench reads where a request's time went from this
+    # header, so each part must be there and add up; `db` is stamped by the writer itself.
+    gw = stack.start_gateway({**stack_env, "EVENTS_SERVER_TIMING": "1"}, out_dir)
+    try:
+        key = _key(gw, tenants.user().token)
+        with gw.client() as c:
+            r = _post(c, key, _events(50, prefix="timed"))
+        assert r.status_code == 202, r.text
+        assert r.json()["counts"]["new"] == 50
+        parts = {name: float(dur) for name, dur in
+                 (part.split(";dur=") for part in r.headers["server-timing"].split(", "))}
+        assert set(parts) == {*TIMED_PARTS, "total", "lagmax", "lagsum", "gc", "gc2"}
+        assert all(ms >= 0 for ms in parts.values()), parts
+        assert 0 < parts["total"] <= r.elapsed.total_seconds() * 1000, parts
+        # Two decimals per part: the seven parts sum to the total within their rounding.
+        assert abs(sum(parts[p] for p in TIMED_PARTS) - parts["total"]) < 0.05, parts
+        # The writer stamped its group (taken, then committed): the commit took time.
+        assert parts["db"] > 0, parts
+    finally:
+        gw.stop()
+
+
+def test_no_server_timing_unless_it_is_turned_on(gateway, tenants):
+    key = _key(gateway, tenants.user().token)
+    with gateway.client() as c:
+        r = _post(c, key, _events(2, prefix="untimed"))
+    assert r.status_code == 202, r.text
+    assert "server-timing" not in r.headers
