@@ -22,6 +22,7 @@ from gateway.documents import attachments
 from gateway.documents import ingest_routes as ingest
 from gateway.documents import routes as documents
 from gateway.edge import json_depth, methods, query, strict_body, transport
+from gateway.events import keys as event_keys
 from gateway.events import replay_routes as event_replay
 from gateway.events import routes as event_routes
 from gateway.events import timing as event_timing
@@ -165,6 +166,11 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
         linger_s=settings.events_group_linger_ms / 1000,
         server_timing=settings.events_server_timing)
     ctx.events.start()
+    # API keys: one statement at a time for all waiting requests, on a connection of its own.
+    key_pool = db.async_pool(settings.database_url, min_size=1, max_size=1, name="api-keys",
+                             timeout_s=settings.db_pool_timeout_s, configure=event_keys.prepare)
+    await key_pool.open(wait=False)
+    ctx.key_lookups = event_keys.Lookups(key_pool)
     if settings.events_server_timing:
         event_timing.start()  # the loop-lag sampler and GC timer behind Server-Timing (ADR 0341)
     # Live updates: one LISTEN connection of its own for all open streams (ADR 0160).
@@ -204,6 +210,7 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
                 await task
         await asyncio.to_thread(alerter.close, 2.0)
         await writer_pool.close()
+        await key_pool.close()
         await pool.close()
 
 

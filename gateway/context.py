@@ -35,6 +35,8 @@ class Context:
         self.alerter = alerts.Alerter([], window_s=600)
         # gateway.events.writer.Writer: this process's event writer (docs/decisions/0135).
         self.events: Any = None
+        # gateway.events.keys.Lookups: API key lookups, batched across requests (issue 32).
+        self.key_lookups: Any = None
         # gateway.live.hub.Hub: this process's live-update listener (docs/decisions/0160).
         self.live: Any = None
 

@@ -194,8 +194,9 @@ async def _api_key(connection: ASGIConnection) -> bool:
         if accepts == "only":
             raise errors.Unauthorized("Send the tenant's API key as 'X-Api-Key: <key>'.")
         return False
-    caller = connection.state.key_caller = await keys.caller(
-        connection.app.state.ctx.pool, presented)
+    # One statement for the keys of every request waiting at that moment (keys.Lookups).
+    caller = connection.state.key_caller = await connection.app.state.ctx.key_lookups.caller(
+        presented)
     applog.bind(tenant_id=caller.tenant_id, key_id=caller.key_id)
     return True
 

@@ -152,15 +152,17 @@ UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()),
 WHERE tenant_id = %(tenant_id)s AND key_id = %(key_id)s
 RETURNING key_id;
 
--- name: key_caller
--- The guard's lookup of a presented key, by its hash; last_used_at is written at most once a
--- minute per key, so a busy producer does not turn every request into a write.
+-- name: key_callers
+-- The guard's lookup of the keys of every request waiting at one moment (keys.Lookups): each
+-- live key's row by its hash; a hash without a row is an unknown or revoked key. last_used_at
+-- is written at most once a minute per key, so a busy producer does not turn every request
+-- into a write.
 WITH k AS (
-    SELECT key_id, tenant_id FROM api_keys
-    WHERE key_hash = %(key_hash)s AND revoked_at IS NULL
+    SELECT key_id, tenant_id, key_hash FROM api_keys
+    WHERE key_hash = ANY(%(key_hashes)s::text[]) AND revoked_at IS NULL
 ), touched AS (
     UPDATE api_keys SET last_used_at = now()
     FROM k WHERE api_keys.key_id = k.key_id
       AND (api_keys.last_used_at IS NULL OR api_keys.last_used_at < now() - interval '1 minute')
 )
-SELECT key_id, tenant_id FROM k;
+SELECT key_id, tenant_id, key_hash FROM k

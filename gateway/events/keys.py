@@ -7,6 +7,7 @@ cursor), and it always acts for the tenant that created it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 from dataclasses import dataclass
@@ -74,13 +75,57 @@ async def revoke(pool: db.AsyncPool, tenant_id: UUID, user_id: UUID, key_id: UUI
         raise errors.NotFound("No API key with that id exists in your tenant.")
 
 
-async def caller(pool: db.AsyncPool, presented: str) -> KeyCaller:
-    """The live key behind ``presented``, or 401: unknown, malformed and revoked keys read the
-    same, so the answer tells an attacker nothing."""
-    if not presented.startswith(KEY_PREFIX) or len(presented) > MAX_KEY_CHARS:
-        raise errors.Unauthorized("The API key is not valid; ask an admin for a new one.")
-    async with pool.connection() as conn:
-        row = await (await conn.execute(Q["key_caller"], {"key_hash": digest(presented)})).fetchone()
-    if row is None:
-        raise errors.Unauthorized("The API key is not valid; ask an admin for a new one.")
-    return KeyCaller(row["key_id"], row["tenant_id"])
+class Lookups:
+    """The guard's key lookups, one statement for every request waiting at that moment
+    (issue 32): 16 producers that send together were 16 lookups of four round trips each (the
+    pool's check, BEGIN, the query, COMMIT), behind the same event loop and the same cores as
+    their events' commits. A request joins the next statement, never one already running, so
+    a key revoked before the request arrived is refused by it, as with a query of its own
+    (ADR 0136: revocation at once). One statement at a time needs one connection: its own,
+    in autocommit (the statement is its own transaction), so no BEGIN and COMMIT either."""
+
+    def __init__(self, pool: db.AsyncPool) -> None:
+        self.pool = pool
+        self._waiting: dict[str, list[asyncio.Future[KeyCaller | None]]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def caller(self, presented: str) -> KeyCaller:
+        """The live key behind ``presented``, or 401: unknown, malformed and revoked keys read
+        the same, so the answer tells an attacker nothing."""
+        if not presented.startswith(KEY_PREFIX) or len(presented) > MAX_KEY_CHARS:
+            raise errors.Unauthorized("The API key is not valid; ask an admin for a new one.")
+        future: asyncio.Future[KeyCaller | None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(digest(presented), []).append(future)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="api-key-lookups")
+        found = await future
+        if found is None:
+            raise errors.Unauthorized("The API key is not valid; ask an admin for a new one.")
+        return found
+
+    async def _run(self) -> None:
+        """Look up what is waiting, then what came meanwhile, until nothing waits."""
+        while self._waiting:
+            batch, self._waiting = self._waiting, {}
+            try:
+                async with self.pool.connection() as conn:
+                    rows = await (await conn.execute(Q["key_callers"], {
+                        "key_hashes": list(batch)})).fetchall()
+            except BaseException as exc:  # each waiting request fails as its own query would
+                for futures in batch.values():
+                    for future in futures:
+                        if not future.done():
+                            future.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            found = {row["key_hash"]: KeyCaller(row["key_id"], row["tenant_id"]) for row in rows}
+            for key_hash, futures in batch.items():
+                for future in futures:
+                    if not future.done():  # the request may have gone meanwhile
+                        future.set_result(found.get(key_hash))
+
+
+async def prepare(conn: db.AsyncConn) -> None:
+    """The lookups' connection: each statement its own transaction."""
+    await conn.set_autocommit(True)
