@@ -94,7 +94,7 @@ def test_a_request_that_arrives_during_a_statement_waits_for_the_next_one():
 
 
 def test_unknown_and_malformed_keys_are_401_without_failing_the_others():
-    async def scenario() -> list[Any]:
+    async def scenario() -> tuple[Any, ...]:
         good, unknown = _keys(2)
         tenant = uuid.uuid4()
         lookups = keys.Lookups(FakePool({keys.digest(good): tenant}))  # type: ignore[arg-type]
