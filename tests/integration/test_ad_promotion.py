@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from shared import db
 from tests.support import staging
 from worker.records import ad_promote
 from worker.records.stage import Target
@@ -231,6 +232,36 @@ def test_amended_export_updates_facts_and_adds_no_dimension(conn, tenants):
     assert conn.execute("SELECT m.spend FROM daily_metrics m JOIN ads a ON a.id = m.ad_id "
                         "WHERE a.external_id = 'a1' AND m.tenant_id = %s",
                         (tenant,)).fetchone()["spend"] == Decimal("99.0000")
+
+
+def test_an_export_naming_stored_entities_unchanged_never_locks_them(conn, tenants,
+                                                                    database_url):
+    # Given stored dimensions, and another transaction holding their rows (FOR NO KEY UPDATE:
+    # an upsert's ON CONFLICT lock waits for it, a fact's foreign-key check does not)
+    tenant = tenants.user().tenant_id
+    first = new_batch(conn, tenant)
+    stage(conn, tenant, first, [row("c1", "s1", "a1"), row("c1", "s1", "a2")])
+    promote(conn, tenant, first)
+    again = new_batch(conn, tenant)
+    stage(conn, tenant, again, [row("c1", "s1", "a1", day="2026-01-06"),
+                                row("c1", "s1", "a2", day="2026-01-06")])
+    with db.connect(database_url) as holder:
+        for table in ("campaigns", "ad_sets", "ads"):
+            holder.execute(f"SELECT 1 FROM {table} WHERE tenant_id = %s FOR NO KEY UPDATE",
+                           (tenant,))
+
+        # When the next day's export, naming them as stored, is promoted
+        with conn.transaction():
+            conn.execute("SET LOCAL lock_timeout = '2s'")
+            written = ad_promote.write_groups(conn, {
+                "batch_id": again, "tenant_id": tenant, "client_id": None,
+                "platform": "meta"}, ad_promote.GROUP_ROWS)
+        holder.rollback()
+
+    # Then it waited for none of them (docs/decisions/0276) and wrote only the facts
+    assert (written["campaigns_upserted"], written["ad_sets_upserted"],
+            written["ads_upserted"]) == (0, 0, 0)
+    assert written["facts"] == {"distinct_rows": 2, "inserted": 2, "updated": 0}
 
 
 def test_another_tenants_dimensions_are_never_resolved(conn, tenants):

@@ -177,7 +177,10 @@ SELECT count(*) AS n FROM written;
 -- A row naming its campaign by id: upserted on the id. De-duplicated first (ON CONFLICT DO
 -- UPDATE cannot touch one key twice in a statement): per id the group's last row that names it
 -- wins; a row without a name never erases a stored one. Only a campaign whose name or path
--- changes is written, and counted.
+-- changes is written, and counted. One stored as the row would leave it is dropped before the
+-- INSERT (`same`, a probe of lookup_key): ON CONFLICT DO UPDATE locks every conflicting row,
+-- a WAL record and a dirtied page each, even where its WHERE then writes nothing, and a Meta
+-- export names every stored ad again (docs/decisions/0276). The same in the two upserts below.
 WITH grp AS (
     SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
@@ -195,6 +198,12 @@ WITH grp AS (
     SELECT %(tenant_id)s::uuid, %(client_id)s::uuid, %(platform)s::text, external_id, name,
            path_key, %(batch_id)s::uuid
     FROM src
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM campaigns x
+        WHERE x.lookup_key = %(key_prefix)s::text || src.external_id
+          AND (x.name, x.path_key) IS NOT DISTINCT FROM (COALESCE(src.name, x.name),
+                                                        COALESCE(src.path_key, x.path_key))) same
+    WHERE same.n = 0
     ON CONFLICT ON CONSTRAINT campaigns_lookup_key DO UPDATE
     SET name = COALESCE(EXCLUDED.name, c.name), path_key = COALESCE(EXCLUDED.path_key, c.path_key),
         batch_id = EXCLUDED.batch_id, updated_at = now()
@@ -294,6 +303,13 @@ WITH grp AS (
                ELSE (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM campaigns
                      WHERE path_lookup = %(key_prefix)s::text || src.campaign_path) END AS id
     ) c ON true
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM ad_sets x
+        WHERE x.lookup_key = %(key_prefix)s::text || src.external_id
+          AND (x.name, x.path_key, x.campaign_id)
+              IS NOT DISTINCT FROM (src.name, COALESCE(src.path_key, x.path_key),
+                                    COALESCE(c.id, x.campaign_id))) same
+    WHERE same.n = 0
     ON CONFLICT ON CONSTRAINT ad_sets_lookup_key DO UPDATE
     SET name = EXCLUDED.name, path_key = COALESCE(EXCLUDED.path_key, a.path_key),
         campaign_id = COALESCE(EXCLUDED.campaign_id, a.campaign_id),
@@ -375,6 +391,8 @@ WITH grp AS (
 SELECT count(*) AS n FROM written;
 
 -- name: upsert_ads
+-- As upsert_ad_sets, one level down: an ad is created or renamed by a row that names it, its
+-- parents resolve by id, else by name path; one stored as the row would leave it is not locked.
 WITH grp AS (
     SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
@@ -408,6 +426,14 @@ WITH grp AS (
                ELSE (SELECT CASE WHEN count(*) = 1 THEN (array_agg(id))[1] END FROM ad_sets
                      WHERE path_lookup = %(key_prefix)s::text || src.ad_set_path) END AS id
     ) s ON true
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM ads x
+        WHERE x.lookup_key = %(key_prefix)s::text || src.external_id
+          AND (x.name, x.path_key, x.campaign_id, x.ad_set_id)
+              IS NOT DISTINCT FROM (src.name, COALESCE(src.path_key, x.path_key),
+                                    COALESCE(c.id, x.campaign_id),
+                                    COALESCE(s.id, x.ad_set_id))) same
+    WHERE same.n = 0
     ON CONFLICT ON CONSTRAINT ads_lookup_key DO UPDATE
     SET name = EXCLUDED.name, path_key = COALESCE(EXCLUDED.path_key, a.path_key),
         campaign_id = COALESCE(EXCLUDED.campaign_id, a.campaign_id),
