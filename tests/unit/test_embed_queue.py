@@ -364,38 +364,6 @@ def test_submits_behind_a_running_pass_do_not_each_wake_the_prep_thread():
     queue.close()
 
 
-def test_submits_behind_a_launching_pass_are_packed_by_the_prep_thread_in_a_few_steps():
-    # Given a pass whose launches hold this thread for 200 ms (a GPU's launch phase)
-    model = LaunchingModel(launch_s=0.2, wait_s=0.05)
-    model.batch_tokens = 4096
-    queue = embed.EmbedQueue(model, documents=200)  # type: ignore[arg-type]
-    puts: list[int] = []
-    put = queue._pool.put  # noqa: SLF001
-
-    def counted(requests, *args):
-        puts.append(len(requests) if isinstance(requests, list) else 1)  # before: one each
-        put(requests, *args)
-
-    queue._pool.put = counted  # type: ignore[method-assign]  # noqa: SLF001
-    first = queue.submit(document(1, chunks=2))
-    _wait_for(lambda: not queue._quiet.is_set())  # noqa: SLF001 - launching
-    before = len(puts)
-
-    # When 100 documents are submitted during those launches
-    docs = [document(300 + k, chunks=2) for k in range(100)]
-    requests = [queue.submit(doc) for doc in docs]
-
-    # Then no submit packed its ids (none was put in the pool while the launches ran: the
-    # submitting thread only listed them, ADR 0309), the prep thread put them in a few steps
-    # once the launches were done, and each document got its own vectors
-    assert len(puts) == before, "a submit packed its ids into the pool itself"
-    first.result(30)
-    for doc, request in zip(docs, requests, strict=True):
-        np.testing.assert_allclose(request.result(30), expected(doc), atol=1e-6)
-    assert sum(puts[before:]) == 100 and len(puts) - before < 30, puts
-    queue.close()
-
-
 def _brute_around(lengths: list[int], at: int, budget: int) -> int:
     """The most real tokens of any [a, b) holding ``at`` that fits the budget (or ``at``
     alone): the reference for ``cut_around``."""

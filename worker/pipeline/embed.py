@@ -27,7 +27,6 @@ and takes its ids out.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import itertools
@@ -56,10 +55,6 @@ CUT_MARGIN = 0.3
 # backend that cannot tell when it begins (the CPU's) says so at once, and an idle forward
 # thread says so too.
 QUIET_WAIT_S = 0.5
-# A submit only lists its document (ADR 0309); the prep thread packs what was submitted into the
-# pool, a step of about this share of a pass's tokens at a time, while the forward thread needs
-# no GIL: one step of the int unboxing (~20 ns an id) never holds up a launch for long.
-ABSORB_SHARE = 0.25
 
 
 class Request(concurrent.futures.Future):  # type: ignore[type-arg]
@@ -135,32 +130,22 @@ class _Pool:
         self.count = 0    # ids waiting for a pass
         self.tokens = 0   # their tokens
 
-    def put(self, requests: list[Request], starts: list[int], ids: np.ndarray,
-            lengths: np.ndarray, counts: list[int]) -> None:
-        """The documents' packed ids (``_pack``: their sequences in order, ``counts`` of them
-        each) into free slots, in one step per array for all of them; ``starts`` are their
-        fair starts."""
-        n = len(lengths)
+    def put(self, request: Request, packed: batches.Packed, tags: np.ndarray) -> None:
+        n = len(packed)
         if len(self.free) < n:
             self._grow(n)
         slots = np.asarray(self.free[-n:], dtype=np.int64)
         del self.free[-n:]
-        self.ids[slots] = ids
-        self.lengths[slots] = lengths
-        per = np.asarray(counts, dtype=np.int64)
-        first = np.cumsum(per) - per  # each document's first row in this step
-        before = np.cumsum(lengths) - lengths  # tokens before each id in this step
-        self.tags[slots] = np.repeat(np.asarray(starts, dtype=np.int64) - before[first], per) + before
-        self.serials[slots] = np.repeat([r.serial for r in requests], per)
-        self.rows[slots] = np.arange(n) - np.repeat(first, per)
-        owners = np.empty(len(requests), dtype=object)
-        owners[:] = requests
-        self.owners[slots] = np.repeat(owners, per)
+        self.ids[slots] = packed.ids
+        self.lengths[slots] = packed.lengths
+        self.tags[slots] = tags
+        self.serials[slots] = request.serial
+        self.rows[slots] = np.arange(n)
+        self.owners[slots] = request
         self.queued[slots] = True
         self.count += n
-        self.tokens += int(lengths.sum())
-        for request, mine in zip(requests, np.split(slots, first[1:]), strict=True):
-            request.slots = mine
+        self.tokens += int(packed.lengths.sum())
+        request.slots = slots
 
     def _grow(self, need: int) -> None:
         old = len(self.queued)
@@ -243,13 +228,6 @@ class EmbedQueue:
         # The prep thread waits on it: for ids, or for the forward thread to need a pass.
         self._work = threading.Condition(self._lock)
         self._pool = _Pool(embedder.max_seq_length, embedder.dim)
-        # Documents submitted and not yet in the pool, with their tokens: the prep thread packs
-        # them (ADR 0309), so a submit holds the GIL for microseconds, not the ~120 us of
-        # packing one that used to run among the forward thread's launches.
-        self._incoming: collections.deque[tuple[Request, Sequence[Sequence[int]], int, int]] = (
-            collections.deque())
-        self._incoming_tokens = 0
-        self._step = max(1, int(ABSORB_SHARE * self.batch_tokens))
         self._serials = itertools.count(1)
         self._submitted = 0  # tokens ever submitted
         self._served = 0     # the highest tag a pass was cut around
@@ -266,7 +244,6 @@ class EmbedQueue:
         self._quiet.set()
         # When the running pass started, and how long the last pass and the last cut took.
         self._pass_started = self._last_pass_s = self._last_prep_s = 0.0
-        self._running_padded = self._last_padded = 0  # padded tokens of the running, last pass
         # Passes run, with their vectors, for the delivering thread (which wakes the documents:
         # the forward thread never waits for a document's callbacks).
         self._delivering: stdqueue.SimpleQueue[tuple[Pass, np.ndarray] | None] = (
@@ -282,23 +259,21 @@ class EmbedQueue:
         if request.size == 0:
             request.set_result(np.empty((0, self.embedder.dim), dtype=np.float32))
             return request
-        tokens = sum(map(len, sequences))
+        # Packed here, on the submitting thread, once: int32 converts from Python ints faster.
+        packed = batches.Packed(sequences, self.embedder.max_seq_length, dtype=np.int32)
+        before = np.cumsum(packed.lengths) - packed.lengths
         self._start()
         with self._work:
             if self._closed:
                 raise RuntimeError("embed: the queue is closed")
             request.serial = next(self._serials)
             start = max(self._served, self._submitted // self.documents)
-            self._submitted += tokens
-            waiting, incoming = self._pool.tokens + self._incoming_tokens, self._incoming_tokens
-            self._incoming.append((request, sequences, start, tokens))
-            self._incoming_tokens += tokens
-            # The prep thread is woken only when this submit can change what it does (see
-            # _prepare_forever): nothing waited, a step's worth is now there to pack, or HOLD
-            # passes' worth now wait. Thousands of submits each waking it cost the forward
-            # thread the GIL (ADR 0305).
-            if (not waiting or incoming < self._step <= self._incoming_tokens
-                    or waiting < self._hold <= waiting + tokens):
+            self._submitted += int(before[-1] + packed.lengths[-1])
+            waiting = self._pool.tokens
+            self._pool.put(request, packed, start + before)
+            # The prep thread is woken only when this submit can change its decision (see
+            # _cut_in): thousands of submits each waking it cost the forward thread the GIL.
+            if not waiting or waiting < self._hold <= self._pool.tokens:
                 self._work.notify()
         return request
 
@@ -362,16 +337,16 @@ class EmbedQueue:
             with self._work:
                 while True:
                     wait = self._cut_in()
-                    if self._incoming and (wait > 0 or not self._pool.count or (
-                            self._forward_idle and self._pool.tokens < self._step)):
-                        # Not due yet, or nothing to cut, or an idle forward thread would get
-                        # a sliver: pack what was submitted first (a step at a time).
-                        self._absorb()
-                        continue
                     if wait > 0:
                         self._work.wait(wait)
                         continue
-                    self._wait_quiet()  # due, but if the forward thread is launching: once it waits
+                    if not self._quiet.is_set() and not self._closed:
+                        # Due, but the forward thread is launching: cut once it waits.
+                        self._lock.release()
+                        try:
+                            self._quiet.wait(QUIET_WAIT_S)
+                        finally:
+                            self._lock.acquire()
                     break
                 if not self._pool.count:
                     self._ready.put(None)  # closed, and everything queued has run
@@ -394,49 +369,6 @@ class EmbedQueue:
             self.stats.prep_s += self._last_prep_s
             self._ready.put(prepared)
 
-    def _wait_quiet(self) -> None:
-        """(holds the lock) Until the forward thread needs no GIL: its launches done, or idle."""
-        if not self._quiet.is_set() and not self._closed:
-            self._lock.release()
-            try:
-                self._quiet.wait(QUIET_WAIT_S)
-            finally:
-                self._lock.acquire()
-
-    def _absorb(self) -> None:
-        """(holds the lock) A step's worth of the submitted documents into the pool, packed
-        without the lock, outside the forward thread's launches (ADR 0309). A document that
-        stopped waiting meanwhile leaves at once."""
-        self._wait_quiet()
-        # An idle forward thread waits for this step: a whole pass's worth at once, or its
-        # passes shrink to one step each and stay so (each then too short to pack the next).
-        step = self.batch_tokens if self._forward_idle else self._step
-        taken: list[tuple[Request, Sequence[Sequence[int]], int, int]] = []
-        tokens = 0
-        while self._incoming and tokens < step:
-            taken.append(self._incoming.popleft())
-            tokens += taken[-1][3]
-        self._incoming_tokens -= tokens
-        live = [item for item in taken if not item[0].done()]
-        if not live:
-            return
-        requests = [item[0] for item in live]
-        self._lock.release()
-        try:
-            packed = _pack([seq for item in live for seq in item[1]], self._pool.ids.shape[1])
-        except Exception as exc:  # noqa: BLE001 - never lose the thread: fail these documents
-            log.exception("embedding ids could not be queued")
-            for request in requests:
-                request.fail(exc)
-            return
-        finally:
-            self._lock.acquire()
-        self._pool.put(requests, [item[2] for item in live], *packed,
-                       [len(item[1]) for item in live])
-        for request in requests:
-            if request.done():  # cancelled while it was packed
-                self._pool.end(request)
-
     def _cut_in(self) -> float:
         """Seconds until the next pass should be cut (0: now; holds the lock). While the
         forward thread is busy, the cut waits until the pool holds HOLD passes' worth, or
@@ -452,10 +384,7 @@ class EmbedQueue:
             return 0.0
         # The running pass should take about as long as the last one did; cut the next so it
         # is ready a margin before that.
-        # Scaled by the running pass's size over the last one's, if larger: after a small pass
-        # (the first of a burst, a warm-up) the next is not cut early from a pool still filling.
-        expected = self._last_pass_s * max(1.0, self._running_padded / max(1, self._last_padded))
-        due = self._pass_started + (1 - CUT_MARGIN) * expected - self._last_prep_s
+        due = self._pass_started + (1 - CUT_MARGIN) * self._last_pass_s - self._last_prep_s
         return max(0.0, due - time.perf_counter())
 
     def _forward_forever(self) -> None:
@@ -472,8 +401,6 @@ class EmbedQueue:
                 self._forward_idle = False
             self._quiet.clear()
             self._pass_started = time.perf_counter()
-            if prepared is not None:
-                self._running_padded = prepared.ids.size
             self.stats.starved_s += self._pass_started - waited
             self._room.release()  # the next pass is cut while this one runs
             if prepared is None:
@@ -503,7 +430,6 @@ class EmbedQueue:
             return
         self._quiet.clear()  # this thread's Python again: hand on, take the next pass, launch
         self._last_pass_s = time.perf_counter() - started
-        self._last_padded = prepared.ids.size
         self._count(prepared, self._last_pass_s)
         # Handed on: the next pass starts while this one's documents get their rows.
         self._delivering.put((prepared, vectors))
@@ -585,17 +511,6 @@ class EmbedQueue:
 
 class NoVector(ValueError):
     """The model returned a vector that is not finite for one of the document's chunks."""
-
-
-def _pack(sequences: list[Sequence[int]], width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sequences as rows of int32 at ``width``, right-padded with 0, and their lengths: one flat
-    conversion of every id (the unboxing, ~20 ns an id, is the floor), one scatter."""
-    lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
-    flat = np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.int32,
-                       count=int(lengths.sum()))
-    rows = np.zeros((len(sequences), width), dtype=np.int32)
-    rows[np.arange(width) < lengths[:, None]] = flat
-    return rows, lengths
 
 
 def _pad(arena: np.ndarray, slots: np.ndarray, lengths: np.ndarray, rows: np.ndarray,
