@@ -222,17 +222,20 @@ def components(url: str, pg: EmbeddedPostgres, tenant_id: uuid.UUID, queries: li
     found: dict[str, list[list[Any]]] = {"text": [[] for _ in queries],
                                          "vector": [[] for _ in queries]}
 
+    # As the gateway runs them (service.candidates): prepared, planned for each execution.
     def text(conn: db.Conn, i: int) -> None:
-        found["text"][i] = conn.execute(service.Q["text_candidates"], {
-            "tenant_id": tenant_id, "q": queries[i], "syntax": False, "n": n, **NO_FILTERS},
-            prepare=False).fetchall()
+        with conn.transaction():
+            conn.execute(service.Q["search_settings"], {"ef_search": ef})
+            found["text"][i] = conn.execute(service.Q["text_candidates"], {
+                "tenant_id": tenant_id, "q": queries[i], "syntax": False, "n": n,
+                **NO_FILTERS}, prepare=True).fetchall()
 
     def vector(conn: db.Conn, i: int) -> None:
         with conn.transaction():
-            conn.execute(service.Q["hnsw_scan"], {"ef_search": ef})
+            conn.execute(service.Q["search_settings"], {"ef_search": ef})
             found["vector"][i] = conn.execute(service.Q["vector_candidates"], {
                 "tenant_id": tenant_id, "vector": literals[i], "model": DEFAULT_EMBEDDING_MODEL,
-                "n": n, **NO_FILTERS}, prepare=False).fetchall()
+                "n": n, **NO_FILTERS}, prepare=True).fetchall()
 
     fused: list[list[service.Fused]] = []
     shown: list[list[Any]] = []

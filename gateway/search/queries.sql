@@ -10,7 +10,7 @@
 -- or, when the user typed search syntax (%(syntax)s: "a phrase", -word, OR), those matching
 -- websearch_to_tsquery, which keeps its AND, phrase and NOT. The GIN index on tsv finds them;
 -- the tsquery expressions of the parameters are folded into constants when the statement is
--- planned (prepare=False), so the planner sees the real query.
+-- planned (a custom plan each execution: search_settings), so the planner sees the real query.
 -- Score: each chunk's bm25 column holds the document side of BM25 per lexeme (migration 0055);
 -- the query side is each query lexeme's IDF, ln(1 + (N − df + 0.5) / (df + 0.5)), where df is
 -- the count of the tenant's active chunks under the filters that hold the lexeme (kept per
@@ -121,7 +121,7 @@ LIMIT %(n)s;
 -- The chunks nearest the query vector by cosine distance. Written as ORDER BY embedding <=> q
 -- LIMIT n so the planner walks the HNSW index (idx_chunk_embeddings_hnsw); the index is shared
 -- by all tenants, so the tenant and activity filters apply to what the walk returns, and the
--- caller turns on pgvector's iterative scan (hnsw_scan below) so that the walk goes on until n
+-- caller turns on pgvector's iterative scan (search_settings below) so that the walk goes on until n
 -- rows pass them (docs/decisions/0105, 0158). Only
 -- versions embedded by the gateway's own model are compared: other models' vectors live in
 -- another space (docs/decisions/0004). The query is cast to halfvec, the column's type: the
@@ -141,13 +141,26 @@ WHERE e.tenant_id = %(tenant_id)s
 ORDER BY e.embedding <=> %(vector)s::halfvec
 LIMIT %(n)s;
 
--- name: hnsw_scan
--- The HNSW walk of vector_candidates, for this transaction only: a candidate list of ef_search,
--- and strict_order iterative scans (pgvector 0.8), which walk on, still in distance order,
--- while the tenant and activity filters leave fewer than LIMIT rows (up to
--- hnsw.max_scan_tuples, 20,000 by default). ADR 0158.
-SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
+-- name: search_settings
+-- First statement of a search's candidate reads, for this transaction only:
+-- - plan_cache_mode: the candidate statements are prepared (parsed once a connection) and
+--   planned anew for each execution's own parameters, as an unprepared statement is: the
+--   generic plan of their "NULL = no filter" shapes scans every chunk of the tenant instead of
+--   the GIN or HNSW index (ADR 0158), and text_candidates' tsquery expressions must fold into
+--   constants (ADR 0225). Preparing saves Postgres the parse of these long statements, and the
+--   gateway their conversion and sending, each request (ADR 0318).
+-- - the HNSW walk of vector_candidates: a candidate list of ef_search, and strict_order
+--   iterative scans (pgvector 0.8), which walk on, still in distance order, while the tenant and
+--   activity filters leave fewer than LIMIT rows (up to hnsw.max_scan_tuples, 20,000 by
+--   default). ADR 0158.
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('hnsw.ef_search', %(ef_search)s, true),
        set_config('hnsw.iterative_scan', 'strict_order', true);
+
+-- name: search_settings_reset
+-- After the candidate statements: the transaction's later statements (the hits, prepared by the
+-- driver after a few runs) may use their generic plans again.
+RESET plan_cache_mode;
 
 -- name: hits
 -- What a result shows, for the fused chunk ids; re-checks tenant and activity, so a version

@@ -21,7 +21,7 @@ from typing import Any
 from uuid import UUID
 
 from psycopg import AsyncCursor
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, tuple_row
 
 from gateway.search.embedding import QueryEmbedder, model_loader
 from shared import db, errors
@@ -48,7 +48,7 @@ MAX_NESTED = 3
 CANDIDATE_DEPTH = 100
 # pgvector's HNSW candidate list: the pool size, at least 100, at most pgvector's maximum of
 # 1000. At 40 (pgvector's default) the halfvec quality test's top 10 fell to 0.987 of the exact
-# fp32 neighbours; real embeddings walk 100 in about a millisecond (ADR 0158). Iterative scans (queries.sql: hnsw_scan) make up for the rows the filters
+# fp32 neighbours; real embeddings walk 100 in about a millisecond (ADR 0158). Iterative scans (queries.sql: search_settings) make up for the rows the filters
 # drop, so no headroom above the pool is needed; each step up costs time (ADR 0158).
 MIN_EF_SEARCH, MAX_EF_SEARCH = 100, 1000
 # Highlight markers ts_headline puts around matches (queries.sql strips them from the text).
@@ -214,8 +214,7 @@ def fuse(text: Sequence[tuple[UUID, UUID]], vector: Sequence[tuple[UUID, UUID]],
     text_rank, vector_rank, docs = _ranks(text), _ranks(vector), {}
     for chunk_id, doc_id in (*text, *vector):
         docs[chunk_id] = doc_id
-    order = sorted(docs, key=lambda c: _key(_rrf(text_rank.get(c), vector_rank.get(c)),
-                                            text_rank.get(c), vector_rank.get(c), c))
+    order = sorted(docs, key=lambda c: _ranked(c, text_rank.get(c), vector_rank.get(c)))
 
     def built(chunk_id: UUID, score: float | None = None,
               others: tuple[Fused, ...] = ()) -> Fused:
@@ -231,8 +230,7 @@ def fuse(text: Sequence[tuple[UUID, UUID]], vector: Sequence[tuple[UUID, UUID]],
     by_doc: dict[UUID, list[UUID]] = {}
     for chunk_id in order:  # best first: a document's first chunk is its best
         by_doc.setdefault(docs[chunk_id], []).append(chunk_id)
-    ranked = sorted(by_doc, key=lambda d: _key(_rrf(doc_text.get(d), doc_vector.get(d)),
-                                               doc_text.get(d), doc_vector.get(d), d))
+    ranked = sorted(by_doc, key=lambda d: _ranked(d, doc_text.get(d), doc_vector.get(d)))
     return [built(best, _rrf(doc_text.get(d), doc_vector.get(d)),
                   tuple(built(o) for o in rest[:MAX_NESTED]))
             for d in ranked[:k] for best, *rest in (by_doc[d],)]
@@ -253,10 +251,21 @@ def document_ranks(ranked: Sequence[tuple[UUID, UUID]]) -> dict[UUID, int]:
     return ranks
 
 
+def _ranked(ident: UUID, text_rank: int | None,
+            vector_rank: int | None) -> tuple[float, int, UUID]:
+    """The sort key of a candidate, from its ranks looked up once each."""
+    return _key(_rrf(text_rank, vector_rank), text_rank, vector_rank, ident)
+
+
 def _key(score: float, text_rank: int | None, vector_rank: int | None,
-         ident: UUID) -> tuple[float, int, str]:
-    """Best score first, then the better single rank, then the id: a total order."""
-    return -score, min(r for r in (text_rank, vector_rank) if r), str(ident)
+         ident: UUID) -> tuple[float, int, UUID]:
+    """Best score first, then the better single rank, then the id: a total order. UUIDs
+    compare as their 128-bit integers, the order of their fixed-width hex text: the order the
+    ids' strings gave, without formatting 200 of them a request (~0.3 ms of gateway CPU)."""
+    if text_rank is not None and (vector_rank is None or text_rank <= vector_rank):
+        return -score, text_rank, ident
+    assert vector_rank is not None  # every candidate is in one list at least
+    return -score, vector_rank, ident
 
 
 def _rrf(text_rank: int | None, vector_rank: int | None) -> float:
@@ -311,25 +320,28 @@ async def candidates(conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequ
                      vector: list[float] | None, model: str) -> Candidates:
     """Both ranked candidate lists, read in the caller's transaction, in one round trip."""
     base = {"tenant_id": tenant_id, "n": request.pool_size, **request.filters.params()}
-    # prepare=False: each execution is planned for its own parameters. A prepared statement goes
-    # generic after a few runs on a connection, and the generic plan of these "NULL = no
-    # filter" shapes scans every chunk of the tenant instead of the GIN or HNSW index (ADR 0158).
+    ef_search = min(MAX_EF_SEARCH, max(MIN_EF_SEARCH, request.pool_size))
     async with conn.pipeline():  # the statements go together; the first fetch waits for all
+        # First, as it sets what the next two are planned and run with (queries.sql).
+        await conn.execute(Q["search_settings"], {"ef_search": str(ef_search)})
         text_cursor = near_cursor = None
         if request.mode in ("hybrid", "text"):
-            text_cursor = await conn.execute(Q["text_candidates"], {
-                **base, "q": request.q, "syntax": request.syntax}, prepare=False)
+            text_cursor = conn.cursor(row_factory=tuple_row)
+            await text_cursor.execute(Q["text_candidates"], {
+                **base, "q": request.q, "syntax": request.syntax}, prepare=True)
         if request.mode in ("hybrid", "vector") and vector is not None:
-            ef_search = min(MAX_EF_SEARCH, max(MIN_EF_SEARCH, request.pool_size))
-            await conn.execute(Q["hnsw_scan"], {"ef_search": str(ef_search)})
-            near_cursor = await conn.execute(Q["vector_candidates"], {
-                **base, "vector": _literal(vector), "model": model}, prepare=False)
+            near_cursor = conn.cursor(row_factory=tuple_row)
+            await near_cursor.execute(Q["vector_candidates"], {
+                **base, "vector": _literal(vector), "model": model}, prepare=True)
+        await conn.execute(Q["search_settings_reset"])
+        # Rows as tuples (chunk_id, doc_id, score or distance): 200 of them a hybrid request,
+        # and a dict each cost more than the fusion that reads them.
         text_rows = await text_cursor.fetchall() if text_cursor else []
         near_rows = await near_cursor.fetchall() if near_cursor else []
-    return Candidates(text=[(r["chunk_id"], r["doc_id"]) for r in text_rows],
-                      vector=[(r["chunk_id"], r["doc_id"]) for r in near_rows],
-                      distance={r["chunk_id"]: float(r["distance"]) for r in near_rows},
-                      text_score={r["chunk_id"]: float(r["score"]) for r in text_rows})
+    return Candidates(text=[(chunk_id, doc_id) for chunk_id, doc_id, _ in text_rows],
+                      vector=[(chunk_id, doc_id) for chunk_id, doc_id, _ in near_rows],
+                      distance={chunk_id: float(d) for chunk_id, _, d in near_rows},
+                      text_score={chunk_id: float(score) for chunk_id, _, score in text_rows})
 
 
 async def hits(conn: db.AsyncConn, *, tenant_id: UUID, q: str,

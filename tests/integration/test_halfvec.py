@@ -119,7 +119,7 @@ def vector_query(conn, tenant_id: uuid.UUID, literal: str, *, explain: bool = Fa
     """The gateway's vector query, with the candidate pool and hnsw.ef_search it uses for k=10."""
     request = service.SearchRequest("q", k=K, mode="vector")
     ef_search = min(service.MAX_EF_SEARCH, max(service.MIN_EF_SEARCH, request.pool_size))
-    conn.execute(service.Q["hnsw_scan"], {"ef_search": str(ef_search)})
+    conn.execute(service.Q["search_settings"], {"ef_search": str(ef_search)})
     return conn.execute(("EXPLAIN " if explain else "") + service.Q["vector_candidates"], {
         "tenant_id": tenant_id, "vector": literal, "model": MODEL, "n": request.pool_size,
         **service.Filters().params()}).fetchall()

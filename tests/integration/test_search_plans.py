@@ -4,7 +4,9 @@ repeats them (docs/decisions/0158).
 psycopg prepares a statement on its 5th run on a connection, and Postgres then plans it once
 for every parameter value (a generic plan) when that looks cheaper: for the candidate queries'
 "NULL = no filter" shapes that generic plan reads every chunk of the tenant instead of the
-HNSW or GIN index (at 100,000 chunks: 244 ms instead of 15 for the vector query).
+HNSW or GIN index (at 100,000 chunks: 244 ms instead of 15 for the vector query). The gateway
+prepares them itself (parsed once a connection) and plans each run for its own parameters
+(queries.sql: search_settings, docs/decisions/0318).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def lists(conn, tenant_id: uuid.UUID, q: str, request: service.SearchRequest):
     params = {"tenant_id": tenant_id, "n": request.pool_size, **NO_FILTERS}
     text = conn.execute(service.Q["text_candidates"], {**params, "q": q, "syntax": False},
                         prepare=False).fetchall()
-    conn.execute(service.Q["hnsw_scan"], {"ef_search": str(max(service.MIN_EF_SEARCH,
+    conn.execute(service.Q["search_settings"], {"ef_search": str(max(service.MIN_EF_SEARCH,
                                                                 request.pool_size))})
     literal = "[" + ",".join(f"{x:.6g}" for x in vector(q)) + "]"
     near = conn.execute(service.Q["vector_candidates"], {**params, "vector": literal,
