@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,20 @@ class _TranslatingAsyncPool(AsyncConnectionPool[AsyncConn]):
                 yield conn
         except (PoolTimeout, *UNAVAILABLE) as exc:
             raise errors.DatabaseUnavailable() from exc
+
+
+async def read_alone(conn: AsyncConn, query: str, params: dict[str, Any]) -> DictRow | None:
+    """The first row of one read-only statement, sent alone in autocommit: one round trip, where
+    the pool's connection would wrap it in BEGIN and COMMIT, two more (the gateway's check of
+    every request's session, ADR 0318). ``conn`` must be idle, as the pool lends it."""
+    await conn.set_autocommit(True)
+    try:
+        return await (await conn.execute(query, params)).fetchone()
+    finally:
+        # As the pool's own check does: a connection broken meanwhile refuses this, and the
+        # pool discards it; a working one always takes it back (no transaction is open).
+        with suppress(psycopg.Error):
+            await conn.set_autocommit(False)
 
 
 # Driver errors that mean "the database is unreachable or restarting": worth a retry.
