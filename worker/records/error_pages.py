@@ -38,7 +38,8 @@ def make_visible(conn: db.Conn, keys: dict[str, Any]) -> float | None:
     transaction)."""
     started = time.monotonic()
     try:
-        if not conn.execute(WROTE_ERRORS, keys).fetchone()["wrote"]:
+        wrote = conn.execute(WROTE_ERRORS, keys).fetchone()
+        if not (wrote and wrote["wrote"]):
             return None
         conn.execute(VACUUM)
     except psycopg.Error as exc:

@@ -30,7 +30,8 @@ def merge_pending(conn: db.Conn) -> int:
     pages = 0
     try:
         for index in TRIGRAM_INDEXES:
-            pages += conn.execute(MERGE, (index,)).fetchone()["pages"]
+            row = conn.execute(MERGE, (index,)).fetchone()
+            pages += row["pages"] if row else 0
     except psycopg.Error as exc:
         log.warning("could not merge the trigram indexes' pending rows; searches read them "
                     "until autovacuum does", extra={"error": type(exc).__name__})

@@ -147,7 +147,8 @@ def _xlsx_rows(archive: zipfile.ZipFile, member: str,
     without its `r` (optional in the standard, written by no common tool) ends the scan:
     the rest of the sheet keeps its stored values.
     """
-    row_index, cells = -1, {}
+    row_index = -1
+    cells: dict[int, numfmt.Formatter] = {}
     for style, ref in _styled_cells(archive, member):
         if ref is None:
             break

@@ -48,7 +48,7 @@ def read_workbook(path: Path, source_type: str, limits: common.Limits) -> common
             cells += sheet.total_height * sheet.total_width
             if cells > limits.max_cells:
                 raise common.too_large(kind, limits.max_cells, "cells")
-            rows = sheet.iter_rows()
+            rows: Iterator[Sequence[object]] = sheet.iter_rows()
             if formats is not None and sheet.start is not None:
                 rows = formats.apply(name, rows, first_column=sheet.start[1])
             doc.add(common.heading(2, f"Sheet: {name}"))
