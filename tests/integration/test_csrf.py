@@ -144,6 +144,10 @@ def test_dlq_redrive_and_purge_need_the_csrf_header(gateway, conn, tenants, stor
         # Redrive one: refused without the token, done with it
         _assert_csrf_guards(browser, Case("POST", "/v1/admin/dlq/redrive",
                                           {"run_ids": [str(first.run_id)]}, state, 200))
+        # The redriven job reaches the queue through the outbox relay, after the answer: wait
+        # for it, or the purge's "nothing changed" snapshots would see it arrive (CI did once)
+        wait_until(lambda: ops.depth(queues, queues.url) == 1, timeout=30,
+                   message="the redriven job published")
         # Purge the other (anything older than 0 s): the same
         _assert_csrf_guards(browser, Case("POST", "/v1/admin/dlq/purge",
                                           {"older_than": "0s", "confirm": True}, state, 200))
