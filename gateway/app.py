@@ -168,7 +168,7 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     ctx.events.start()
     # API keys: one statement at a time for all waiting requests, on a connection of its own.
     key_pool = db.async_pool(settings.database_url, min_size=1, max_size=1, name="api-keys",
-                             timeout_s=settings.db_pool_timeout_s, configure=event_keys.prepare)
+                             timeout_s=settings.db_pool_timeout_s)
     await key_pool.open(wait=False)
     ctx.key_lookups = event_keys.Lookups(key_pool)
     if settings.events_server_timing:

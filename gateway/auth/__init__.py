@@ -131,8 +131,9 @@ async def live_principal(pool: db.AsyncPool, token: str, secret: str) -> Princip
     and the token's version is still the user's. The role is the row's, not the token's."""
     claimed = decode_token(token, secret)
     async with pool.connection() as conn:
-        row = await db.read_alone(conn, Q["session_user"], {
+        rows = await db.read_alone(conn, Q["session_user"], {
             "user_id": claimed.user_id, "tenant_id": claimed.tenant_id})
+    row = rows[0] if rows else None
     if row is None or row["deactivated_at"] is not None \
             or row["token_version"] != claimed.token_version:
         raise errors.Unauthorized(SESSION_ENDED)

@@ -82,7 +82,7 @@ class Lookups:
     their events' commits. A request joins the next statement, never one already running, so
     a key revoked before the request arrived is refused by it, as with a query of its own
     (ADR 0136: revocation at once). One statement at a time needs one connection: its own,
-    in autocommit (the statement is its own transaction), so no BEGIN and COMMIT either."""
+    sent alone in autocommit (``db.read_alone``), so no BEGIN and COMMIT either."""
 
     def __init__(self, pool: db.AsyncPool) -> None:
         self.pool = pool
@@ -98,7 +98,13 @@ class Lookups:
         self._waiting.setdefault(digest(presented), []).append(future)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="api-key-lookups")
-        found = await future
+        try:
+            found = await future
+        finally:
+            # However the request leaves (cancelled, or its coroutine closed without a cancel),
+            # its future is done from here on, so the lookup never sets an exception on it that
+            # nobody will read ("Future exception was never retrieved").
+            future.cancel()
         if found is None:
             raise errors.Unauthorized("The API key is not valid; ask an admin for a new one.")
         return found
@@ -109,12 +115,12 @@ class Lookups:
             batch, self._waiting = self._waiting, {}
             try:
                 async with self.pool.connection() as conn:
-                    rows = await (await conn.execute(Q["key_callers"], {
-                        "key_hashes": list(batch)})).fetchall()
+                    rows = await db.read_alone(conn, Q["key_callers"], {
+                        "key_hashes": list(batch)})
             except BaseException as exc:  # each waiting request fails as its own query would
                 for futures in batch.values():
                     for future in futures:
-                        if not future.done():
+                        if not future.done():  # the request may have gone meanwhile
                             future.set_exception(exc)
                 if isinstance(exc, asyncio.CancelledError):
                     raise
@@ -125,7 +131,3 @@ class Lookups:
                     if not future.done():  # the request may have gone meanwhile
                         future.set_result(found.get(key_hash))
 
-
-async def prepare(conn: db.AsyncConn) -> None:
-    """The lookups' connection: each statement its own transaction."""
-    await conn.set_autocommit(True)

@@ -90,13 +90,14 @@ class _TranslatingAsyncPool(AsyncConnectionPool[AsyncConn]):
             raise errors.DatabaseUnavailable() from exc
 
 
-async def read_alone(conn: AsyncConn, query: str, params: dict[str, Any]) -> DictRow | None:
-    """The first row of one read-only statement, sent alone in autocommit: one round trip, where
-    the pool's connection would wrap it in BEGIN and COMMIT, two more (the gateway's check of
-    every request's session, ADR 0318). ``conn`` must be idle, as the pool lends it."""
+async def read_alone(conn: AsyncConn, query: str, params: dict[str, Any]) -> list[DictRow]:
+    """The rows of one read-only statement, sent alone in autocommit: one round trip, where the
+    pool's connection would wrap it in BEGIN and COMMIT, two more (the gateway's check of every
+    request's session, ADR 0318; the batched API key lookups, ADR 0342). ``conn`` must be idle,
+    as the pool lends it."""
     await conn.set_autocommit(True)
     try:
-        return await (await conn.execute(query, params)).fetchone()
+        return await (await conn.execute(query, params)).fetchall()
     finally:
         # As the pool's own check does: a connection broken meanwhile refuses this, and the
         # pool discards it; a working one always takes it back (no transaction is open).

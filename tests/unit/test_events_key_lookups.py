@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import uuid
 from typing import Any
 
@@ -25,6 +26,11 @@ class FakePool:
         self.statements: list[list[str]] = []
         self.release = asyncio.Event()
         self.release.set()
+        self.autocommit = False
+        self.autocommit_at_statement: list[bool] = []
+
+    async def set_autocommit(self, on: bool) -> None:
+        self.autocommit = on
 
     @contextlib.asynccontextmanager
     async def connection(self) -> Any:
@@ -33,6 +39,7 @@ class FakePool:
     async def execute(self, query: str, params: dict) -> Any:
         assert query == keys.Q["key_callers"]
         self.statements.append(list(params["key_hashes"]))
+        self.autocommit_at_statement.append(self.autocommit)
         await self.release.wait()
         # Read the live keys only once released: as a statement's snapshot would be taken.
         rows = [{"key_id": uuid.uuid5(uuid.NAMESPACE_OID, h), "tenant_id": self.live[h],
@@ -62,6 +69,8 @@ def test_requests_waiting_together_share_one_statement():
 
     presented, pool = asyncio.run(scenario())
     assert len(pool.statements) == 1
+    # Sent alone in autocommit (db.read_alone), and the connection goes back as it came.
+    assert pool.autocommit_at_statement == [True] and not pool.autocommit
     assert sorted(pool.statements[0]) == sorted(keys.digest(k) for k in presented)
 
 
@@ -138,3 +147,36 @@ def test_every_request_gets_its_own_keys_tenant(n):
         return [(tenants[keys.digest(k)], c.tenant_id) for k, c in zip(presented, found, strict=True)]
 
     assert all(want == got for want, got in asyncio.run(scenario()))
+
+
+def test_a_request_that_left_leaves_no_unread_exception_behind():
+    """A request whose coroutine is closed while it waits (no cancel reaches its future) and
+    whose statement then fails: the failure must not be set on a future nobody reads, which
+    asyncio logs as "Future exception was never retrieved"."""
+
+    class Broken(FakePool):
+        async def execute(self, query: str, params: dict) -> Any:
+            self.statements.append(list(params["key_hashes"]))
+            await self.release.wait()
+            raise errors.DatabaseUnavailable()
+
+    unread: list[dict] = []
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: unread.append(ctx))
+        pool = Broken({})
+        pool.release.clear()
+        lookups = keys.Lookups(pool)  # type: ignore[arg-type]
+        request = lookups.caller(keys.generate())
+        request.send(None)  # the request now waits on its future
+        while not pool.statements:
+            await asyncio.sleep(0)
+        request.close()  # it leaves, as a destroyed task's coroutine does
+        pool.release.set()
+        assert lookups._task is not None
+        await lookups._task
+        gc.collect()
+
+    asyncio.run(scenario())
+    gc.collect()
+    assert not [ctx["message"] for ctx in unread]
