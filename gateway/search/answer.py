@@ -10,7 +10,8 @@ specs/gateway-worker-ingestion.md §2.2–2.4, as this gateway keeps them:
   deactivated while the provider was writing is not cited (the answer falls back to the
   passages still active, or abstains);
 - an extractive answer quotes sentences, never a heading, caption or boilerplate line: the
-  sentence of each passage nearest the question in meaning.
+  sentence of each passage nearest the question in meaning, one that states before one that
+  asks (a FAQ's question is no answer).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
     still = [p for p in passages if UUID(p["chunk_id"]) in live]
     if not still:
         return _abstain(request.q, "cited_content_deactivated", facts=verdict.facts())
-    quoted = await _quotes(runtime, query[0], still[:EXTRACTIVE_PASSAGES])
+    quoted = await _stating(runtime, query[0], still)
     if not quoted:
         return _abstain(request.q, "nothing_quotable", facts=verdict.facts())
     return _extractive(request.q, quoted, fallback, facts=verdict.facts())
@@ -121,11 +122,28 @@ async def _judge(conn: db.AsyncConn, tenant_id: UUID, q: str, found: service.Can
     return evidence.decide(lift, passages, unknown=question.unknown, rule=rule)
 
 
+async def _stating(runtime: Runtime, question: list[float],
+                   passages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Up to EXTRACTIVE_PASSAGES passages with their quotes, most similar first; a passage that
+    can only quote a question is left out while another states something. A question is no
+    answer: "What is Debian?" over the Debian FAQ quoted its heading "What is the latest
+    version of Debian?". Passages are quoted EXTRACTIVE_PASSAGES at a time, and the next ones
+    only while none so far states anything."""
+    quoted: list[dict[str, Any]] = []
+    for at in range(0, len(passages), EXTRACTIVE_PASSAGES):
+        quoted += await _quotes(runtime, question, passages[at:at + EXTRACTIVE_PASSAGES])
+        if any(p["kind"] < evidence.ASKS for p in quoted):
+            break
+    stating = [p for p in quoted if p["kind"] != evidence.ASKS]
+    chosen = stating if any(p["kind"] < evidence.ASKS for p in quoted) else quoted
+    return [{k: v for k, v in p.items() if k != "kind"} for p in chosen[:EXTRACTIVE_PASSAGES]]
+
+
 async def _quotes(runtime: Runtime, question: list[float],
                   passages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each passage with its ``quote``, a verbatim span of its text (evidence.quote): from the
-    quotable sentence nearest the question in meaning (embedded in one micro-batch); a passage
-    with none is left out."""
+    """Each passage with its ``quote``, a verbatim span of its text (evidence.quote), and the
+    ``kind`` of sentence it starts at: from the quotable sentence nearest the question in
+    meaning (embedded in one micro-batch); a passage with none is left out."""
     candidates = [[s for s in evidence.sentences(p["text"]) if evidence.quotable(s.text)]
                   for p in passages]
     flat = [s.text for group in candidates for s in group]
@@ -140,7 +158,8 @@ async def _quotes(runtime: Runtime, question: list[float],
     for passage, group in zip(passages, candidates, strict=True):
         if group:
             sims = [float(np.dot(q, vectors[at + i])) for i in range(len(group))]
-            out.append({**passage, "quote": evidence.nearest_quote(passage["text"], group, sims)})
+            out.append({**passage, "quote": evidence.nearest_quote(passage["text"], group, sims),
+                        "kind": evidence.quote_kind(passage["text"], group, sims)})
         at += len(group)
     return out
 

@@ -68,6 +68,8 @@ _LINE_BLOCK = re.compile(r"^\s*(?:#{1,6}\s|[-*+•]\s|\d+[.)]\s|\|)")
 # A blank line is one of whitespace only ("\r\n\r\n" too).
 _PARAGRAPH = re.compile(r"(?:[^\n]|\n(?![^\S\n]*\n))+")
 _COMPLETE = re.compile(r"[.!?…][\"”’)\]]*$")
+# A question: what a FAQ heads its answers with, and no answer itself.
+_QUESTION = re.compile(r"[?？][\"”’)\]]*$")
 # clean=False: the text as it is (no repairs), so every span is the passage's own characters.
 _SEGMENTER = pysbd.Segmenter(language="en", clean=False, char_span=True)
 # What pysbd reads in place of the text: every control character and every whitespace but the
@@ -230,6 +232,12 @@ class Sentence:
         title line or a heading, which are quoted only when a passage has nothing better."""
         return bool(_COMPLETE.search(self.text))
 
+    @property
+    def question(self) -> bool:
+        """Ends with a question mark: it asks, it does not answer ("What is the latest version
+        of Debian?" heading a FAQ's answer)."""
+        return bool(_QUESTION.search(self.text))
+
 
 def quotable(sentence: str) -> bool:
     """A sentence that can answer: not a heading, caption, table row or boilerplate line."""
@@ -317,7 +325,8 @@ def quote(passage: str, chosen: Sequence[Sentence], at: int) -> str:
     first = last = chosen[at]
     for nxt in chosen[at + 1:]:
         if (nxt.paragraph != first.paragraph or nxt.end - first.start > QUOTE_CHARS
-                or not nxt.complete):  # a title line, or the chunk's end cutting a sentence
+                or not nxt.complete  # a title line, or the chunk's end cutting a sentence
+                or (nxt.question and not first.question)):  # nor runs into a question
             break
         last = nxt
     span = passage[first.start:last.end]
@@ -327,18 +336,35 @@ def quote(passage: str, chosen: Sequence[Sentence], at: int) -> str:
     return cut + ELLIPSIS
 
 
+# What a quote starts at, best first: a whole sentence that states; a line that is not one (a
+# title, a line ending ":"); a question; the tail of a sentence the chunk's start cut.
+STATES, LINE, ASKS, CUT = range(4)
+
+
 def nearest_quote(passage: str, chosen: Sequence[Sentence], similarities: Sequence[float]) -> str:
     """The quote that starts at the complete sentence most similar to the question (a title
-    line or other incomplete one only when the passage has no complete sentence, and the tail
-    of a sentence the chunk's start cut only when it has nothing else)."""
+    line or other incomplete one only when the passage has no complete sentence that states, a
+    question only when it has nothing but questions and a cut tail, and that tail only when it
+    has nothing else)."""
+    return quote(passage, chosen, _best_start(passage, chosen, similarities)[1])
+
+
+def quote_kind(passage: str, chosen: Sequence[Sentence], similarities: Sequence[float]) -> int:
+    """What the passage's best quote starts at (STATES, LINE, ASKS or CUT): ask leaves out a
+    passage that can only quote a question when another passage states something."""
+    return _best_start(passage, chosen, similarities)[0]
+
+
+def _best_start(passage: str, chosen: Sequence[Sentence],
+                similarities: Sequence[float]) -> tuple[int, int]:
+    """(kind, index) of the sentence the passage's quote starts at."""
     cut = _cut_at_the_start(passage, chosen)
 
-    def rank(i: int) -> tuple[int, float, int]:  # whole sentences, then lines, then a cut tail
-        kind = 2 if chosen[i] is cut else 0 if chosen[i].complete else 1
-        return kind, -similarities[i], i
+    def kind(s: Sentence) -> int:
+        return CUT if s is cut else ASKS if s.question else STATES if s.complete else LINE
 
-    order = sorted(range(len(chosen)), key=rank)
-    return quote(passage, chosen, order[0])
+    at = min(range(len(chosen)), key=lambda i: (kind(chosen[i]), -similarities[i], i))
+    return kind(chosen[at]), at
 
 
 def _cut_at_the_start(passage: str, chosen: Sequence[Sentence]) -> Sentence | None:
