@@ -389,7 +389,9 @@ def _describe(stats: embed.QueueStats, took: float) -> str:
             f"{100 * stats.forward_s / took:.0f} % in forward, "
             f"{1000 * stats.deliver_s / passes:.2f} ms delivering a pass (its own thread), "
             f"{100 * stats.starved_s / took:.0f} % waiting for a pass; prep "
-            f"{1000 * stats.prep_s / passes:.1f} ms a pass")
+            f"{1000 * stats.prep_s / passes:.1f} ms a pass"
+            + (f"; packing {1000 * stats.pack_s:.0f} ms in {stats.pack_steps} steps"
+               if getattr(stats, "pack_steps", 0) else ""))
 
 
 def _where_it_went(took: float, bound: float, nominal: float, stats: embed.QueueStats) -> str:

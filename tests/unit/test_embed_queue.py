@@ -285,6 +285,37 @@ def test_a_pass_is_delivered_after_the_next_ones_launches_not_during_them():
     queue.close()
 
 
+def test_ids_submitted_during_a_passs_launches_reach_the_pool_only_after_them():
+    # Given a pass launching for 200 ms (ADR 0370: packing ids holds the GIL, which the
+    # launches need), and the times the pool is filled
+    model = LaunchingModel(launch_s=0.2, wait_s=0.05)
+    queue = embed.EmbedQueue(model)  # type: ignore[arg-type]
+    put_at: list[float] = []
+    pool = queue._pool  # noqa: SLF001
+    name = "put_many" if hasattr(pool, "put_many") else "put"  # (main's was "put")
+    put = getattr(pool, name)
+    setattr(pool, name, lambda *a: (put_at.append(time.perf_counter()), put(*a)))
+    first = queue.submit(document(1, chunks=1))
+    _wait_for(lambda: not queue._forward_idle and not queue._quiet.is_set())  # noqa: SLF001
+    filled = len(put_at)
+
+    # When two documents are submitted meanwhile, and one of them stops waiting at once
+    later, gone = document(2, chunks=3), document(3, chunks=3)
+    request, cancelled = queue.submit(later), queue.submit(gone)
+    listed_only = request.slots is None and cancelled.slots is None
+    queue.cancel(cancelled)
+
+    # Then the submits only listed them; their ids went in once the launches were done; the
+    # one left gets its own vectors, the cancelled one nothing, and every slot is free again
+    assert listed_only, "a submit put its ids in the pool during the launches"
+    np.testing.assert_allclose(request.result(10), expected(later), atol=1e-6)
+    first.result(10)
+    assert put_at[filled] >= model.launched_at[0]
+    assert cancelled.cancelled()
+    _wait_for(lambda: len(queue._pool.free) == len(queue._pool.queued))  # noqa: SLF001
+    queue.close()
+
+
 def test_embedder_run_tells_a_backend_when_to_say_launched_and_says_it_for_one_that_cannot():
     calls: list[str] = []
 

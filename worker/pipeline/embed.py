@@ -5,7 +5,9 @@ token ids and gets a future of its vectors: nothing waits in the queue but the i
 thread that delivered a document's last vector wakes that document alone (no condition shared
 by every waiter, no thread per document needed).
 
-The ids wait in a pool: one arena of slots for every queued id, written once at submit. A prep
+A submit only lists its document; a packing thread puts the ids of what was listed into a pool,
+many documents a step, while the forward thread's device waits (ADR 0370). The ids wait in the
+pool: one arena of slots for every queued id, written once. A prep
 thread cuts each pass from the whole pool, one pass ahead of the forward thread: the pool
 sorted by length, the pass is the budget's worth of neighbouring lengths around the id that is
 most overdue by its fair tag. So every pass serves the id that has waited longest, and pads
@@ -55,6 +57,9 @@ CUT_MARGIN = 0.3
 # backend that cannot tell when it begins (the CPU's) says so at once, and an idle forward
 # thread says so too.
 QUIET_WAIT_S = 0.5
+# The packing thread fills the pool a 1/PACK_STEPS pass's tokens a step (ADR 0370): at the cuda
+# defaults ~130,000 ids, ~3 ms of the GIL.
+PACK_STEPS = 4
 
 
 class Request(concurrent.futures.Future):  # type: ignore[type-arg]
@@ -102,6 +107,8 @@ class QueueStats:
     deliver_s: float = 0.0     # handing documents their rows, waking them (its own thread)
     starved_s: float = 0.0     # the forward thread waiting for a prepared pass
     prep_s: float = 0.0        # the prep thread choosing, gathering and padding
+    pack_s: float = 0.0        # the packing thread putting listed ids into the pool
+    pack_steps: int = 0
     isolated_passes: int = 0
     largest_pass: int = 0
     # Sum over passes of the documents each held: / passes = documents a pass, on average.
@@ -130,22 +137,32 @@ class _Pool:
         self.count = 0    # ids waiting for a pass
         self.tokens = 0   # their tokens
 
-    def put(self, request: Request, packed: batches.Packed, tags: np.ndarray) -> None:
+    def put_many(self, requests: list[Request], packed: batches.Packed, counts: np.ndarray,
+                 starts: np.ndarray) -> None:
+        """Documents' ids, packed together in order (``counts`` rows each), into free slots in
+        one step per array: per document, these numpy steps cost as much as packing its ids
+        (ADR 0370). An id's tag is its document's start plus the tokens before it there."""
         n = len(packed)
         if len(self.free) < n:
             self._grow(n)
         slots = np.asarray(self.free[-n:], dtype=np.int64)
         del self.free[-n:]
+        first = np.cumsum(counts) - counts  # each document's first row in ``packed``
+        before = np.cumsum(packed.lengths) - packed.lengths
         self.ids[slots] = packed.ids
         self.lengths[slots] = packed.lengths
-        self.tags[slots] = tags
-        self.serials[slots] = request.serial
-        self.rows[slots] = np.arange(n)
-        self.owners[slots] = request
+        self.tags[slots] = np.repeat(starts - before[first], counts) + before
+        self.serials[slots] = np.repeat([r.serial for r in requests], counts)
+        self.rows[slots] = np.arange(n) - np.repeat(first, counts)
+        owners = np.empty(len(requests), dtype=object)
+        owners[:] = requests
+        self.owners[slots] = np.repeat(owners, counts)
         self.queued[slots] = True
         self.count += n
         self.tokens += int(packed.lengths.sum())
-        request.slots = slots
+        for request, a, b in zip(requests, first.tolist(), (first + counts).tolist(),
+                                 strict=True):
+            request.slots = slots[a:b]
 
     def _grow(self, need: int) -> None:
         old = len(self.queued)
@@ -228,6 +245,15 @@ class EmbedQueue:
         # The prep thread waits on it: for ids, or for the forward thread to need a pass.
         self._work = threading.Condition(self._lock)
         self._pool = _Pool(embedder.max_seq_length, embedder.dim)
+        # Documents submitted and not yet in the pool, with their fair start, for the packing
+        # thread (it waits on ``_packable``); their tokens, so that the prep thread knows more
+        # is on its way.
+        self._packable = threading.Condition(self._lock)
+        self._listed: list[tuple[Request, Sequence[Sequence[int]], int, int]] = []
+        self._listed_tokens = 0
+        # How many tokens the packing thread puts in the pool a step: a step holds the GIL
+        # (unboxing ~20 ns an id), so it is kept short enough not to delay a pass's launches.
+        self._pack_tokens = max(1, self.batch_tokens // PACK_STEPS)
         self._serials = itertools.count(1)
         self._submitted = 0  # tokens ever submitted
         self._served = 0     # the highest tag a pass was cut around
@@ -253,28 +279,29 @@ class EmbedQueue:
 
     # ── the documents' side ───────────────────────────────────────────────────────────────
     def submit(self, sequences: Sequence[Sequence[int]]) -> Request:
-        """Queue this document's ids; the future's result is its unit vectors, in order."""
+        """Queue this document's ids; the future's result is its unit vectors, in order.
+
+        Only lists the document (microseconds): the packing thread puts the ids of what was
+        listed into the pool, many documents a step, while the forward thread's device waits
+        (ADR 0370). A submit that packed its own ids held the GIL ~170 us a document, through
+        the forward thread's launches."""
         self.embedder.check_ids(sequences)
         request = Request(len(sequences))
         if request.size == 0:
             request.set_result(np.empty((0, self.embedder.dim), dtype=np.float32))
             return request
-        # Packed here, on the submitting thread, once: int32 converts from Python ints faster.
-        packed = batches.Packed(sequences, self.embedder.max_seq_length, dtype=np.int32)
-        before = np.cumsum(packed.lengths) - packed.lengths
+        tokens = sum(map(len, sequences))
         self._start()
         with self._work:
             if self._closed:
                 raise RuntimeError("embed: the queue is closed")
             request.serial = next(self._serials)
             start = max(self._served, self._submitted // self.documents)
-            self._submitted += int(before[-1] + packed.lengths[-1])
-            waiting = self._pool.tokens
-            self._pool.put(request, packed, start + before)
-            # The prep thread is woken only when this submit can change its decision (see
-            # _cut_in): thousands of submits each waking it cost the forward thread the GIL.
-            if not waiting or waiting < self._hold <= self._pool.tokens:
-                self._work.notify()
+            self._submitted += tokens
+            if not self._listed:
+                self._packable.notify()
+            self._listed.append((request, sequences, start, tokens))
+            self._listed_tokens += tokens
         return request
 
     def embed(self, sequences: Sequence[Sequence[int]], *,
@@ -314,7 +341,9 @@ class EmbedQueue:
         with self._lock:
             if self._threads or self._closed:
                 return
-            self._threads = [threading.Thread(target=self._prepare_forever, daemon=True,
+            self._threads = [threading.Thread(target=self._pack_forever, daemon=True,
+                                              name="embed-pack"),
+                             threading.Thread(target=self._prepare_forever, daemon=True,
                                               name="embed-prep"),
                              threading.Thread(target=self._forward_forever, daemon=True,
                                               name="embed-forward"),
@@ -328,8 +357,61 @@ class EmbedQueue:
         with self._work:
             self._closed = True
             self._work.notify()
+            self._packable.notify()
         for thread in self._threads:
             thread.join(timeout)
+
+    def _pack_forever(self) -> None:
+        """Puts listed documents' ids into the pool, a step of many at a time, each step once
+        the forward thread's launches are done (ADR 0306): never while a pass launches, and
+        whether or not the next pass is already cut (ADR 0309's packing prep thread did not
+        pack while it held a cut pass, and the forward thread starved)."""
+        while True:
+            with self._packable:
+                while not self._listed and not self._closed:
+                    self._packable.wait()
+                if not self._listed:
+                    return  # closed, and everything listed is in the pool
+            self._quiet.wait(QUIET_WAIT_S)
+            with self._lock:
+                taken, tokens = 0, 0
+                while taken < len(self._listed) and (not taken or tokens < self._pack_tokens):
+                    tokens += self._listed[taken][3]
+                    taken += 1
+                step = self._listed[:taken]
+                del self._listed[:taken]
+            started = time.perf_counter()
+            try:
+                packed = batches.Packed(list(itertools.chain.from_iterable(s for _, s, _, _ in step)),
+                                        self.embedder.max_seq_length, dtype=np.int32)
+                counts = np.fromiter((r.size for r, *_ in step), dtype=np.int64,
+                                     count=len(step))
+                starts = np.fromiter((start for _, _, start, _ in step), dtype=np.int64,
+                                     count=len(step))
+            except Exception as exc:  # noqa: BLE001 - never lose the thread: fail the step
+                log.exception("embedding ids could not be packed")
+                with self._work:
+                    self._listed_tokens -= tokens
+                    self._work.notify()
+                for request, *_ in step:
+                    request.fail(exc)
+                continue
+            requests = [r for r, *_ in step]
+            with self._work:
+                waiting = self._pool.tokens
+                self._pool.put_many(requests, packed, counts, starts)
+                self._listed_tokens -= tokens
+                for request in requests:
+                    if request.done():  # cancelled while listed: its ids leave again
+                        self._pool.end(request)
+                # The prep thread is woken only when this step can change its decision (see
+                # _cut_in): many wake-ups each cost the forward thread the GIL.
+                if (not waiting or not self._listed_tokens
+                        or waiting < self._hold <= self._pool.tokens
+                        or waiting < self.batch_tokens <= self._pool.tokens):
+                    self._work.notify()
+            self.stats.pack_s += time.perf_counter() - started
+            self.stats.pack_steps += 1
 
     def _prepare_forever(self) -> None:
         while True:
@@ -374,12 +456,15 @@ class EmbedQueue:
         forward thread is busy, the cut waits until the pool holds HOLD passes' worth, or
         the running pass is about to end: the later it is cut, the more of the pool it is
         cut from, and the less it pads."""
-        if self._closed:
+        more = self._listed_tokens  # on its way to the pool
+        if self._closed and not more:
             return 0.0
         if not self._pool.count:
-            return 3600.0  # woken by a submit
+            return 3600.0  # woken by the packing thread
         if self._forward_idle:
-            return 0.0
+            # An idle forward thread takes what waits, unless more is being packed and a
+            # whole pass is not yet there: then it waits for the pass (woken by the packer).
+            return 0.0 if not more or self._pool.tokens >= self.batch_tokens else 3600.0
         if self._pool.tokens >= self._hold:
             return 0.0
         # The running pass should take about as long as the last one did; cut the next so it
