@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import json
 import tempfile
@@ -145,10 +146,12 @@ def verdict(row: dict[str, Any], rule: evidence.Rule) -> tuple[bool, bool]:
     if e.get("background") is None or not e.get("passages"):
         return False, False  # no neighbourhood (never so in these collections)
     passages = [evidence.Passage(uuid.UUID(p["chunk_id"]), p["similarity"], p["coverage"],
-                                 p["keyword_rank"], tuple(p["missing"])) for p in e["passages"]]
+                                 p["keyword_rank"], tuple(p["missing"]), p.get("content", 0.0))
+                for p in e["passages"]]
     lift = evidence.lifted(e["best_similarity"], e["background"], min_lift=rule.min_lift,
                            floor=rule.floor)
-    judged = evidence.decide(lift, passages, unknown=e["unknown"], rule=rule)
+    judged = evidence.decide(lift, passages, unknown=e["unknown"], rule=rule,
+                             z=e.get("best_z"), keyword_top=e.get("keyword_top"))
     if not judged.answerable:
         return False, False
     first = str(judged.cited[0])
@@ -178,6 +181,11 @@ LIFTS = [x / 100 for x in range(10, 41)]
 UNKNOWNS = [x / 40 for x in range(1, 17)] + [1.0]
 COVERAGES = [0.0, 0.1, 0.2, 0.3, 0.4]
 RANKS = [0, 5, 10, 20]
+# The second stage (ADR 0380), over the rule the first chose: the passage cited first's content
+# share, the best's deviations above the other candidates, the keyword top's vector rank.
+CONTENTS = [0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+BEST_ZS = [0.0, 1.5, 2.0, 2.5, 3.0]
+KEYWORD_TOPS = [0, 3, 5, 10, 20]
 
 
 def fit(rows: list[dict[str, Any]], base: evidence.Rule) -> evidence.Rule:
@@ -213,8 +221,18 @@ def fit(rows: list[dict[str, Any]], base: evidence.Rule) -> evidence.Rule:
             best = (k, [rule])
         elif k == best[0]:
             best[1].append(rule)
-    return max(best[1], key=lambda r: (round(margin(r), 9), -(bool(r.min_coverage)
-                                       + bool(r.max_keyword_rank) + r.names)))
+    first = max(best[1], key=lambda r: (round(margin(r), 9), -(bool(r.min_coverage)
+                                        + bool(r.max_keyword_rank) + r.names)))
+    # A new test is kept only where it does strictly better on these rows; among those that
+    # tie, the one with the fewest tests on, then the loosest.
+    top = (best[0], first)
+    for content, z, keyword_top in itertools.product(CONTENTS, BEST_ZS, KEYWORD_TOPS):
+        rule = dataclasses.replace(first, min_content=content, min_best_z=z,
+                                   max_keyword_top=keyword_top)
+        k = key(scored(rows, rule))
+        if k > top[0]:
+            top = (k, rule)
+    return top[1]
 
 
 # ── report ──────────────────────────────────────────────────────────────────────────────────

@@ -227,6 +227,13 @@ class GatewaySettings(CommonSettings):
     ask_require_names: bool = True
     ask_min_coverage: float = Field(default=0.0, ge=0, le=1)
     ask_max_keyword_rank: int = Field(default=0, ge=0, le=100)
+    # More of them (docs/decisions/0380), each 0: off: the passage cited first must hold
+    # ASK_MIN_CONTENT of the known words' weight (a word held as names are); the best
+    # similarity must lie ASK_MIN_BEST_Z deviations above the question's other candidates; the
+    # keyword list's first document must be among the vector list's top ASK_MAX_KEYWORD_TOP.
+    ask_min_content: float = Field(default=0.0, ge=0, le=1)
+    ask_min_best_z: float = Field(default=0.0, ge=0, le=100)
+    ask_max_keyword_top: int = Field(default=0, ge=0, le=100)
     # With a key, answers are written by the Anthropic Messages API; failures fall back to the
     # extractive answer (ADR 0107). The base URL lets tests and proxies stand in for the API.
     anthropic_api_key: str = ""

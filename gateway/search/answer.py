@@ -117,9 +117,16 @@ async def _judge(conn: db.AsyncConn, tenant_id: UUID, q: str, found: service.Can
     passages = [evidence.Passage(chunk_id, 1.0 - found.distance[chunk_id],
                                  question.coverage(lexemes.get(chunk_id, set())),
                                  keyword.get(doc_id),
-                                 question.missing(lexemes.get(chunk_id, set())))
+                                 question.missing(lexemes.get(chunk_id, set())),
+                                 question.content(lexemes.get(chunk_id, set())))
                 for chunk_id, doc_id in near]
-    return evidence.decide(lift, passages, unknown=question.unknown, rule=rule)
+    # Do the two lists agree on the subject: where the keyword list's first document ranks
+    # among the vector list's documents.
+    keyword_top = (service.document_ranks(found.vector).get(found.text[0][1])
+                   if found.text else None)
+    return evidence.decide(lift, passages, unknown=question.unknown, rule=rule,
+                           z=evidence.best_z([1.0 - d for d in found.distance.values()]),
+                           keyword_top=keyword_top)
 
 
 async def _stating(runtime: Runtime, question: list[float],
@@ -185,7 +192,8 @@ def _answer(question: str, text: str, source: str, cited: list[dict[str, Any]], 
 def _abstain(question: str, reason: str, *, source: str = "none",
              facts: dict[str, Any] | None = None) -> dict[str, Any]:
     """No answer: ``reason`` says why (no_candidates, weak_evidence, unknown_words,
-    names_not_found, question_not_covered, keywords_disagree, provider_no_evidence,
+    names_not_found, question_not_covered, keywords_disagree, content_not_covered,
+    best_not_unusual, keyword_top_elsewhere, provider_no_evidence,
     cited_content_deactivated, nothing_quotable), ``evidence`` the figures it was judged on."""
     return {"question": question, "answer": NO_EVIDENCE, "abstained": True, "source": source,
             "reason": reason, "evidence": facts or {}, "citations": []}

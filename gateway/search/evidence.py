@@ -24,7 +24,11 @@ nearest chunks that reach the lift's bar (the evidence):
 ``unknown_words`` when more than ASK_MAX_UNKNOWN of the question's IDF weight is words no
 document holds; ``names_not_found`` when no evidence names every name and number of the
 question ("Iceland"); then, if set, ``question_not_covered`` and ``keywords_disagree`` over the
-evidence that does. The thresholds are fitted on one public collection and checked on another
+evidence that does, ``content_not_covered`` when the passage cited first holds too little of
+the question's weight, ``best_not_unusual`` when the best similarity is not far enough above
+the question's other candidates (in their standard deviations), and ``keyword_top_elsewhere``
+when the keyword list's first document is not among the vector list's first (ADR 0380).
+The thresholds are fitted on one public collection and checked on another
 (bench/ask_quality.py).
 
 The chunks cited are the evidence that names what the question names, most similar first.
@@ -97,18 +101,21 @@ class Passage:
     coverage: float  # its share of the IDF weight of the question's known words
     keyword_rank: int | None  # its document's rank in the keyword list (None: not in it)
     missing: tuple[str, ...] = ()  # the question's names and numbers it does not name
+    # Its share of the known words' weight, a word held as names are (terms.Terms.content).
+    content: float = 0.0
 
     def facts(self) -> dict[str, Any]:
         return {"chunk_id": str(self.chunk_id), "similarity": round(self.similarity, 4),
                 "coverage": round(self.coverage, 4), "keyword_rank": self.keyword_rank,
-                "missing": list(self.missing)}
+                "missing": list(self.missing), "content": round(self.content, 4)}
 
 
 @dataclass(frozen=True)
 class Verdict:
     answerable: bool
     # why not: no_candidates | weak_evidence | unknown_words | names_not_found |
-    # question_not_covered | keywords_disagree
+    # question_not_covered | keywords_disagree | content_not_covered | best_not_unusual |
+    # keyword_top_elsewhere
     reason: str | None
     best: float | None
     background: float | None
@@ -121,6 +128,12 @@ class Verdict:
     # The names and numbers the nearest evidence lacks (what names_not_found means).
     missing: tuple[str, ...] = ()
     passages: tuple[Passage, ...] = ()  # the nearest chunks, as judged
+    # How far the best similarity lies above the rest of the question's candidates, in their
+    # standard deviations (best_z); the content share of the passage cited first; where the
+    # keyword list's first document ranks among the vector list's documents (None: not there).
+    best_z: float | None = None
+    content: float | None = None
+    keyword_top: int | None = None
 
     def facts(self) -> dict[str, Any]:
         def rounded(value: float | None) -> float | None:
@@ -131,7 +144,8 @@ class Verdict:
         return {"best_similarity": rounded(self.best), "background": rounded(self.background),
                 "lift": rounded(lift), "unknown": rounded(self.unknown),
                 "coverage": rounded(self.coverage), "keyword_rank": self.keyword_rank,
-                "missing_names": list(self.missing),
+                "missing_names": list(self.missing), "best_z": rounded(self.best_z),
+                "content": rounded(self.content), "keyword_top": self.keyword_top,
                 "passages": [p.facts() for p in self.passages]}
 
 
@@ -147,6 +161,9 @@ class Rule:
     max_keyword_rank: int = 0  # 0: the keyword test is off
     max_unknown: float = 1.0
     names: bool = False  # evidence must name the question's names and numbers
+    min_content: float = 0.0  # the passage cited first must hold this share (0: off)
+    min_best_z: float = 0.0  # the best must lie this many deviations above the rest (0: off)
+    max_keyword_top: int = 0  # the keyword list's first document in the vector top n (0: off)
 
     @classmethod
     def of(cls, settings: Any) -> Rule:
@@ -154,7 +171,8 @@ class Rule:
         return cls(settings.ask_min_lift, settings.ask_min_similarity,
                    settings.ask_small_tenant_similarity, settings.ask_min_coverage,
                    settings.ask_max_keyword_rank, settings.ask_max_unknown,
-                   settings.ask_require_names)
+                   settings.ask_require_names, settings.ask_min_content,
+                   settings.ask_min_best_z, settings.ask_max_keyword_top)
 
 
 def judge(similarities: Sequence[float], *, min_lift: float, floor: float,
@@ -177,8 +195,19 @@ def lifted(best: float, background: float, *, min_lift: float, floor: float) -> 
     return Verdict(ok, None if ok else "weak_evidence", best, background, keep_above)
 
 
+def best_z(similarities: Sequence[float]) -> float | None:
+    """How many standard deviations the best similarity lies above the other candidates'
+    mean: the best against the question's own score distribution over the collection's
+    nearest chunks (None: too few to have one)."""
+    sims = sorted(similarities, reverse=True)
+    if len(sims) < 3:
+        return None
+    spread = statistics.pstdev(sims[1:])
+    return (sims[0] - statistics.fmean(sims[1:])) / spread if spread > 0 else None
+
+
 def decide(lift: Verdict, passages: Sequence[Passage], *, unknown: float,
-           rule: Rule) -> Verdict:
+           rule: Rule, z: float | None = None, keyword_top: int | None = None) -> Verdict:
     """The lift verdict, then the tests a near miss fails though its best chunk stands out (it
     shares the corpus's words, not its subject), over ``passages`` (the nearest chunks, most
     similar first). Evidence is a passage whose similarity reaches the lift's bar; then:
@@ -189,7 +218,8 @@ def decide(lift: Verdict, passages: Sequence[Passage], *, unknown: float,
     cited."""
     evidence = [p for p in passages if p.similarity >= lift.keep_above]
     judged = replace(lift, unknown=unknown, passages=tuple(passages),
-                     missing=evidence[0].missing if evidence else ())
+                     missing=evidence[0].missing if evidence else (), best_z=z,
+                     keyword_top=keyword_top)
     if lift.reason == "no_candidates":
         return judged
     if lift.background is None:
@@ -202,6 +232,7 @@ def decide(lift: Verdict, passages: Sequence[Passage], *, unknown: float,
     coverage = max((p.coverage for p in named), default=None)
     ranks = [p.keyword_rank for p in named if p.keyword_rank is not None]
     keyword_rank = min(ranks, default=None)
+    content = named[0].content if named else None
     reason = lift.reason
     if reason is None and unknown > rule.max_unknown:
         reason = "unknown_words"
@@ -212,8 +243,15 @@ def decide(lift: Verdict, passages: Sequence[Passage], *, unknown: float,
     elif reason is None and rule.max_keyword_rank and (
             keyword_rank is None or keyword_rank > rule.max_keyword_rank):
         reason = "keywords_disagree"
+    elif reason is None and (content or 0.0) < rule.min_content:
+        reason = "content_not_covered"
+    elif reason is None and rule.min_best_z and (z is None or z < rule.min_best_z):
+        reason = "best_not_unusual"
+    elif reason is None and rule.max_keyword_top and (
+            keyword_top is None or keyword_top > rule.max_keyword_top):
+        reason = "keyword_top_elsewhere"
     return replace(judged, answerable=reason is None, reason=reason, coverage=coverage,
-                   keyword_rank=keyword_rank,
+                   keyword_rank=keyword_rank, content=content,
                    cited=tuple(p.chunk_id for p in named) if reason is None else ())
 
 

@@ -53,13 +53,29 @@ class Terms:
         held = sum(w for lexeme, w in self.weights.items() if lexeme in lexemes)
         return held / total if total else 0.0
 
+    def content(self, lexemes: set[str]) -> float:
+        """The share of the known words' weight that a passage holds, a word held as names are
+        (its lexeme, or one with the same first NAME_PREFIX characters: "German" for
+        "Germany", "born" and "birth" do not match): how much of the question it is about."""
+        total = sum(self.weights.values())
+        prefixes = _prefixes(lexemes)
+        held = sum(w for lexeme, w in self.weights.items() if _named(lexeme, lexemes, prefixes))
+        return held / total if total else 0.0
+
     def missing(self, lexemes: set[str]) -> tuple[str, ...]:
         """The question's names and numbers that a passage does not name, as the question
         writes them."""
-        prefixes = {lexeme[:NAME_PREFIX] for lexeme in lexemes if len(lexeme) >= NAME_PREFIX}
+        prefixes = _prefixes(lexemes)
         return tuple(word for lexeme, word in self.names.items()
-                     if lexeme not in lexemes
-                     and not (len(lexeme) >= NAME_PREFIX and lexeme[:NAME_PREFIX] in prefixes))
+                     if not _named(lexeme, lexemes, prefixes))
+
+
+def _prefixes(lexemes: set[str]) -> set[str]:
+    return {lexeme[:NAME_PREFIX] for lexeme in lexemes if len(lexeme) >= NAME_PREFIX}
+
+
+def _named(lexeme: str, lexemes: set[str], prefixes: set[str]) -> bool:
+    return lexeme in lexemes or (len(lexeme) >= NAME_PREFIX and lexeme[:NAME_PREFIX] in prefixes)
 
 
 def is_name(token: str, *, first: bool) -> bool:

@@ -32,11 +32,47 @@ def test_a_best_chunk_no_better_than_the_neighbourhood_abstains_with_its_figures
     assert verdict.facts() == {"best_similarity": 0.333, "background": 0.147,
                                "lift": pytest.approx(0.218, abs=1e-3), "unknown": None,
                                "coverage": None, "keyword_rank": None, "missing_names": [],
+                               "best_z": None, "content": None, "keyword_top": None,
                                "passages": []}
 
 
-def passage(similarity, *, coverage=1.0, keyword_rank=1, missing=()):
-    return evidence.Passage(uuid.uuid4(), similarity, coverage, keyword_rank, tuple(missing))
+def passage(similarity, *, coverage=1.0, keyword_rank=1, missing=(), content=1.0):
+    return evidence.Passage(uuid.uuid4(), similarity, coverage, keyword_rank, tuple(missing),
+                            content)
+
+
+def test_the_passage_cited_first_its_standing_and_the_lists_agreement_each_name_their_test():
+    # ADR 0380: "How fast do goldfish grow in salt water?" over a passage about goldfish.
+    rule = evidence.Rule(0.23, 0.25, 0.35, names=True, min_content=0.7, min_best_z=3.0,
+                         max_keyword_top=5)
+    lifted = evidence.judge(neighbours(0.6, 0.2), **RULE)
+
+    def reason(passages, z=4.0, top=1):
+        return evidence.decide(lifted, passages, unknown=0.0, rule=rule, z=z,
+                               keyword_top=top).reason
+
+    # The passage cited first is judged (the first that names the names), not the best-held.
+    assert reason([passage(0.6, content=0.5), passage(0.55, content=0.9)]) == \
+        "content_not_covered"
+    assert reason([passage(0.6, content=0.5, missing=["Iceland"]),
+                   passage(0.55, content=0.9)]) is None
+    assert reason([passage(0.6)], z=2.5) == "best_not_unusual"
+    assert reason([passage(0.6)], z=None) == "best_not_unusual"
+    assert reason([passage(0.6)], top=6) == "keyword_top_elsewhere"
+    assert reason([passage(0.6)], top=None) == "keyword_top_elsewhere"
+    verdict = evidence.decide(lifted, [passage(0.6, content=0.8)], unknown=0.0, rule=rule, z=4.0,
+                              keyword_top=2)
+    assert verdict.answerable and (verdict.facts()["content"], verdict.facts()["best_z"],
+                                   verdict.facts()["keyword_top"]) == (0.8, 4.0, 2)
+    # Off (0), each passes whatever the figure.
+    off = evidence.Rule(0.23, 0.25, 0.35, names=True)
+    assert evidence.decide(lifted, [passage(0.6, content=0.0)], unknown=0.0, rule=off, z=None,
+                           keyword_top=None).answerable
+
+
+def test_best_z_is_the_best_against_the_other_candidates():
+    assert evidence.best_z([0.5, 0.3, 0.1]) == pytest.approx(3.0)  # (0.5 - 0.2) / 0.1
+    assert evidence.best_z([0.5, 0.3]) is None and evidence.best_z([0.4, 0.4, 0.4]) is None
 
 
 def test_a_near_miss_fails_the_test_it_fails_and_says_which():
@@ -123,6 +159,9 @@ def test_question_terms_weigh_parts_not_compounds_and_keep_names_as_written():
     assert found.missing({"silver", "tongu", "german", "actor"}) == ("Bollywood",)
     assert found.coverage({"actor", "german"}) == pytest.approx(
         terms.idf(35, 1200) / sum(found.weights.values()))
+    # Content holds a word as names are held: "german" for "germani".
+    assert found.content({"actor", "german"}) == pytest.approx(
+        (terms.idf(35, 1200) + terms.idf(34, 1200)) / sum(found.weights.values()))
     assert terms.question_terms([], total=0) == terms.Terms({}, 0.0, {})
 
 
