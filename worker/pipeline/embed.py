@@ -60,6 +60,8 @@ QUIET_WAIT_S = 0.5
 # The packing thread fills the pool a 1/PACK_STEPS pass's tokens a step (ADR 0370): at the cuda
 # defaults ~130,000 ids, ~3 ms of the GIL.
 PACK_STEPS = 4
+# The pool is sized at first for this many chunks a document in flight (it grows beyond).
+PRESIZE_CHUNKS = 16
 
 
 class Request(concurrent.futures.Future):  # type: ignore[type-arg]
@@ -124,7 +126,7 @@ class _Pool:
     arena is a new array, and a slot is only written again after its document ended (a pass
     that held it then computes a row nobody is given)."""
 
-    def __init__(self, width: int, dim: int) -> None:
+    def __init__(self, width: int, dim: int, capacity: int = 0) -> None:
         self.ids = np.zeros((0, width), dtype=np.int32)
         self.vectors = np.zeros((0, dim), dtype=np.float32)
         self.lengths = np.zeros(0, dtype=np.int64)
@@ -136,6 +138,8 @@ class _Pool:
         self.free: list[int] = []
         self.count = 0    # ids waiting for a pass
         self.tokens = 0   # their tokens
+        if capacity:
+            self._grow(capacity)
 
     def put_many(self, requests: list[Request], packed: batches.Packed, counts: np.ndarray,
                  starts: np.ndarray) -> None:
@@ -244,7 +248,11 @@ class EmbedQueue:
         self._lock = threading.Lock()
         # The prep thread waits on it: for ids, or for the forward thread to need a pass.
         self._work = threading.Condition(self._lock)
-        self._pool = _Pool(embedder.max_seq_length, embedder.dim)
+        # Sized once for the documents in flight: growing a pool of ~20,000 ids held the lock
+        # (and the GIL) ~100 ms mid-run, copying ~80 MB, while passes waited (ADR 0370).
+        # np.zeros takes zeroed pages from the OS lazily: slots never used cost no memory.
+        self._pool = _Pool(embedder.max_seq_length, embedder.dim,
+                           capacity=self.documents * PRESIZE_CHUNKS)
         # Documents submitted and not yet in the pool, with their fair start, for the packing
         # thread (it waits on ``_packable``); their tokens, so that the prep thread knows more
         # is on its way.
