@@ -269,7 +269,8 @@ def report_set(title: str, name: str, rows: list[dict[str, Any]],
     old = evidence.Rule(0.23, 0.25, 0.35)  # ADR 0223's lift test alone
     print(line("lift alone (ADR 0223: 0.23)", scored(rows, old)))
     for fitted_on, rule in fits.items():
-        where = "fitted HERE (in-sample)" if fitted_on == name else "held out"
+        where = ("fitted HERE (in-sample)" if fitted_on in (name, f"ALL of {name}")
+                 else "held out")
         print(line(f"rule fitted on {fitted_on}, {where}", scored(rows, rule)))
     reasons: dict[str, int] = {}
     for r in rows:
@@ -295,6 +296,10 @@ def main() -> None:
     parser.add_argument("--fit", action="append", default=[],
                         help="fit the thresholds on this collection alone and apply them to "
                              "every collection (repeatable: one fit each)")
+    parser.add_argument("--fit-all", action="append", default=[], metavar="COLLECTION",
+                        help="fit on every question of this collection, held-out ones too: "
+                             "in-sample, to see whether any rule separates its hard questions "
+                             "at all (ADR 0380), checked on the other collection")
     parser.add_argument("--docs", type=int, help="at most this many documents per collection")
     parser.add_argument("--queries", type=int, default=ASK_ANSWERABLE,
                         help="answerable questions per collection")
@@ -319,6 +324,7 @@ def main() -> None:
     # Fitted on the development set only: the held-out questions are never looked at.
     fits = {name: fit([r for r in recorded[name] if not r.get("held_out")], base)
             for name in args.fit}
+    fits |= {f"ALL of {name}": fit(recorded[name], base) for name in args.fit_all}
     for name, rule in fits.items():
         print(f"rule fitted on {name} alone: {rule}")
     for name, rows in recorded.items():
