@@ -412,7 +412,8 @@ def _print_traces(traces: list[tuple[float, dict[str, float]]]) -> None:
     for took, parts in traces[-6:]:
         print(f"  trace slowest {took:.0f} ms at {parts['at']:.2f} s: late {parts['late']:.0f}, "
               f"server {parts['total']:.0f} (db {parts['db']:.0f}, pre {parts['pre']:.0f}, "
-              f"lagmax {parts['lagmax']:.0f}, gc {parts['gc']:.0f}), rest "
+              f"lagmax {parts['lagmax']:.0f}, gc {parts['gc']:.0f}, group "
+              f"{parts.get('group', 0):.0f} events), rest "
               f"{took - parts['total'] - parts['late']:.0f}")
 
 

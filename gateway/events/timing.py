@@ -6,7 +6,8 @@ handler: middleware, the API key lookup), `read` (the body), `check` (parse and 
 checks), `queue` (waiting for a writer task), `db` (the group's commit), `wake` (commit to the
 handler running again), `post`, `total`, and over the request's life the loop's worst lag
 (`lagmax`), its lag above 1 ms summed (`lagsum`), and the collections' pauses (`gc`, `gc2`:
-full ones). Off by default: the sampler costs a wake-up every 2 ms."""
+full ones); and `group`, not a time: the events in the request's writer group. Off by
+default: the sampler costs a wake-up every 2 ms."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class Stamps:
     taken: float = 0.0
     committed: float = 0.0
     woke: float = 0.0
+    group: int = 0  # events in the request's writer group (a count, not a time)
 
 
 def _gc(phase: str, info: dict[str, Any]) -> None:
@@ -77,8 +79,11 @@ def arrivals(app: ASGIApp) -> ASGIApp:
 
 def window(t0: float, t1: float) -> dict[str, float]:
     """The loop's lag and the collections' pauses between t0 and t1, in seconds."""
-    lags = [lag for at, lag in _lags if t0 <= at <= t1]
-    gcs = [(s, gen) for at, s, gen in _gcs if t0 <= at <= t1]
+    # Walk copies: the collector's callback appends to _gcs whenever a collection runs, and
+    # the tuples built below can start one ("deque mutated during iteration"). list() of a
+    # deque allocates nothing the collector tracks while it copies.
+    lags = [lag for at, lag in list(_lags) if t0 <= at <= t1]
+    gcs = [(s, gen) for at, s, gen in list(_gcs) if t0 <= at <= t1]
     return {"lagmax": max(lags, default=0.0), "lagsum": sum(x for x in lags if x > 0.001),
             "gc": sum(s for s, _ in gcs), "gc2": sum(s for s, gen in gcs if gen == 2)}
 
@@ -90,4 +95,5 @@ def header(s: Stamps, end: float) -> str:
              "check": s.checked - s.read, "queue": taken - s.checked, "db": committed - taken,
              "wake": s.woke - committed, "post": end - s.woke, "total": end - s.arrived,
              **window(s.arrived, end)}
-    return ", ".join(f"{name};dur={seconds * 1000:.2f}" for name, seconds in parts.items())
+    return ", ".join([*(f"{name};dur={seconds * 1000:.2f}" for name, seconds in parts.items()),
+                      f"group;dur={s.group}"])

@@ -289,6 +289,7 @@ def _stamp(group: list[Item], moment: str) -> None:
     for item in group:
         if item.index == 0 and item.pending.stamps is not None:
             setattr(item.pending.stamps, moment, now)
+            item.pending.stamps.group = len(group)
 
 
 def _settle(item: Item, *, result: dict[str, Any] | None = None,
