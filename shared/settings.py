@@ -251,7 +251,7 @@ class GatewaySettings(CommonSettings):
     # idempotent). Transient database errors are retried without end; after
     # EVENTS_WRITER_RETRY_BUDGET failed attempts in a row /health/ready reports it critical.
     events_queue_size: int = Field(default=5000, ge=1)
-    events_group_max: int = Field(default=1000, ge=1, le=5000)
+    events_group_max: int = Field(default=200, ge=1, le=5000)
     events_max_batch: int = Field(default=500, ge=1, le=500)
     events_max_body_kb: int = Field(default=4096, ge=1)
     events_max_payload_kb: int = Field(default=64, ge=1)
