@@ -326,3 +326,39 @@ def test_refusals_past_the_error_budget_fail_the_batch_and_show_nothing(conn, te
 
     assert refused.value.batch_code == promote.BUDGET_CODE
     assert reader_view(database_url, tenant) == {}
+
+
+def test_a_chunk_staged_while_a_slice_is_promoted_ahead_does_not_wait_for_it(conn, tenants,
+                                                                              database_url):
+    # Given a batch still staging, and a slice promoted ahead (docs/decisions/0273) that has
+    # written judgments of it and not committed yet: each row's foreign key check holds the
+    # batch's row FOR KEY SHARE until the slice commits
+    tenant = tenants.user().tenant_id
+    batch_id = conn.execute(
+        "INSERT INTO import_batches (tenant_id, contract, contract_version, file_name, file_hash,"
+        " byte_size, upload_uri, source, status) VALUES (%s, 'judgments', '1', 'f.csv', %s, 10,"
+        " 'file:///nowhere', 'manual', 'processing') RETURNING batch_id",
+        (tenant, hashlib.sha256(uuid.uuid4().bytes).hexdigest())).fetchone()["batch_id"]
+    run_id = uuid.uuid4()
+    conn.execute("INSERT INTO ingestion_runs (run_id, tenant_id, status, run_type, batch_id) "
+                 "VALUES (%s, %s, 'running', 'records_import', %s)", (run_id, tenant, batch_id))
+    with db.connect(database_url) as slice_ahead:
+        slice_ahead.execute(
+            "INSERT INTO judgments (tenant_id, case_number, plaintiff_name, defendant_name,"
+            " amount, filed_date, batch_id) VALUES (%s, 'A-1', 'P', 'D', 1, '2024-01-15', %s)",
+            (tenant, batch_id))
+
+        # When the next chunk's transaction moves the batch's counter meanwhile
+        conn.execute("SET lock_timeout = '2s'")
+        try:
+            moved = conn.execute(promote.Q["advance_counter"], {
+                "batch_id": batch_id, "tenant_id": tenant, "run_id": run_id, "fence": 0,
+                "previous": 0, "last": 10}).fetchone()
+        finally:
+            conn.execute("RESET lock_timeout")
+            slice_ahead.rollback()
+
+    # Then it did not wait for the slice: an update of the batch's row that changes no key
+    # column locks it FOR NO KEY UPDATE, which a foreign key's FOR KEY SHARE lets through
+    # (migrations/0110, docs/decisions/0350)
+    assert moved is not None and moved["last_staged_row"] == 10

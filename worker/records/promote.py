@@ -320,7 +320,6 @@ def _slice_once(conn: db.Conn, statements: Statements, params: dict[str, Any]) -
     links and warnings (plaintiffs), and the cursor; LeaseLost (rolled back) if the batch or
     the run is no longer ours."""
     with conn.transaction():
-        conn.execute(Q["hold_batch"], params)  # before a staged chunk's locks (0273)
         counted = _one(conn.execute(Q[statements.insert], params).fetchone())
         if counted["inserted"] < counted["candidates"]:
             # Some keys were stored already: those rows are compared for the flip.

@@ -78,15 +78,6 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
 UPDATE import_batches SET last_staged_row = 0, updated_at = now()
 WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'processing';
 
--- name: hold_batch
--- A chunk's transaction (staging) and a slice's (promotion, ahead of staging's end: docs/
--- decisions/0273) both end by moving a counter on the batch's row, and both hold key-share
--- locks on it before (their rows' foreign keys): interleaved, they deadlocked. Each takes the
--- row first, so one waits for the other to end before it has locked anything.
-SELECT 1 FROM import_batches
-WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
-FOR NO KEY UPDATE;
-
 -- name: advance_counter
 -- The chunk's last step, in its transaction: only from the row the chunk started after, only
 -- while processing and only while the run is still ours. No row back = roll the chunk back.

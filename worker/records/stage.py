@@ -161,7 +161,6 @@ def write(conn: db.Conn, target: Target, contract: contracts.Contract, chunk: St
     import pgpq
 
     with conn.transaction(), conn.cursor() as cur:
-        cur.execute(Q["hold_batch"], target.keys)  # before a slice ahead's locks (0273)
         if chunk.values is not None and chunk.values.height:
             table = arrow(contract, target, chunk.values)
             encoder = pgpq.ArrowToPostgresBinaryEncoder(table.schema)
