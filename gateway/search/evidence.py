@@ -318,13 +318,28 @@ def _spans(block: str) -> list[tuple[int, int]]:
     """pysbd's sentence spans of a block, or, should it fail on some text, the spans between
     sentence-ending punctuation: splitting never fails, whatever a document holds."""
     try:
-        return [(span.start, span.end)
-                for span in _SEGMENTER.segment(_unwrapped(block.translate(_PLAIN)))]
+        return _within_words(block, [(span.start, span.end) for span in
+                                     _SEGMENTER.segment(_unwrapped(block.translate(_PLAIN)))])
     except Exception:  # noqa: BLE001 - a third-party rule engine; any failure has the fallback
         log.warning("sentence splitter failed on a passage; splitting at full stops",
                     extra={"chars": len(block)})
         ends = [m.end() for m in _FALLBACK_END.finditer(block)]
         return list(zip([0, *ends], [*ends, len(block)], strict=True))
+
+
+def _within_words(block: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The spans, each boundary that falls inside a word joined again: pysbd ends a sentence
+    at any full stop it judges final, also one in a path or a name ("Read the CD label in
+    /." | "disk/ info to find out …" in the Debian FAQ), and ask then quoted the tail. A
+    sentence ends before white space, never between two characters of one word."""
+    out: list[tuple[int, int]] = []
+    for start, end in spans:
+        if (out and start == out[-1][1] and 0 < start < len(block)
+                and not block[start - 1].isspace() and not block[start].isspace()):
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
 
 
 def _unwrapped(block: str) -> str:

@@ -227,6 +227,18 @@ def test_abbreviations_and_references_do_not_end_a_sentence():
         "U.S. rates vs. E.U. rates rose."]
 
 
+def test_a_full_stop_inside_a_path_or_a_name_does_not_end_a_sentence():
+    # The Debian FAQ (tests/fixtures/documents/debian-faq.ch02.txt): the segmenter ended a
+    # sentence at "/." of "/.disk/", and ask quoted "disk/ info to find out …" for "What is
+    # Debian?" in the newcomer run.
+    text = ("Read the CD label in /.disk/\n    info to find out which Debian version it "
+            "contains. See www.debian.org/.index for more. It ends here.")
+    assert texts(evidence.sentences(text)) == [
+        "Read the CD label in /.disk/\n    info to find out which Debian version it contains.",
+        "See www.debian.org/.index for more.",
+        "It ends here."]
+
+
 def test_sentences_ending_with_a_spaced_full_stop_are_sentences():
     # Cranfield's abstracts: lower case throughout, sentences end " ." (issue 35: they were
     # quoted whole, cut at 320 characters).
