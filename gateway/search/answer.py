@@ -42,13 +42,15 @@ async def ask(pool: db.AsyncPool, runtime: Runtime, *, tenant_id: UUID,
     settings = runtime.settings
     query = await runtime.query_vector(request.q)
     # Chunks, not documents: each passage is cited on its own. The vector list (the fixed
-    # candidate depth, service.CANDIDATE_DEPTH) is the neighbourhood the evidence is judged on.
+    # candidate depth, service.CANDIDATE_DEPTH) is the neighbourhood the evidence is judged on,
+    # read exactly, not by the HNSW walk: the same corpus and question must always get the same
+    # lift, whatever graph an index build drew (docs/decisions/0420).
     wide = replace(request, group="chunk")
     rule = evidence.Rule.of(settings)
     async with pool.connection() as conn, conn.transaction():
         await conn.execute(service.Q["snapshot"])
         found, _ = await runtime.retrieve(conn, tenant_id=tenant_id, request=wide,
-                                          query=query)
+                                          query=query, exact=True)
         verdict = await _judge(conn, tenant_id, request.q, found, rule,
                                nearest=max(EVIDENCE_CHUNKS, request.k))
         # The evidence the verdict cites, most similar first: it was judged by meaning, so it

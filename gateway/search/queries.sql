@@ -141,6 +141,31 @@ WHERE e.tenant_id = %(tenant_id)s
 ORDER BY e.embedding <=> %(vector)s::halfvec
 LIMIT %(n)s;
 
+-- name: vector_candidates_exact
+-- vector_candidates without the HNSW index: every active chunk of the tenant compared, the n
+-- nearest by exact cosine distance, ties by chunk id. Ask judges its evidence on this
+-- neighbourhood (its lift's background is the median of ranks 10-40): the approximate walk's
+-- neighbourhood depends on the graph, which another build of the same corpus draws anew, and a
+-- question's decision moved with it (lift 0.23x -> 0.243, docs/decisions/0420). OFFSET 0
+-- keeps the subquery whole, so the planner cannot order it by the index.
+SELECT chunk_id, doc_id, distance
+FROM (SELECT e.chunk_id, v.doc_id, (e.embedding <=> %(vector)s::halfvec) AS distance
+      FROM chunk_embeddings e
+      JOIN document_versions v ON v.doc_version_id = e.doc_version_id
+                              AND v.tenant_id = e.tenant_id
+      JOIN documents d ON d.doc_id = v.doc_id AND d.tenant_id = v.tenant_id
+      WHERE e.tenant_id = %(tenant_id)s
+        AND v.is_active
+        AND v.embedding_model = %(model)s
+        AND (%(doc_ids)s::uuid[] IS NULL OR d.doc_id = ANY(%(doc_ids)s::uuid[]))
+        AND (%(source_id)s::uuid IS NULL OR d.source_id = %(source_id)s::uuid)
+        AND (%(file_type)s::text IS NULL OR d.source_type = %(file_type)s::text)
+        AND (%(after)s::timestamptz IS NULL OR d.created_at >= %(after)s::timestamptz)
+        AND (%(before)s::timestamptz IS NULL OR d.created_at < %(before)s::timestamptz)
+      OFFSET 0) near
+ORDER BY distance, chunk_id
+LIMIT %(n)s;
+
 -- name: search_settings
 -- First statement of a search's candidate reads, for this transaction only:
 -- - plan_cache_mode: the candidate statements are prepared (parsed once a connection) and

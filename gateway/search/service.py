@@ -308,17 +308,20 @@ class Runtime:
             raise SearchUnavailable() from exc
 
     async def retrieve(self, conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequest,
-                       query: tuple[list[float], str] | None) -> tuple[Candidates, list[Fused]]:
+                       query: tuple[list[float], str] | None,
+                       exact: bool = False) -> tuple[Candidates, list[Fused]]:
         vector, model = query if query else (None, "")
         found = await candidates(conn, tenant_id=tenant_id, request=request, vector=vector,
-                                 model=model)
+                                 model=model, exact=exact)
         return found, fuse(found.text, found.vector, k=request.k, group=request.group,
                            text_score=found.text_score, distance=found.distance)
 
 
 async def candidates(conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequest,
-                     vector: list[float] | None, model: str) -> Candidates:
-    """Both ranked candidate lists, read in the caller's transaction, in one round trip."""
+                     vector: list[float] | None, model: str, exact: bool = False) -> Candidates:
+    """Both ranked candidate lists, read in the caller's transaction, in one round trip.
+    ``exact``: the vector list is the true nearest chunks (vector_candidates_exact, every
+    chunk of the tenant compared), not the HNSW walk's: what ask judges evidence on."""
     base = {"tenant_id": tenant_id, "n": request.pool_size, **request.filters.params()}
     ef_search = min(MAX_EF_SEARCH, max(MIN_EF_SEARCH, request.pool_size))
     async with conn.pipeline():  # the statements go together; the first fetch waits for all
@@ -331,7 +334,8 @@ async def candidates(conn: db.AsyncConn, *, tenant_id: UUID, request: SearchRequ
                 **base, "q": request.q, "syntax": request.syntax}, prepare=True)
         if request.mode in ("hybrid", "vector") and vector is not None:
             near_cursor = conn.cursor(row_factory=tuple_row)
-            await near_cursor.execute(Q["vector_candidates"], {
+            await near_cursor.execute(Q["vector_candidates_exact" if exact else
+                                        "vector_candidates"], {
                 **base, "vector": _literal(vector), "model": model}, prepare=True)
         await conn.execute(Q["search_settings_reset"])
         # Rows as tuples (chunk_id, doc_id, score or distance): 200 of them a hybrid request,
