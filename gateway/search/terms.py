@@ -13,7 +13,9 @@ kinds matter beyond their weight:
   another thing, however close its meaning ("Which Coen Brothers film was shot in Iceland?"
   over the abstract of a Coen Brothers film). A passage names one when it holds its lexeme, or
   a lexeme with the same first NAME_PREFIX characters ("Germany" in a passage saying
-  "German", "Canada" in one saying "Canadian").
+  "German", "Canada" in one saying "Canadian"). A small number is named by its word as well
+  ("Formula 1" by a passage saying "Formula One"): up to twenty, numbers are written either way
+  (docs/decisions/0420).
 
 A hyphenated word is indexed whole and by its parts ("Silver-Tongued": silver-tongu, silver,
 tongu); only the parts are weighed, as only they are likely to be in another text.
@@ -29,6 +31,11 @@ from typing import Any
 # The whole of a hyphenated word (ts_debug's aliases): its parts come as tokens of their own.
 COMPOUNDS = frozenset({"asciihword", "hword", "numhword"})
 NAME_PREFIX = 5
+# A number up to twenty -> its word's lexeme (the english stemmer's: "twelve" is "twelv").
+NUMBER_WORDS = dict(zip(map(str, range(21)), [
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelv", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen", "twenti"], strict=True))
 
 
 @dataclass(frozen=True)
@@ -75,7 +82,8 @@ def _prefixes(lexemes: set[str]) -> set[str]:
 
 
 def _named(lexeme: str, lexemes: set[str], prefixes: set[str]) -> bool:
-    return lexeme in lexemes or (len(lexeme) >= NAME_PREFIX and lexeme[:NAME_PREFIX] in prefixes)
+    return (lexeme in lexemes or NUMBER_WORDS.get(lexeme) in lexemes
+            or (len(lexeme) >= NAME_PREFIX and lexeme[:NAME_PREFIX] in prefixes))
 
 
 def is_name(token: str, *, first: bool) -> bool:
