@@ -84,8 +84,9 @@ _SEGMENTER = pysbd.Segmenter(language="en", clean=False, char_span=True)
 _PLAIN = {c: " " for c in range(0x3001)
           if c != 0x0A and (chr(c).isspace() or unicodedata.category(chr(c)) == "Cc")}
 # A line feed before a lower-case word is a wrapped line (PDF text keeps its hard line breaks),
-# not a sentence break, which pysbd would make of every line feed.
-_WRAPPED_LINE = re.compile(r"\n(?=[^\S\n]*(\w))")
+# not a sentence break, which pysbd would make of every line feed; so is one before a
+# lower-case word that opens with a quote or a bracket ("the image is" | "`unstable' or …").
+_WRAPPED_LINE = re.compile(r"\n(?=[^\S\n]*[`'\"‘“(\[]*(\w))")
 # Where a sentence ends when pysbd fails on a block anyway: . ! ? … then whitespace.
 _FALLBACK_END = re.compile(r"[.!?…][\"”’)\]]*(?=\s)")
 # What joins the parts of a quote that are not one span, and ends a cut one.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -237,6 +238,20 @@ def test_a_full_stop_inside_a_path_or_a_name_does_not_end_a_sentence():
         "Read the CD label in /.disk/\n    info to find out which Debian version it contains.",
         "See www.debian.org/.index for more.",
         "It ends here."]
+
+
+def test_a_wrapped_line_that_opens_with_a_quote_or_bracket_goes_on_the_sentence():
+    # The Debian FAQ's text wraps "… does not mean the image is" | "`unstable' or `testing' or
+    # anything.": the line feed before a backtick was kept, and ask quoted the first half.
+    faq = (Path(__file__).parents[1] / "fixtures" / "documents" / "debian-faq.ch02.txt"
+           ).read_text(encoding="utf-8")
+    start = faq.index("The fact these symlinks")
+    found = texts(evidence.sentences(faq[start:faq.index("\n\n", start)]))
+    assert re.sub(r"\s+", " ", found[0]) == (
+        "The fact these symlinks are present does not mean the image is `unstable' or "
+        "`testing' or anything.")
+    assert texts(evidence.sentences("It is\n(mostly) done.\nAnd\n[so] on.")) == [
+        "It is\n(mostly) done.", "And\n[so] on."]
 
 
 def test_sentences_ending_with_a_spaced_full_stop_are_sentences():
