@@ -61,12 +61,15 @@ def staged_batch(conn, tenant_id, contract: str, rows: list[dict[str, Any]]) -> 
 
 
 def run_promotion(conn, target: Target, contract: str, *, tick=lambda _done: None,
-                  hold=lambda: None) -> dict[str, int]:
+                  hold=lambda: None, side_by_side: str | None = None) -> dict[str, int]:
+    """promote.promote as the worker calls it; ``side_by_side``: the database's URL, the
+    slices then written by connections of their own at once (docs/decisions/0390)."""
     batch = conn.execute("SELECT * FROM import_batches WHERE batch_id = %s",
                          (target.batch_id,)).fetchone()
     counts = promote.Counts(batch["rows_total"], batch["rows_invalid"], batch["rows_duplicate"])
+    connect = (lambda: db.connect(side_by_side, autocommit=True)) if side_by_side else None
     return promote.promote(conn, target, contracts.get(contract), batch, counts, stats={},
-                           db_ms_before=0, hold=hold, tick=tick)
+                           db_ms_before=0, hold=hold, tick=tick, connect=connect)
 
 
 def reader_view(database_url: str, tenant_id) -> dict[str, Any]:
@@ -93,7 +96,9 @@ def stored(conn, tenant_id, case: str, amount: str) -> None:
                  (tenant_id, case, Decimal(amount)))
 
 
-def test_a_reader_sees_a_batch_all_at_once_while_its_slices_commit(conn, tenants, database_url):
+@pytest.mark.parametrize("side_by_side", [False, True], ids=["one", "side_by_side"])
+def test_a_reader_sees_a_batch_all_at_once_while_its_slices_commit(conn, tenants, database_url,
+                                                                   side_by_side):
     # Given stored judgments, one of which the file amends and one it repeats unchanged
     tenant = tenants.user().tenant_id
     stored(conn, tenant, "OLD-1", "100.00")
@@ -112,10 +117,14 @@ def test_a_reader_sees_a_batch_all_at_once_while_its_slices_commit(conn, tenants
         seen.append(reader_view(database_url, tenant))
         inserted_so_far.append(raw_count(conn, "judgments", tenant))
 
-    result = run_promotion(conn, target, "judgments", tick=look)
+    result = run_promotion(conn, target, "judgments", tick=look,
+                           side_by_side=database_url if side_by_side else None)
 
     # Then the slices committed one by one (rows were written long before the end) ...
-    assert len(seen) == 7 and inserted_so_far[0] < inserted_so_far[-1] == 300
+    if side_by_side:  # ticked each time the slices committed in order moved on
+        assert 1 <= len(seen) <= 7 and inserted_so_far[-1] == 300
+    else:
+        assert len(seen) == 7 and inserted_so_far[0] < inserted_so_far[-1] == 300
     # ... yet every reader saw exactly what was there before: nothing new, the old amount
     assert all(view == before for view in seen)
     assert before == {"OLD-1": Decimal("100.00"), "OLD-2": Decimal("100.00")}
@@ -151,6 +160,43 @@ def test_a_takeover_resumes_after_the_last_committed_slice(conn, tenants, databa
     # Then it resumed there: every row once, all counted as inserted, all seen now
     assert result["inserted"] == 400 and raw_count(conn, "judgments", tenant) == 400
     assert len(reader_view(database_url, tenant)) == 400
+
+
+def test_side_by_side_slices_commit_in_order_and_a_takeover_resumes_after_them(
+        conn, tenants, database_url):
+    # Given slices written side by side (docs/decisions/0390), stopped once the third has
+    # committed (the lease lost there): the slices under way then end as they may
+    tenant = tenants.user().tenant_id
+    target = staged_batch(conn, tenant, "judgments", [judgment(f"S-{i}") for i in range(1000)])
+    positions: list[int] = []
+
+    def die(done: float) -> None:
+        positions.append(round(done * 1000))
+        # the counter never passes a slice that is not committed, nor a row written past it
+        # (both read in one snapshot: more slices commit meanwhile)
+        seen = conn.execute(
+            "SELECT b.promoted_upto, (SELECT count(*) FROM judgments j WHERE j.tenant_id = "
+            "b.tenant_id) AS rows FROM import_batches b WHERE b.batch_id = %s",
+            (target.batch_id,)).fetchone()
+        assert seen["promoted_upto"] % SLICE == 0 and seen["rows"] == seen["promoted_upto"]
+        if done >= 3 * SLICE / 1000:
+            raise runs.LeaseLost("killed")
+
+    with pytest.raises(runs.LeaseLost):
+        run_promotion(conn, target, "judgments", tick=die, side_by_side=database_url)
+    upto = conn.execute("SELECT promoted_upto FROM import_batches WHERE batch_id = %s",
+                        (target.batch_id,)).fetchone()["promoted_upto"]
+    assert positions == sorted(positions) and positions[-1] >= 3 * SLICE
+    assert upto % SLICE == 0 and 3 * SLICE <= upto < 1000
+    assert raw_count(conn, "judgments", tenant) == upto
+    assert reader_view(database_url, tenant) == {}
+
+    # When a takeover promotes again, side by side too
+    result = run_promotion(conn, target, "judgments", side_by_side=database_url)
+
+    # Then every row is there once, counted as inserted, and seen
+    assert result["inserted"] == 1000 and raw_count(conn, "judgments", tenant) == 1000
+    assert len(reader_view(database_url, tenant)) == 1000
 
 
 def test_a_retried_batch_first_removes_what_its_failed_try_inserted(conn, tenants,
@@ -237,7 +283,11 @@ def test_a_batch_the_worker_fails_takes_its_unseen_rows_with_it(conn, tenants):
     assert raw_count(conn, "judgments", tenant) == 1
 
 
-def test_plaintiffs_and_their_links_appear_with_their_batch(conn, tenants, database_url):
+@pytest.mark.parametrize("side_by_side", [False, True], ids=["one", "side_by_side"])
+def test_plaintiffs_and_their_links_appear_with_their_batch(conn, tenants, database_url,
+                                                            side_by_side):
+    # (side by side asked, plaintiffs' slices are still written one at a time: two slices
+    # may link one plaintiff to one judgment, docs/decisions/0390)
     # Given judgments on view, and a plaintiffs file naming them (and one unknown case)
     tenant = tenants.user().tenant_id
     for i in range(3):
@@ -253,7 +303,8 @@ def test_plaintiffs_and_their_links_appear_with_their_batch(conn, tenants, datab
     def look(_done: float) -> None:
         links.append(visible_links(database_url, tenant))
 
-    result = run_promotion(conn, target, "plaintiffs", tick=look)
+    result = run_promotion(conn, target, "plaintiffs", tick=look,
+                           side_by_side=database_url if side_by_side else None)
 
     # Then no link was seen before the end (not even the stored plaintiff's new one), all
     # of them after: one per name, none for the unknown case number, which is warned
@@ -276,8 +327,9 @@ def visible_links(database_url: str, tenant_id) -> int:
     return sum(len(r["case_numbers"]) for r in rows)
 
 
+@pytest.mark.parametrize("side_by_side", [False, True], ids=["one", "side_by_side"])
 def test_a_row_the_database_refuses_is_that_rows_error_and_the_rest_is_promoted(
-        conn, tenants, database_url):
+        conn, tenants, database_url, side_by_side):
     # Given staged rows the contract passed but the judgments table refuses: a negative
     # amount, a case number of 101 characters, one with no letter or digit to key on (one of
     # them amends a stored judgment, so the flip meets it), among good rows
@@ -291,7 +343,8 @@ def test_a_row_the_database_refuses_is_that_rows_error_and_the_rest_is_promoted(
     target = staged_batch(conn, tenant, "judgments", rows)
 
     # When it is promoted
-    result = run_promotion(conn, target, "judgments")
+    result = run_promotion(conn, target, "judgments",
+                           side_by_side=database_url if side_by_side else None)
 
     # Then each refused row has its error (code, field), the rest is on view, the batch is
     # partial and counts them invalid

@@ -151,7 +151,7 @@ class RecordsPipeline:
                 result = ad_promote.promote(*promotion_args, **promotion_kwargs)
             else:
                 result = promote.promote(
-                    *promotion_args, **promotion_kwargs,
+                    *promotion_args, **promotion_kwargs, connect=self._connect,
                     tick=lambda done: check.progress("promote", 0.92 + 0.07 * done))
         promote_ms = round((time.monotonic() - promoted_at) * 1000)
         promote_ms += times.ms("promote")  # waiting for the slices ahead to end

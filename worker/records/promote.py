@@ -22,10 +22,11 @@ first removes what an earlier try inserted, and so does a batch that fails.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import ROUND_DOWN, Decimal
 from pathlib import Path
@@ -51,6 +52,9 @@ BUDGET_CODE = codes.BATCH_ERROR_BUDGET_EXCEEDED
 # Row numbers per slice transaction: a few seconds of index work on a table that holds
 # millions of rows, so no transaction over live tables lasts long (docs/decisions/0180).
 SLICE_ROWS = 10_000
+# Connections that write the slices left once staging has ended, at once (docs/decisions/0390):
+# the file is read and staged by then, so the core that ran Python writes a slice too.
+SIDE_BY_SIDE = 2
 
 
 @dataclass(frozen=True)
@@ -76,11 +80,14 @@ class Statements:
     table: str
     refused: contracts.Rule
     links: bool = False
+    # Slices that may be written side by side (docs/decisions/0390): judgments' slices touch
+    # only their own keys; plaintiffs' may link one plaintiff to one judgment twice.
+    side_by_side: bool = False
 
 
 PROMOTIONS = {
     "judgments": Statements("insert_judgments", "judgment_amends", "upsert_judgments",
-                            "judgments", judgments.NOT_STORED),
+                            "judgments", judgments.NOT_STORED, side_by_side=True),
     "plaintiffs": Statements("insert_plaintiffs", "plaintiff_amends", "upsert_plaintiffs",
                              "plaintiffs", plaintiffs.NOT_STORED, links=True),
 }
@@ -151,15 +158,21 @@ def _percent(value: Decimal, places: int) -> str:
 def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
             batch: dict[str, Any], counts: Counts, *, stats: dict[str, Any], db_ms_before: int,
             hold: Callable[[], None],
-            tick: Callable[[float], None] = lambda _done: None) -> dict[str, int]:
+            tick: Callable[[float], None] = lambda _done: None,
+            connect: Callable[[], db.Conn] | None = None) -> dict[str, int]:
     """staging_complete | promoting → completed | partial: the slices, then the flip.
     ``tick`` is called between slices with the share done (progress, lease and shutdown
-    checks); ``hold`` is the test-only pause point, inside the flip after its writes."""
+    checks); ``hold`` is the test-only pause point, inside the flip after its writes.
+    With ``connect``, judgments' slices are written by SIDE_BY_SIDE connections of their own at once
+    (docs/decisions/0390); a slice with a row the database refuses, and what follows it, is
+    then left to the loop below, which refuses the row (docs/decisions/0186)."""
     started = time.monotonic()
     statements = PROMOTIONS[contract.name]
     params = {**target.keys, "run_id": target.run_id, "fence": target.fence,
               "source": batch["source"], "source_reference": batch["source_reference"]}
     after = _begin(conn, params)
+    if connect is not None and statements.side_by_side:
+        after = _side_by_side(connect, statements, params, after, counts.total, tick)
     while after < counts.total:
         upto = min(after + SLICE_ROWS, counts.total)
         _slice(conn, contract, statements, {**params, "after": after, "upto": upto})
@@ -222,8 +235,9 @@ class Ahead:
     promotes one chunk while this process validates the next. Rows written carry the batch's
     id and stay unseen until the flip, as before. A file already over its error budget is not
     promoted ahead (the flip's budget check decides; a batch that fails loses its rows).
-    ``finish`` waits for every offered slice; an error of the thread is raised by the next
-    ``offer`` or by ``finish``."""
+    ``finish`` waits for the slice under way only: the slices offered and not begun are left
+    to ``promote``, which writes them side by side once staging has ended (docs/decisions/
+    0390). An error of the thread is raised by the next ``offer`` or by ``finish``."""
 
     def __init__(self, connect: Callable[[], db.Conn], target: Target,
                  contract: contracts.Contract, batch: dict[str, Any]) -> None:
@@ -233,6 +247,7 @@ class Ahead:
         self.params = {**target.keys, "run_id": target.run_id, "fence": target.fence,
                        "source": batch["source"], "source_reference": batch["source_reference"]}
         self.busy_s = 0.0
+        self._ending = False
         self._connect = connect
         self._offers: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._error: BaseException | None = None
@@ -252,6 +267,7 @@ class Ahead:
             self._offers.put(upto)
 
     def finish(self) -> None:
+        self._ending = True
         self._offers.put(None)
         self._thread.join()
         self._raise()
@@ -271,11 +287,12 @@ class Ahead:
         try:
             with self._connect() as conn:
                 after: int | None = None
-                while (upto := self._offers.get()) is not None and self._error is None:
+                while ((upto := self._offers.get()) is not None and self._error is None
+                       and not self._ending):
                     if after is None:
                         after = _begin(conn, self.params, "slices_ahead")
                     started = time.monotonic()
-                    while after < upto:
+                    while after < upto and not self._ending:
                         end = min(after + SLICE_ROWS, upto)
                         try:
                             _slice_once(conn, self.statements,
@@ -320,19 +337,126 @@ def _slice_once(conn: db.Conn, statements: Statements, params: dict[str, Any]) -
     links and warnings (plaintiffs), and the cursor; LeaseLost (rolled back) if the batch or
     the run is no longer ours."""
     with conn.transaction():
-        counted = _one(conn.execute(Q[statements.insert], params).fetchone())
-        if counted["inserted"] < counted["candidates"]:
-            # Some keys were stored already: those rows are compared for the flip.
-            conn.execute(Q[statements.amends], params)
-        if statements.links:
-            conn.execute(Q["link_plaintiffs"], params)
-            conn.execute(Q["unlinked_plaintiffs"], {
-                **params, "code": PLAINTIFF_JUDGMENT_NOT_FOUND.code,
-                "message": PLAINTIFF_JUDGMENT_NOT_FOUND.message})
-        moved = conn.execute(Q["advance_promotion"], {
-            **params, "inserted": counted["inserted"]}).fetchone()
-        if moved is None:
-            raise runs.LeaseLost(f"batch {params['batch_id']} is no longer ours to promote")
+        _slice_rows(conn, statements, params)
+
+
+def _slice_rows(conn: db.Conn, statements: Statements, params: dict[str, Any],
+                turn: bool = False) -> None:
+    """A slice's statements, in the caller's transaction. ``turn``: promoted side by side
+    (docs/decisions/0390), the cursor moves only once the slice before has ended."""
+    counted = _one(conn.execute(Q[statements.insert], params).fetchone())
+    if counted["inserted"] < counted["candidates"]:
+        # Some keys were stored already: those rows are compared for the flip.
+        conn.execute(Q[statements.amends], params)
+    if statements.links:
+        conn.execute(Q["link_plaintiffs"], params)
+        conn.execute(Q["unlinked_plaintiffs"], {
+            **params, "code": PLAINTIFF_JUDGMENT_NOT_FOUND.code,
+            "message": PLAINTIFF_JUDGMENT_NOT_FOUND.message})
+    if turn:
+        conn.execute(Q["wait_turn"], params)
+    moved = conn.execute(Q["advance_promotion"], {
+        **params, "inserted": counted["inserted"]}).fetchone()
+    if moved is None:
+        raise runs.LeaseLost(f"batch {params['batch_id']} is no longer ours to promote")
+
+
+
+def _side_by_side(connect: Callable[[], db.Conn], statements: Statements,
+                  params: dict[str, Any], after: int, total: int,
+                  tick: Callable[[float], None]) -> int:
+    """The slices after ``after``, written by SIDE_BY_SIDE connections at once and committed
+    in file order (docs/decisions/0390); where the committed slices end. Staging has ended,
+    so the file's repeats are flagged: no two slices insert one key, and no slice waits for
+    another's rows. A slice the database refuses a row of stops the run there: what is left
+    goes back to ``promote``'s own loop. Any other error, or one of ``tick``, is raised once
+    every slice under way has ended (committed, or rolled back when one before it did not
+    commit)."""
+    bounds = [(start, min(start + SLICE_ROWS, total))
+              for start in range(after, total, SLICE_ROWS)]
+    if len(bounds) < 2:
+        return after
+    turns = _Turns(statements, params, bounds)
+    with contextlib.ExitStack() as stack:
+        conns = [stack.enter_context(connect()) for _ in range(SIDE_BY_SIDE)]
+        threads = [threading.Thread(target=turns.run, args=(c,), daemon=True,
+                                    name="records-slices-side-by-side") for c in conns]
+        for thread in threads:
+            thread.start()
+        try:
+            for position in turns.committed(threads):
+                tick(position / total)
+        finally:
+            turns.stop()
+            for thread in threads:
+                thread.join()
+    first = next(((a, b) for a, b in bounds if a == turns.position), None)
+    error = turns.errors.get(first) if first else None
+    if error is None or isinstance(error, ROW_REFUSALS):
+        return turns.position
+    raise error
+
+
+class _Turns:
+    """Slices handed to connections in file order. Each holds its turn from its first statement
+    (taken while no other slice can be handed out), and moves the cursor only after the slice
+    before it ended (records.sql hold_turn, wait_turn): the counter a takeover resumes after
+    never passes a slice that did not commit."""
+
+    def __init__(self, statements: Statements, params: dict[str, Any],
+                 bounds: list[tuple[int, int]]) -> None:
+        self.statements, self.params = statements, params
+        self.position = bounds[0][0]
+        self.errors: dict[tuple[int, int], BaseException] = {}
+        self._bounds = iter(bounds)
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._ended: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+        self._done: dict[int, int] = {}
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def run(self, conn: db.Conn) -> None:
+        bound: tuple[int, int] | None = None
+        try:
+            while True:
+                bound = None
+                with conn.transaction():
+                    bound = self._take(conn)
+                    if bound is None:
+                        break
+                    _slice_rows(conn, self.statements,
+                                {**self.params, "after": bound[0], "upto": bound[1]}, turn=True)
+                self._ended.put(bound)
+        except BaseException as exc:  # noqa: BLE001 - handed to the job's thread, raised there
+            self._stopped = True
+            if bound is not None:
+                self.errors[bound] = exc
+        finally:
+            self._ended.put(None)
+
+    def _take(self, conn: db.Conn) -> tuple[int, int] | None:
+        with self._lock:
+            bound = None if self._stopped else next(self._bounds, None)
+            if bound is not None:
+                conn.execute(Q["hold_turn"], {**self.params, "upto": bound[1]})
+            return bound
+
+    def committed(self, threads: list[threading.Thread]) -> Iterator[int]:
+        """Where the committed slices end, each time it moves (in the caller's thread)."""
+        running = len(threads)
+        while running:
+            bound = self._ended.get()
+            if bound is None:
+                running -= 1
+                continue
+            self._done[bound[0]] = bound[1]
+            if self.position not in self._done:
+                continue  # a slice after one still under way: counted once that one ends
+            while self.position in self._done:
+                self.position = self._done.pop(self.position)
+            yield self.position
 
 
 def fail(conn: db.Conn, target: Target, reason: str, stage: str,

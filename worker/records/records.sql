@@ -350,6 +350,18 @@ WHERE b.batch_id = %(batch_id)s AND b.tenant_id = %(tenant_id)s
                 AND r.status = 'running' AND r.takeover_count = %(fence)s)
 RETURNING promoted_upto;
 
+-- name: hold_turn
+-- A slice promoted side by side with the next (docs/decisions/0390) holds its turn, keyed by
+-- where it ends, until its transaction ends. The next slice waits for that turn (wait_turn)
+-- before it moves promoted_upto, so the slices commit in file order and the counter never
+-- passes a slice that did not commit. The wait is a lock Postgres sees: a cycle through
+-- another transaction is a deadlock it detects, never a hang. The one-bigint form, as the
+-- runs' locks (run_lock_key): a 64-bit hash of the batch and the row, not a run's id.
+SELECT pg_advisory_xact_lock(hashtextextended(%(batch_id)s::text, %(upto)s));
+
+-- name: wait_turn
+SELECT pg_advisory_xact_lock_shared(hashtextextended(%(batch_id)s::text, %(after)s));
+
 -- name: refuse_row
 -- A staged row the database refused at promotion (docs/decisions/0186): no longer staged (the
 -- stage, {stage}, holds valid rows), an error of its own with its values, and counted invalid.
