@@ -163,9 +163,9 @@ def promote(conn: db.Conn, target: Target, contract: contracts.Contract,
     """staging_complete | promoting → completed | partial: the slices, then the flip.
     ``tick`` is called between slices with the share done (progress, lease and shutdown
     checks); ``hold`` is the test-only pause point, inside the flip after its writes.
-    With ``connect``, judgments' slices are written by SIDE_BY_SIDE connections of their own at once
-    (docs/decisions/0390); a slice with a row the database refuses, and what follows it, is
-    then left to the loop below, which refuses the row (docs/decisions/0186)."""
+    With ``connect``, judgments' slices are written by SIDE_BY_SIDE connections of their own
+    at once (docs/decisions/0390); a slice with a row the database refuses, and what follows
+    it, is then left to the loop below, which refuses the row (docs/decisions/0186)."""
     started = time.monotonic()
     statements = PROMOTIONS[contract.name]
     params = {**target.keys, "run_id": target.run_id, "fence": target.fence,
@@ -359,7 +359,6 @@ def _slice_rows(conn: db.Conn, statements: Statements, params: dict[str, Any],
         **params, "inserted": counted["inserted"]}).fetchone()
     if moved is None:
         raise runs.LeaseLost(f"batch {params['batch_id']} is no longer ours to promote")
-
 
 
 def _side_by_side(connect: Callable[[], db.Conn], statements: Statements,
