@@ -116,9 +116,10 @@ class FakeGpu:
         return out
 
 
-def chunk_ids(count: int, tokenizer, max_len: int, seed: int = 27) -> list[list[int]]:
+def chunk_ids(count: int, tokenizer, max_len: int, seed: int = 27) -> list[np.ndarray]:
     """``count`` chunks of 140-200 words, tokenized once, capped at the model's limit: words of
-    the variant choice's prose sample (real sentences), drawn in runs from random places."""
+    the variant choice's prose sample (real sentences), drawn in runs from random places; each
+    an int32 array, as the chunker hands them (ADR 0410)."""
     rng = random.Random(seed)
     words = " ".join(choice.PROSE).split()
     texts = []
@@ -126,14 +127,15 @@ def chunk_ids(count: int, tokenizer, max_len: int, seed: int = 27) -> list[list[
         n, start = rng.randint(140, 200), rng.randrange(len(words))
         texts.append(" ".join(words[(start + k) % len(words)] for k in range(n)))
     ids = [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=True)]
-    return [s if len(s) <= max_len else [*s[: max_len - 1], s[-1]] for s in ids]
+    capped = [s if len(s) <= max_len else [*s[: max_len - 1], s[-1]] for s in ids]
+    return [np.asarray(s, dtype=np.int32) for s in capped]
 
 
-def _passes_by_hand(ids: list[list[int]], batch_tokens: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def _passes_by_hand(ids: list[np.ndarray], batch_tokens: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """The bound's own batching, none of the product's: sort by length, fill each pass up to
     ``batch_tokens`` padded tokens, right-pad with 0 and a mask of ones."""
-    passes: list[list[list[int]]] = []
-    current: list[list[int]] = []
+    passes: list[list[np.ndarray]] = []
+    current: list[np.ndarray] = []
     for seq in sorted(ids, key=len):
         if current and (len(current) + 1) * len(seq) > batch_tokens:
             passes.append(current)
@@ -150,7 +152,7 @@ def _passes_by_hand(ids: list[list[int]], batch_tokens: int) -> list[tuple[np.nd
     return out
 
 
-def raw_forward(model: embedding.Embedder, ids: list[list[int]], batch_tokens: int) -> float:
+def raw_forward(model: embedding.Embedder, ids: list[np.ndarray], batch_tokens: int) -> float:
     """Seconds for the variant's bare forward over pre-padded passes; on cuda, on-device fp16
     transformer + pooling with nothing copied back (synchronised once at the end)."""
     passes = _passes_by_hand(ids, batch_tokens)
@@ -176,19 +178,22 @@ def raw_forward(model: embedding.Embedder, ids: list[list[int]], batch_tokens: i
     return time.perf_counter() - started
 
 
-def worker_path(model: embedding.Embedder, docs: list[list[list[int]]], in_flight: int,
+def worker_path(model: embedding.Embedder, docs: list[list[np.ndarray]], in_flight: int,
                 batch_tokens: int, *, timeline: bool = False) -> tuple[float, embed.QueueStats]:
     """Seconds for the embed queue to hand every document its vectors, ``in_flight`` at once,
     fed as the worker feeds it: submit, and replace each finished document from one thread that
     the finished futures wake through a queue (the worker's writer takes them the same way)."""
-    queue = embed.EmbedQueue(model, batch_tokens=batch_tokens)
+    # The worker's queue knows its documents in flight (WORKER_DOCUMENTS_IN_FLIGHT): it sizes
+    # the pool and spreads the fair tags by them. Left to the Embedder's device, the fake GPU's
+    # (a CPU Embedder's) 8 documents grew the pool mid-run from 128 slots (ADR 0410).
+    queue = embed.EmbedQueue(model, batch_tokens=batch_tokens, documents=in_flight)
     queue.embed(docs[0][:2])  # threads started and first-call allocations, as in a warm worker
     queue.stats = embed.QueueStats()
     if isinstance(model.backend, FakeGpu):
         model.backend.nominal_s = 0.0
         model.backend.log = [] if timeline else None
     finished: stdqueue.SimpleQueue = stdqueue.SimpleQueue()
-    upcoming: Iterator[list[list[int]] | None] = iter(docs)
+    upcoming: Iterator[list[np.ndarray] | None] = iter(docs)
     outstanding = 0
     started = time.perf_counter()
     for doc in itertools.islice(upcoming, in_flight):
@@ -218,11 +223,11 @@ def _print_timeline(fake: FakeGpu, started: float, took: float) -> None:
     print(f"    last vector at {1000 * took:.1f}")
 
 
-def thread_per_document(model: embedding.Embedder, docs: list[list[list[int]]], in_flight: int,
+def thread_per_document(model: embedding.Embedder, docs: list[list[np.ndarray]], in_flight: int,
                         batch_tokens: int) -> tuple[float, embed.QueueStats]:
     """The same with ``in_flight`` threads, each waiting in ``embed`` for its document (how a
     worker's job slots fed the queue before docs/decisions/0300)."""
-    queue = embed.EmbedQueue(model, batch_tokens=batch_tokens)
+    queue = embed.EmbedQueue(model, batch_tokens=batch_tokens, documents=in_flight)
     queue.embed(docs[0][:2])
     queue.stats = embed.QueueStats()
     pending = list(reversed(docs))
@@ -344,7 +349,7 @@ def main() -> None:
             compare(model, path_model, ids, docs, in_flight, batch_tokens, args)
 
 
-def compare(model: embedding.Embedder, path_model: embedding.Embedder, ids: list[list[int]], docs: list[list[list[int]]],
+def compare(model: embedding.Embedder, path_model: embedding.Embedder, ids: list[np.ndarray], docs: list[list[np.ndarray]],
             in_flight: int, batch_tokens: int, args: argparse.Namespace) -> None:
     count = len(ids)
     print(f"-- {in_flight} documents in flight, {batch_tokens:,} padded tokens a pass "
@@ -391,7 +396,7 @@ def _describe(stats: embed.QueueStats, took: float) -> str:
             f"{100 * stats.starved_s / took:.0f} % waiting for a pass; prep "
             f"{1000 * stats.prep_s / passes:.1f} ms a pass"
             + (f"; packing {1000 * stats.pack_s:.0f} ms in {stats.pack_steps} steps"
-               if getattr(stats, "pack_steps", 0) else ""))
+               if stats.pack_steps else ""))
 
 
 def _where_it_went(took: float, bound: float, nominal: float, stats: embed.QueueStats) -> str:
@@ -405,7 +410,7 @@ def _where_it_went(took: float, bound: float, nominal: float, stats: embed.Queue
             f"{1000 * (took - stats.forward_s):.0f}")
 
 
-def sweep(model: embedding.Embedder, ids: list[list[int]]) -> None:
+def sweep(model: embedding.Embedder, ids: list[np.ndarray]) -> None:
     """Raw forward chunks/s per pass size, interleaved twice: the CPU's best EMBED_BATCH_TOKENS."""
     sizes = (8, 16, 32, 64, 128, 256)
     rates: dict[int, list[float]] = {n: [] for n in sizes}

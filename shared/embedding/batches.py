@@ -2,7 +2,8 @@
 queue share, so none of them imports another for it.
 
 ``plan_batches`` cuts sequences into passes of at most a padded-token budget; ``pad`` pads one
-pass; ``Packed`` holds one document's ids as arrays, made once when the document is queued, so a
+pass; ``Packed`` holds one document's ids as arrays (from the chunker's int32 arrays in one
+copy, or from lists of ints), made once when the document is queued, so a
 pass is gathered from whole documents with numpy rather than one Python list per chunk.
 """
 
@@ -78,8 +79,12 @@ class Packed:
         self.lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64,
                                    count=len(sequences))
         width = width or (int(self.lengths.max()) if len(sequences) else 0)
-        flat = np.fromiter(itertools.chain.from_iterable(sequences), dtype=dtype,
-                           count=int(self.lengths.sum()))
+        if len(sequences) and all(isinstance(s, np.ndarray) for s in sequences):
+            # The chunker's arrays (ADR 0410): one copy, no id unboxed (~20 ns an id).
+            flat = np.concatenate(sequences).astype(dtype, copy=False)
+        else:
+            flat = np.fromiter(itertools.chain.from_iterable(sequences), dtype=dtype,
+                               count=int(self.lengths.sum()))
         self.ids = np.zeros((len(sequences), width), dtype=dtype)
         self.ids[_mask(self.lengths, width)] = flat
 

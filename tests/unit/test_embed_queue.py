@@ -476,3 +476,28 @@ def test_packed_ids_are_the_sequences_right_padded(sequences):
         assert packed.ids[row, :len(seq)].tolist() == seq
         assert not packed.ids[row, len(seq):].any()
         assert packed.mask()[row].tolist() == [1] * len(seq) + [0] * (width - len(seq))
+
+
+class _NotIterable(np.ndarray):
+    """An id array that refuses to be walked id by id: packing must copy it whole."""
+
+    def __iter__(self):
+        raise AssertionError("an id array was unboxed id by id")
+
+
+def test_arrays_of_ids_are_packed_whole_and_embed_as_lists_do():
+    # Given documents whose ids come as the chunker's int32 arrays (ADR 0410)
+    docs = [document(seed, chunks=3) for seed in range(6)]
+    arrays = [[np.asarray(ids, dtype=np.int32).view(_NotIterable) for ids in doc] for doc in docs]
+
+    # When they are packed, and embedded through the queue beside the same ids as lists
+    packed = batches.Packed(arrays[0], 32, dtype=np.int32)
+    queue = embed.EmbedQueue(StandInModel(batch_tokens=512))  # type: ignore[arg-type]
+    results = embed_all(queue, arrays)
+    queue.close()
+
+    # Then the arrays were copied whole (never walked id by id), and each document got the
+    # vectors its lists would have
+    assert packed.ids.tolist() == batches.Packed(docs[0], 32, dtype=np.int32).ids.tolist()
+    for doc, got in zip(docs, results, strict=True):
+        np.testing.assert_allclose(got, expected(doc), atol=1e-6)
