@@ -313,17 +313,29 @@ async def upsert(pool: db.AsyncPool, events: list[Event]) -> list[dict[str, Any]
 
     The group goes into the connection's staging table by one COPY, in array order (rank),
     then one statement inserts the new keys, counts the repeats and returns each delivery's
-    outcome (events.sql intake_group; docs/decisions/0280)."""
-    async with pool.connection() as conn, conn.transaction(), \
-            conn.cursor(row_factory=tuple_row) as cur:
-        async with cur.copy(COPY_INTAKE) as copy:
-            copy.set_types(COPY_TYPES)
-            for rank, e in enumerate(events):
-                await copy.write_row((rank, e.tenant_id, e.source_system, e.source_event_id,
-                                      e.source_sequence, e.source_emitted_at, e.type,
-                                      e.payload_json, e.payload_sha256))
-        await cur.execute(Q["intake_group"], {"n": len(events)})
-        rows = await cur.fetchall()  # (rank, ledger_id, outcome), in rank order
+    outcome (events.sql intake_group; docs/decisions/0280). The statement and the COMMIT go
+    in one pipeline: one round trip, not two, each of which waited for the busy event loop
+    to read its answer (ADR 0400). COPY itself cannot be pipelined."""
+    async with pool.connection() as conn:
+        try:
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                async with cur.copy(COPY_INTAKE) as copy:  # BEGIN first (not autocommit)
+                    copy.set_types(COPY_TYPES)
+                    for rank, e in enumerate(events):
+                        await copy.write_row((rank, e.tenant_id, e.source_system,
+                                              e.source_event_id, e.source_sequence,
+                                              e.source_emitted_at, e.type, e.payload_json,
+                                              e.payload_sha256))
+                async with conn.pipeline():
+                    await cur.execute(Q["intake_group"], {"n": len(events)})
+                    await conn.commit()
+                rows = await cur.fetchall()  # (rank, ledger_id, outcome), in rank order
+        except BaseException:
+            # A failed statement leaves the transaction aborted (the pipelined COMMIT never
+            # ran): end it here, so the connection goes back clean and nothing was kept.
+            with contextlib.suppress(Exception):
+                await conn.rollback()
+            raise
     if len(rows) != len(events):
         raise RuntimeError(f"intake answered {len(rows)} outcomes for {len(events)} events")
     return [outcome(kind, ledger_id) for _, ledger_id, kind in rows]
