@@ -471,3 +471,41 @@ def test_no_server_timing_unless_it_is_turned_on(gateway, tenants):
         r = _post(c, key, _events(2, prefix="untimed"))
     assert r.status_code == 202, r.text
     assert "server-timing" not in r.headers
+
+
+def test_a_group_the_statement_refuses_keeps_nothing_and_the_next_group_commits(
+        database_url, tenants, conn):
+    """The group's statement and its COMMIT go in one pipeline (ADR 0400): when the statement
+    fails nothing of the group is kept, the caller gets the error (and splits the group), and
+    the same connection then commits the next group."""
+    import asyncio
+    import hashlib
+
+    from gateway.events import writer
+    from gateway.events.intake import Event
+    from shared import db
+
+    tenant_id = tenants.user().tenant_id
+
+    def event(n: int, payload: str) -> Event:
+        return Event(tenant_id, "billing", f"g{n}", n, datetime(2024, 5, 1, tzinfo=UTC),
+                     "judgment.upserted", payload, hashlib.sha256(payload.encode()).hexdigest())
+
+    async def run() -> tuple[BaseException | None, list[dict]]:
+        pool = db.async_pool(database_url, min_size=1, max_size=1,
+                             configure=writer.prepare, check=False)
+        await pool.open(wait=True)
+        try:
+            refused = None
+            try:  # COPY takes the text; the statement's cast to jsonb refuses it
+                await writer.upsert(pool, [event(1, '{"a": 1}'), event(2, "{not json")])
+            except Exception as exc:  # noqa: BLE001 - what the writer's split sees
+                refused = exc
+            return refused, await writer.upsert(pool, [event(3, '{"a": 3}'), event(4, "{}")])
+        finally:
+            await pool.close()
+
+    refused, outcomes = asyncio.run(run())
+    assert isinstance(refused, psycopg.errors.InvalidTextRepresentation)
+    assert [o["outcome"] for o in outcomes] == ["new", "new"]
+    assert [r["source_event_id"] for r in _rows(conn, tenant_id)] == ["g3", "g4"]
