@@ -476,8 +476,8 @@ def test_no_server_timing_unless_it_is_turned_on(gateway, tenants):
 def test_a_group_the_statement_refuses_keeps_nothing_and_the_next_group_commits(
         database_url, tenants, conn):
     """The group's statement and its COMMIT go in one pipeline (ADR 0400): when the statement
-    fails nothing of the group is kept, the caller gets the error (and splits the group), and
-    the same connection then commits the next group."""
+    fails, the error reaches the caller (which splits the group), nothing of the group is
+    kept, and the same connection (the pool holds one) commits the next group."""
     import asyncio
     import hashlib
 
