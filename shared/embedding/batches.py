@@ -14,6 +14,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+# A chunk's token ids: a list, or the chunker's read-only int32 array (docs/decisions/0410).
+TokenIds = Sequence[int] | np.ndarray
+
 
 def plan_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
     """Indices into ``lengths`` cut into forward passes: sorted by length, so each pass pads to
@@ -61,7 +64,7 @@ def cut_around(lengths: np.ndarray, at: int, budget: int) -> tuple[int, int]:
     return int(first[best]), int(last[best]) + 1
 
 
-def pad(sequences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+def pad(sequences: Sequence[TokenIds]) -> tuple[np.ndarray, np.ndarray]:
     """Right-pad with id 0 (BERT's [PAD]; masked out either way) to the longest sequence."""
     packed = Packed(sequences)
     return packed.ids, packed.mask()
@@ -74,7 +77,7 @@ class Packed:
 
     __slots__ = ("ids", "lengths")
 
-    def __init__(self, sequences: Sequence[Sequence[int]], width: int = 0,
+    def __init__(self, sequences: Sequence[TokenIds], width: int = 0,
                  dtype: type[np.integer] = np.int64) -> None:
         self.lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64,
                                    count=len(sequences))

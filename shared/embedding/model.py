@@ -153,7 +153,7 @@ class Embedder:
         encodings = self._query_tokenizer.encode_batch(list(texts), add_special_tokens=True)
         return self.encode_ids([encoding.ids for encoding in encodings])
 
-    def encode_ids(self, sequences: Sequence[Sequence[int]]) -> np.ndarray:
+    def encode_ids(self, sequences: Sequence[batches.TokenIds]) -> np.ndarray:
         """Vectors for token id sequences that already carry the model's special tokens."""
         self.check_ids(sequences)
         out = np.empty((len(sequences), self.dim), dtype=np.float32)
@@ -162,7 +162,7 @@ class Embedder:
         return out
 
     # ── the parts, for callers that batch and pipeline themselves ─────────────────────────
-    def check_ids(self, sequences: Sequence[Sequence[int]]) -> None:
+    def check_ids(self, sequences: Sequence[batches.TokenIds]) -> None:
         if any(not 0 < len(ids) <= self.max_seq_length for ids in sequences):
             raise ValueError(f"embed: every id sequence must hold 1 to {self.max_seq_length} "
                              "tokens; the chunker caps chunks below the model's limit.")

@@ -257,7 +257,7 @@ class EmbedQueue:
         # thread (it waits on ``_packable``); their tokens, so that the prep thread knows more
         # is on its way.
         self._packable = threading.Condition(self._lock)
-        self._listed: list[tuple[Request, Sequence[Sequence[int]], int, int]] = []
+        self._listed: list[tuple[Request, Sequence[batches.TokenIds], int, int]] = []
         self._listed_tokens = 0
         # How many tokens the packing thread puts in the pool a step: a step holds the GIL
         # (unboxing ~20 ns an id), so it is kept short enough not to delay a pass's launches.
@@ -286,7 +286,7 @@ class EmbedQueue:
         self._closed = False
 
     # ── the documents' side ───────────────────────────────────────────────────────────────
-    def submit(self, sequences: Sequence[Sequence[int]]) -> Request:
+    def submit(self, sequences: Sequence[batches.TokenIds]) -> Request:
         """Queue this document's ids; the future's result is its unit vectors, in order.
 
         Only lists the document (microseconds): the packing thread puts the ids of what was
@@ -312,7 +312,7 @@ class EmbedQueue:
             self._listed_tokens += tokens
         return request
 
-    def embed(self, sequences: Sequence[Sequence[int]], *,
+    def embed(self, sequences: Sequence[batches.TokenIds], *,
               check: Callable[[], None] = lambda: None) -> np.ndarray:
         """Unit vectors (float32, one row per sequence) for this document's ids, waiting here.
 
