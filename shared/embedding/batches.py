@@ -3,8 +3,8 @@ queue share, so none of them imports another for it.
 
 ``plan_batches`` cuts sequences into passes of at most a padded-token budget; ``pad`` pads one
 pass; ``Packed`` holds one document's ids as arrays (from the chunker's int32 arrays in one
-copy, or from lists of ints), made once when the document is queued, so a
-pass is gathered from whole documents with numpy rather than one Python list per chunk.
+copy, or from lists of ints), made once when the document is queued, so a pass is gathered
+from whole documents with numpy rather than one Python list per chunk.
 """
 
 from __future__ import annotations

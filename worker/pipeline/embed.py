@@ -260,7 +260,8 @@ class EmbedQueue:
         self._listed: list[tuple[Request, Sequence[batches.TokenIds], int, int]] = []
         self._listed_tokens = 0
         # How many tokens the packing thread puts in the pool a step: a step holds the GIL
-        # (unboxing ~20 ns an id), so it is kept short enough not to delay a pass's launches.
+        # (one array copy a document since ADR 0410; ~20 ns an id where ids come as lists), so
+        # it is kept short enough not to delay a pass's launches.
         self._pack_tokens = max(1, self.batch_tokens // PACK_STEPS)
         self._serials = itertools.count(1)
         self._submitted = 0  # tokens ever submitted
