@@ -170,6 +170,44 @@ def test_keys_are_per_tenant_and_links_never_cross_tenants(conn, tenants):
         conn.execute(link, (b, plaintiff_b, judgment_a))
 
 
+def test_a_record_names_its_own_tenants_batch_or_an_existing_tenant(conn, new_batch, tenants):
+    # One composite key checks a batch's row (docs/decisions/0430), a trigger a row with none
+    a, b = tenants.user("acme").tenant_id, tenants.user("globex").tenant_id
+    batch_a = new_batch(tenant=a)
+    judgment = ("INSERT INTO judgments (tenant_id, case_number, plaintiff_name, defendant_name, "
+                "amount, filed_date, batch_id) VALUES (%s, %s, 'Acme', 'Doe', 1, '2024-01-15', "
+                "%s) RETURNING id")
+    plaintiff = ("INSERT INTO plaintiffs (tenant_id, name, zip, source, batch_id) "
+                 "VALUES (%s, %s, '10001', 'manual', %s) RETURNING id")
+    # A row of a batch: the batch must be its own tenant's
+    conn.execute(judgment, (a, "CV-1", batch_a))
+    conn.execute(plaintiff, (a, "Acme LLC", batch_a))
+    for statement, values in ((judgment, (b, "CV-2", batch_a)),
+                              (plaintiff, (b, "Globex LLC", batch_a))):
+        with pytest.raises(pg_errors.ForeignKeyViolation):
+            conn.execute(statement, values)
+    # A row with no batch (an event's): its tenant must exist, written or moved there
+    lone = tenants.user("initech").tenant_id
+    missing = uuid.uuid4()
+    lone_judgment = conn.execute(judgment, (lone, "CV-3", None)).fetchone()["id"]
+    conn.execute(plaintiff, (lone, "Initech LLC", None))
+    for statement, values in ((judgment, (missing, "CV-4", None)),
+                              (plaintiff, (missing, "Nobody LLC", None))):
+        with pytest.raises(pg_errors.ForeignKeyViolation):
+            conn.execute(statement, values)
+    with pytest.raises(pg_errors.ForeignKeyViolation):
+        conn.execute("UPDATE judgments SET tenant_id = %s WHERE id = %s", (missing, lone_judgment))
+    # and a tenant that rows still name is neither deleted nor renumbered
+    bare = conn.execute("INSERT INTO tenants (name) VALUES (%s) RETURNING tenant_id",
+                        (f"bare-{uuid.uuid4()}",)).fetchone()["tenant_id"]
+    conn.execute(judgment, (bare, "CV-5", None))
+    with pytest.raises(pg_errors.ForeignKeyViolation):
+        conn.execute("DELETE FROM tenants WHERE tenant_id = %s", (bare,))
+    with pytest.raises(pg_errors.ForeignKeyViolation):
+        conn.execute("UPDATE tenants SET tenant_id = %s WHERE tenant_id = %s", (missing, bare))
+    conn.execute("UPDATE tenants SET name = name || '!' WHERE tenant_id = %s", (bare,))
+
+
 def test_a_row_error_cannot_name_another_tenants_batch(conn, new_batch, tenants):
     batch_id = new_batch()
     other = tenants.user("globex").tenant_id
