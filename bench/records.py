@@ -214,9 +214,11 @@ def stage_shares(worker: stack.Process, batch_id: Any) -> str:
                       for name in ("read", "validate", "stage", "promote")}
                 total = sum(ms.values()) or 1
                 ahead = stats.get("promote_ahead_ms") or 0
+                flip = stats.get("flip_upsert_ms")
                 return "stages: " + ", ".join(f"{name} {value:,} ms ({value / total:.0%})"
                                               for name, value in ms.items()) + (
-                    f"; promoted while staging went on: {ahead:,} ms (ADR 0273)" if ahead else "")
+                    f"; promoted while staging went on: {ahead:,} ms (ADR 0273)" if ahead else ""
+                ) + (f"; the flip's upsert of amends: {flip:,} ms" if flip is not None else "")
         time.sleep(0.1)
     return "stages: the worker logged no completion line for the batch"
 

@@ -191,7 +191,9 @@ def _flip(conn: db.Conn, target: Target, contract: contracts.Contract, statement
     succeeded, the IngestionCompleteEvent; everything the slices wrote is seen from its
     commit (docs/decisions/0181)."""
     with conn.transaction():
+        upsert_started = time.monotonic()
         written = _one(conn.execute(Q[statements.upsert], params).fetchone())
+        upsert_ms = round((time.monotonic() - upsert_started) * 1000)  # the amends' share
         hold()
         # Rows the database refused are invalid now: the budget decides again, and the
         # batch is partial (some valid rows could not be promoted, DESIGN.md).
@@ -225,7 +227,8 @@ def _flip(conn: db.Conn, target: Target, contract: contracts.Contract, statement
                 f"{contract.name}_upserted": result["rows_inserted"] + result["rows_updated"]},
             at=finished_at)
     return {"inserted": result["rows_inserted"], "updated": result["rows_updated"],
-            "unchanged": result["rows_unchanged"], "partial": int(status == "partial")}
+            "unchanged": result["rows_unchanged"], "partial": int(status == "partial"),
+            "flip_upsert_ms": upsert_ms}
 
 
 class Ahead:
