@@ -170,7 +170,7 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
     key_pool = db.async_pool(settings.database_url, min_size=1, max_size=1, name="api-keys",
                              timeout_s=settings.db_pool_timeout_s)
     await key_pool.open(wait=False)
-    ctx.key_lookups = event_keys.Lookups(key_pool)
+    ctx.key_lookups = event_keys.Lookups(key_pool, cache_s=settings.events_key_cache_s)
     if settings.events_server_timing:
         event_timing.start()  # the loop-lag sampler and GC timer behind Server-Timing (ADR 0341)
     # Live updates: one LISTEN connection of its own for all open streams (ADR 0160).
@@ -183,6 +183,9 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
             pool, ctx.events.metrics, settings.events_stats_interval_s), name="event-report"),
         asyncio.create_task(relay.run_forever(), name="outbox-relay"),
         asyncio.create_task(ctx.live.run_forever(), name="live-updates"),
+        # API key revocations heard at commit, so live keys may be answered from memory.
+        asyncio.create_task(ctx.key_lookups.listen_forever(settings.database_url),
+                            name="api-key-revocations"),
         asyncio.create_task(crash_guard.run_forever(
             pool, interval_s=settings.crash_guard_interval_s,
             queued_ttl_s=settings.crash_guard_queued_ttl_hours * 3600,

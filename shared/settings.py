@@ -271,6 +271,11 @@ class GatewaySettings(CommonSettings):
     # key lookup, the body, the checks, the writer's queue and commit, the loop's lag, GC
     # pauses; gateway/events/timing.py, ADR 0341). Costs a loop wake-up every 2 ms.
     events_server_timing: bool = False
+    # A live API key answers its requests from the gateway's memory for this long before it is
+    # looked up again (0: every request looks its key up). Only while the gateway hears
+    # revocations (LISTEN df_api_keys, migrations/0200): a revoked key is forgotten as its
+    # revocation commits (ADR 0440).
+    events_key_cache_s: float = Field(default=60.0, ge=0, le=3600)
     # POST /v1/webhooks/{id}/rotate-secret: how long the replaced secret keeps signing beside
     # the new one when the request names no grace period (docs/decisions/0196).
     webhook_secret_grace_s: float = Field(default=86400.0, ge=0, le=7 * 86400)

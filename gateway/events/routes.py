@@ -72,6 +72,8 @@ async def revoke_key(key_id: FromPath[UUID], request: Request, ctx: Ctx) -> None
     """Revoke a key at once: its next request is refused with 401."""
     principal = auth.current(request)
     await keys.revoke(ctx.pool, principal.tenant_id, principal.user_id, key_id)
+    # This gateway forgets it before answering, not when its announcement arrives (ADR 0440).
+    ctx.key_lookups.revoked(key_id)
 
 
 api_keys = Router("/v1/api-keys", route_handlers=[create_key, list_keys, revoke_key],

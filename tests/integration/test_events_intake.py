@@ -239,6 +239,52 @@ def test_keys_are_per_tenant_and_revocable(gateway, tenants, conn):
         assert c.post("/v1/events", json=_events(1)).status_code == 401  # no key at all
 
 
+def _key_listeners(conn: psycopg.Connection) -> int:
+    """Gateways of this test's database whose LISTEN on df_api_keys is in place (ADR 0440)."""
+    return conn.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = 'ingest-gateway-api-keys' AND state = 'idle' AND query <> ''"
+    ).fetchone()["n"]
+
+
+def test_a_revoked_key_stops_at_once_on_a_gateway_that_answered_it_from_memory(
+        gateway, stack_env, out_dir, tenants, conn):
+    """Gateway 2 answers live keys from memory (EVENTS_KEY_CACHE_S, ADR 0440); a key revoked
+    through gateway 1, by hand in SQL or whose row is removed must be refused there within
+    moments (announced at commit, migrations/0200), not when its 60 s are up; other keys,
+    another tenant's among them, go on acting for their own tenant only."""
+    second = stack.start_gateway(stack_env, out_dir / "second", name="gateway-2")
+    try:
+        acme, globex = tenants.user("acme"), tenants.user("globex")
+        names = ("by-api", "by-hand", "removed", "kept")
+        acme_keys = {name: _key(gateway, acme.token, name) for name in names}
+        globex_key = _key(gateway, globex.token)
+        stack.wait_until(lambda: _key_listeners(conn) == 2, 30,
+                         message="both gateways listen for revocations")
+        with second.client() as c:
+            for attempt in range(2):  # looked up once, then answered from memory
+                for i, key in enumerate([*acme_keys.values(), globex_key]):
+                    r = _post(c, key, _events(1, start=10 * attempt + i))
+                    assert r.status_code == 202, r.text
+        with gateway.client(acme.token) as c:
+            ids = {k["name"]: k["key_id"] for k in c.get("/v1/api-keys").json()["items"]}
+            assert c.delete(f"/v1/api-keys/{ids['by-api']}").status_code == 204
+        conn.execute("UPDATE api_keys SET revoked_at = now() WHERE key_id = %s", (ids["by-hand"],))
+        conn.execute("DELETE FROM api_keys WHERE key_id = %s", (ids["removed"],))
+        with second.client() as c:
+            for name in ("by-api", "by-hand", "removed"):
+                stack.wait_until(
+                    lambda name=name: _post(c, acme_keys[name], _events(1)).status_code == 401,
+                    timeout=3, interval=0.05, message=f"the {name} key refused by gateway 2")
+            assert _post(c, acme_keys["kept"], _events(1, start=50)).status_code == 202
+            assert _post(c, globex_key, _events(2, start=60, prefix="g")).status_code == 202
+        sources = conn.execute("SELECT tenant_id, count(*) AS n FROM event_ledger "
+                               "WHERE source_event_id LIKE 'g%%' GROUP BY tenant_id").fetchall()
+        assert sources == [{"tenant_id": globex.tenant_id, "n": 2}]
+    finally:
+        second.stop()
+
+
 @pytest.mark.parametrize("method,path", [
     ("GET", "/v1/ingestion-runs"), ("GET", "/v1/api-keys"), ("POST", "/v1/api-keys"),
     ("GET", "/v1/documents"), ("GET", "/v1/imports"), ("GET", "/v1/auth/me"),

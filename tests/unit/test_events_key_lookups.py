@@ -180,3 +180,128 @@ def test_a_request_that_left_leaves_no_unread_exception_behind():
     asyncio.run(scenario())
     gc.collect()
     assert not [ctx["message"] for ctx in unread]
+
+
+# ── the cache of live keys (ADR 0440) ─────────────────────────────────────────────────────
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _cached(live: dict[str, uuid.UUID], cache_s: float = 60.0) -> tuple[keys.Lookups, FakePool, Clock]:
+    pool, clock = FakePool(live), Clock()
+    lookups = keys.Lookups(pool, cache_s=cache_s, clock=clock)  # type: ignore[arg-type]
+    lookups._hear(True)  # as listen_forever does once its LISTEN is in place
+    return lookups, pool, clock
+
+
+def test_a_live_key_answers_from_memory_until_it_expires():
+    async def scenario() -> tuple[FakePool, list[keys.KeyCaller]]:
+        key = keys.generate()
+        lookups, pool, clock = _cached({keys.digest(key): uuid.uuid4()})
+        found = [await lookups.caller(key) for _ in range(5)]
+        clock.now += 61  # then looked up again (and last_used_at touched, once a minute)
+        found.append(await lookups.caller(key))
+        return pool, found
+
+    pool, found = asyncio.run(scenario())
+    assert len(pool.statements) == 2
+    assert len(set(found)) == 1
+
+
+def test_nothing_is_cached_while_revocations_are_not_heard():
+    async def scenario() -> FakePool:
+        key = keys.generate()
+        lookups, pool, _ = _cached({keys.digest(key): uuid.uuid4()})
+        lookups._hear(False)  # the listener lost its connection
+        for _ in range(3):
+            await lookups.caller(key)
+        return pool
+
+    assert len(asyncio.run(scenario()).statements) == 3
+
+
+def test_a_heard_revocation_refuses_the_key_at_once_and_only_that_key():
+    async def scenario() -> tuple[BaseException | None, keys.KeyCaller, FakePool]:
+        revoked, kept = _keys(2)
+        tenant = uuid.uuid4()
+        lookups, pool, _ = _cached({keys.digest(revoked): tenant, keys.digest(kept): tenant})
+        gone = await lookups.caller(revoked)
+        await lookups.caller(kept)
+        del pool.live[keys.digest(revoked)]
+        lookups.revoked(gone.key_id)  # the announcement of migrations/0200
+        refused: BaseException | None = None
+        try:
+            await lookups.caller(revoked)
+        except errors.Unauthorized as exc:
+            refused = exc
+        return refused, await lookups.caller(kept), pool
+
+    refused, kept, pool = asyncio.run(scenario())
+    assert isinstance(refused, errors.Unauthorized)
+    assert kept.key_id
+    # The revoked key was looked up again; the other one still answered from memory.
+    assert [len(s) for s in pool.statements] == [1, 1, 1]
+
+
+def test_a_revocation_heard_while_a_statement_runs_keeps_its_answer_out_of_the_cache():
+    """The statement read the key as live before the revocation committed; its answer must not
+    be cached after the revocation's announcement was handled, or it would live on."""
+
+    async def scenario() -> tuple[BaseException | None, FakePool]:
+        key = keys.generate()
+        lookups, pool, _ = _cached({keys.digest(key): uuid.uuid4()})
+        pool.release.clear()
+        first = asyncio.create_task(lookups.caller(key))
+        while not pool.statements:
+            await asyncio.sleep(0)
+        # The statement's snapshot saw the key live; then it was revoked and announced.
+        snapshot_rows = dict(pool.live)
+        del pool.live[keys.digest(key)]
+        lookups.revoked(uuid.uuid5(uuid.NAMESPACE_OID, keys.digest(key)))
+        pool.live.update(snapshot_rows)  # the running statement still answers from its snapshot
+        pool.release.set()
+        await first  # answered live: it arrived before the revocation
+        del pool.live[keys.digest(key)]
+        try:
+            await lookups.caller(key)
+        except errors.Unauthorized as exc:
+            return exc, pool
+        return None, pool
+
+    refused, pool = asyncio.run(scenario())
+    assert isinstance(refused, errors.Unauthorized)
+    assert len(pool.statements) == 2
+
+
+def test_a_cached_key_acts_only_for_its_own_tenant():
+    async def scenario() -> list[tuple[uuid.UUID, uuid.UUID]]:
+        presented = _keys(6)
+        tenants = {keys.digest(k): uuid.uuid4() for k in presented}
+        lookups, _, _ = _cached(tenants)
+        await asyncio.gather(*(lookups.caller(k) for k in presented))  # all cached now
+        # Interleaved, from memory: each key still answers its own tenant, and a key that
+        # differs from a cached one in one character is not taken for it.
+        found = [(tenants[keys.digest(k)], (await lookups.caller(k)).tenant_id)
+                 for k in presented * 3]
+        near = presented[0][:-1] + ("A" if presented[0][-1] != "A" else "B")
+        with pytest.raises(errors.Unauthorized):
+            await lookups.caller(near)
+        return found
+
+    assert all(want == got for want, got in asyncio.run(scenario()))
+
+
+def test_an_unreadable_announcement_forgets_every_key():
+    async def scenario() -> FakePool:
+        key = keys.generate()
+        lookups, pool, _ = _cached({keys.digest(key): uuid.uuid4()})
+        await lookups.caller(key)
+        lookups.revoked(keys._key_id("not a uuid"))
+        await lookups.caller(key)
+        return pool
+
+    assert len(asyncio.run(scenario()).statements) == 2
