@@ -82,6 +82,11 @@ class DiscardRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     state: State | None = None
 
 
+# intake.sequence's rule, as /schema declares it: a sequence is a Postgres bigint, never negative
+# (schemathesis sent 3.8e31, which the route refused with 400 while /schema allowed it).
+SourceSequence = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+
+
 class EditRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Any of payload, source_emitted_at, source_sequence (null clears an envelope field)."""
 
@@ -90,7 +95,7 @@ class EditRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     state: State | None = None
     payload: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
     source_emitted_at: str | None | msgspec.UnsetType = msgspec.UNSET
-    source_sequence: int | None | msgspec.UnsetType = msgspec.UNSET
+    source_sequence: SourceSequence | None | msgspec.UnsetType = msgspec.UNSET
 
 
 # replay.Seen's rule, as /schema declares it: the version or the state the operator saw.

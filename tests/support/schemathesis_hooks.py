@@ -105,9 +105,15 @@ _coverage._generate_multipart_body_from_custom_strategies = _generate_valid
 @schemathesis.hook
 def filter_case(context, case):  # type: ignore[no-untyped-def]
     meta = case.meta
-    if (case.operation.path not in ("/v1/imports", "/v1/ingest")
-            or not isinstance(case.body, dict) or meta is None
-            or meta.generation.mode.is_negative):
+    if case.operation.path not in ("/v1/imports", "/v1/ingest") or meta is None:
+        return True
+    if meta.generation.mode.is_negative:
+        # And a stateful step's "negative" upload may be sent valid: its form came back whole
+        # (a link's client_id, a media-type file) and a fair 202 was reported as an accepted
+        # invalid request (ST201, "Invalid component: positive test case"; schemathesis#2983).
+        # The coverage and fuzzing phases still send these routes their invalid forms.
+        return meta.phase.name != "stateful"
+    if not isinstance(case.body, dict):
         return True
     body = case.body
     if body.get("file") in (b"", ""):
