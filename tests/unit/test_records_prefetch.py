@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
+from tests.support.stack import wait_until
 from worker.records.prefetch import Prefetch
 
 
@@ -46,5 +48,32 @@ def test_close_stops_a_producer_the_consumer_left() -> None:
 
     with Prefetch(items()) as ready:
         assert next(iter(ready)) == 0
-    # Stopped after at most one item waiting and one being made, not the whole iterator.
-    assert len(made) <= 4
+    # Stopped after the one item made beside the consumer's, not the whole iterator.
+    assert len(made) <= 2
+
+
+class _Item:
+    """A chunk stand-in whose liveness is seen through weak references."""
+
+
+def test_an_item_is_started_only_once_the_consumer_took_the_one_before() -> None:
+    """At most two items alive when the thread starts one (ADR 0470): the consumer's is let
+    go as it takes the next, and none waits behind a full queue while another is made."""
+    alive: list[weakref.ref[_Item]] = []
+    seen: list[int] = []
+
+    def items() -> Iterator[_Item]:
+        for _ in range(40):
+            seen.append(sum(ref() is not None for ref in alive))
+            item = _Item()
+            alive.append(weakref.ref(item))
+            yield item
+            del item
+
+    with Prefetch(items()) as ready:
+        for i, _item in enumerate(ready):
+            # The consumer is slower than the thread: the next item is made and waiting.
+            wait_until(lambda i=i: len(alive) >= min(i + 2, 40) and ready._queue.full()
+                       or len(alive) == 40, timeout=5, interval=0.001)
+    assert len(seen) == 40
+    assert max(seen) <= 1, seen

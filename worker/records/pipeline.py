@@ -225,7 +225,7 @@ class RecordsPipeline:
             # The next chunk is read and validated while this one is staged (ADR 0460); the
             # read and validate times are then the thread's, beside stage's, not within it.
             with prefetch.Prefetch(_validated(chunks, contract, parsed.match, times)) as ready:
-                for chunk, staged in ready:
+                for staged in ready:
                     staged.add_batch_issues(warnings)
                     warnings = []
                     with times.stage():
@@ -234,10 +234,10 @@ class RecordsPipeline:
                     invalid += len({i[0] for i in staged.issues
                                     if i[3] == "critical" and i[0]})
                     if ahead is not None:
-                        ahead.offer(chunk.last, rows, invalid)
+                        ahead.offer(staged.last, rows, invalid)
                     issues_log.chunk(staged)
                     check.progress("parse", 0.05 + 0.85 * source.position())
-                    if chunk.last - chunk.previous >= stage.CHUNK_ROWS:
+                    if len(staged) >= stage.CHUNK_ROWS:
                         check.hold("parse")  # a full chunk: a small file is never held
             with times.stage():
                 fileread.finish(conn, target, source)
@@ -289,19 +289,25 @@ class RecordsPipeline:
 
 
 def _validated(chunks: Iterator[table.Chunk | jsonrows.Part], contract: contracts.Contract,
-               match: contracts.HeaderMatch, times: Times
-               ) -> Iterator[tuple[table.Chunk | jsonrows.Part, stage.Staged]]:
-    """Each chunk read and validated, as the rows and issues ``stage.write`` takes."""
+               match: contracts.HeaderMatch, times: Times) -> Iterator[stage.Staged]:
+    """Each chunk read and validated, as the rows and issues ``stage.write`` takes. Only
+    those wait for the writer: the file's cells are let go once validated (ADR 0470)."""
     while True:
         with times.read():
             chunk = next(chunks, None)
         if chunk is None:
             return
         with times.validate():
-            validated, raw = chunk.validated(contract, match)
-            staged = stage.Staged(chunk.previous, chunk.last, validated.values,
-                                  stage.issue_rows(validated.issues, raw))
-        yield chunk, staged
+            staged = _staged(chunk, contract, match)
+        del chunk  # not held while this item waits: a chunk's cells are most of its memory
+        yield staged
+
+
+def _staged(chunk: table.Chunk | jsonrows.Part, contract: contracts.Contract,
+            match: contracts.HeaderMatch) -> stage.Staged:
+    validated, raw = chunk.validated(contract, match)
+    return stage.Staged(chunk.previous, chunk.last, validated.values,
+                        stage.issue_rows(validated.issues, raw))
 
 
 class _Check:

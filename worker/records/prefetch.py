@@ -1,9 +1,11 @@
-"""One item of an iterator computed ahead, on a thread of its own (docs/decisions/0460).
+"""One item of an iterator computed ahead, on a thread of its own (docs/decisions/0460, 0470).
 
 The records job reads and validates a chunk (pyarrow and polars, which let go of the GIL) while
 the previous chunk's COPY runs in Postgres: the items are consumed in order, one thread writes,
 so a chunk is staged and committed exactly as before and a takeover resumes after the last
-committed one. At most one item waits and one is being made: memory stays flat.
+committed one. The thread starts an item only once the consumer has taken the one before: at
+most two items are alive (the consumer's and the one made beside it), never a third waiting
+behind a full queue, so memory stays flat (ADR 0470: the 1M import's RSS growth).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 _END = object()
+_POLL_S = 0.1  # how often a waiting thread looks at the stop flag
 
 
 class Prefetch(Generic[T]):
@@ -24,6 +27,10 @@ class Prefetch(Generic[T]):
 
     def __init__(self, items: Iterator[T], name: str = "records-prefetch") -> None:
         self._queue: queue.Queue[tuple[object, BaseException | None]] = queue.Queue(maxsize=1)
+        # One permit: the thread takes it before making an item, the consumer gives it back
+        # when it takes that item. A made item waiting in the queue holds the permit, so the
+        # next is not started beside it.
+        self._room = threading.Semaphore(1)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(items,), name=name, daemon=True)
         self._thread.start()
@@ -37,6 +44,7 @@ class Prefetch(Generic[T]):
     def __iter__(self) -> Iterator[T]:
         while True:
             item, error = self._queue.get()
+            self._room.release()
             if error is not None:
                 raise error
             if item is _END:
@@ -49,18 +57,16 @@ class Prefetch(Generic[T]):
 
     def _run(self, items: Iterator[T]) -> None:
         try:
-            for item in items:
-                if not self._put(item, None):
+            while self._wait_room():
+                item = next(items, _END)
+                self._queue.put((item, None))  # never blocks: the permit kept the queue empty
+                if item is _END:
                     return
-            self._put(_END, None)
         except BaseException as exc:  # noqa: BLE001 - raised on the consumer's thread
-            self._put(None, exc)
+            self._queue.put((None, exc))
 
-    def _put(self, item: object, error: BaseException | None) -> bool:
+    def _wait_room(self) -> bool:
         while not self._stop.is_set():
-            try:
-                self._queue.put((item, error), timeout=0.1)
+            if self._room.acquire(timeout=_POLL_S):
                 return True
-            except queue.Full:
-                continue
         return False
