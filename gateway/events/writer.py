@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from psycopg.rows import tuple_row
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
@@ -218,7 +219,16 @@ class Writer:
             return await self._take(await self.queue.get())
 
     async def _run(self) -> None:
+        lane = Lane(self.pool)
+        try:
+            await self._run_lane(lane)
+        finally:
+            await lane.release()
+
+    async def _run_lane(self, lane: Lane) -> None:
         while True:
+            if self.queue.empty():
+                await lane.settle()  # idle: no transaction left open while nothing comes
             group = await self._next_group()
             if self.server_timing:
                 _stamp(group, "taken")
@@ -226,7 +236,7 @@ class Writer:
             self.in_flight += len(group)
             self.committing += 1
             try:
-                await self._commit_group(group)
+                await self._commit_group(lane, group)
                 if self.server_timing:
                     _stamp(group, "committed")
             except asyncio.CancelledError:
@@ -243,16 +253,16 @@ class Writer:
                 self.committing -= 1
                 self._wake.set()  # a lingering task need not wait for a commit that ended
 
-    async def _commit_group(self, group: list[Item]) -> None:
+    async def _commit_group(self, lane: Lane, group: list[Item]) -> None:
         try:
-            outcomes = await self._with_retries(group)
+            outcomes = await self._with_retries(lane, group)
         except Exception as exc:  # noqa: BLE001 - not transient: find the event(s) at fault
             if len(group) == 1:
                 log.warning("event refused by the database: %s", type(exc).__name__)
                 _settle(group[0], error=Unstorable(type(exc).__name__))
                 return
             for item in group:  # one by one, so one unstorable event fails alone
-                await self._commit_group([item])
+                await self._commit_group(lane, [item])
             return
         counts: dict[str, int] = {}
         for item, outcome in zip(group, outcomes, strict=True):
@@ -261,11 +271,12 @@ class Writer:
         for kind, n in counts.items():  # once per group, not per event
             self.metrics.committed.labels(kind).inc(n)
 
-    async def _with_retries(self, group: list[Item]) -> list[dict[str, Any]]:
+    async def _with_retries(self, lane: Lane, group: list[Item]) -> list[dict[str, Any]]:
         async for attempt in AsyncRetrying(retry=retry_if_exception(transient), wait=BACKOFF,
                                            before_sleep=self._failed, reraise=True):
             with attempt:
-                outcomes = await upsert(self.pool, [item.event for item in group])
+                outcomes = await upsert(lane, [item.event for item in group],
+                                        begin_next=not self.queue.empty())
         if self.failed_attempts:
             log.info("event writer recovered after %d failed commits", self.failed_attempts)
         self.failed_attempts, self.failing_since = 0, None
@@ -308,34 +319,84 @@ def _settle(item: Item, *, result: dict[str, Any] | None = None,
         pending.future.set_result(pending.results)
 
 
-async def upsert(pool: db.AsyncPool, events: list[Event]) -> list[dict[str, Any]]:
+class Lane:
+    """One writer task's connection, kept from group to group while groups keep coming, so
+    the next group's BEGIN can ride in the previous group's last round trip (ADR 0441). The
+    connection is in autocommit and the writer says BEGIN and COMMIT itself: psycopg would
+    otherwise send its own BEGIN, alone, before the COPY (COPY cannot be pipelined). Any
+    failure gives the connection back to the pool (a broken one is discarded there) and the
+    retry takes another."""
+
+    def __init__(self, pool: db.AsyncPool) -> None:
+        self.pool = pool
+        self._loan: contextlib.AbstractAsyncContextManager[Any] | None = None
+        self.conn: Any = None
+
+    async def connection(self) -> Any:
+        if self.conn is None:
+            loan = self.pool.connection()
+            self.conn = await loan.__aenter__()
+            self._loan = loan
+        return self.conn
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn is not None and \
+            self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+    async def settle(self) -> None:
+        """End a transaction begun for a group that did not come (the writer went idle)."""
+        if self.in_transaction:
+            try:
+                await self.conn.execute("ROLLBACK")
+            except Exception:  # noqa: BLE001 - broken: the pool discards it
+                await self.release()
+
+    async def release(self) -> None:
+        loan, self._loan, conn, self.conn = self._loan, None, self.conn, None
+        if loan is None:
+            return
+        if conn is not None and not conn.closed and \
+                conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            with contextlib.suppress(Exception):
+                await conn.execute("ROLLBACK")
+        await loan.__aexit__(None, None, None)
+
+
+async def upsert(lane: Lane, events: list[Event], *,
+                 begin_next: bool = False) -> list[dict[str, Any]]:
     """Commit ``events`` in one transaction; the outcome of each, in order.
 
     The group goes into the connection's staging table by one COPY, in array order (rank),
     then one statement inserts the new keys, counts the repeats and returns each delivery's
     outcome (events.sql intake_group; docs/decisions/0280). The statement and the COMMIT go
     in one pipeline: one round trip, not two, each of which waited for the busy event loop
-    to read its answer (ADR 0400). COPY itself cannot be pipelined."""
-    async with pool.connection() as conn:
-        try:
-            async with conn.cursor(row_factory=tuple_row) as cur:
-                async with cur.copy(COPY_INTAKE) as copy:  # BEGIN first (not autocommit)
-                    copy.set_types(COPY_TYPES)
-                    for rank, e in enumerate(events):
-                        await copy.write_row((rank, e.tenant_id, e.source_system,
-                                              e.source_event_id, e.source_sequence,
-                                              e.source_emitted_at, e.type, e.payload_json,
-                                              e.payload_sha256))
-                async with conn.pipeline():
-                    await cur.execute(Q["intake_group"], {"n": len(events)})
-                    await conn.commit()
-                rows = await cur.fetchall()  # (rank, ledger_id, outcome), in rank order
-        except BaseException:
-            # A failed statement leaves the transaction aborted (the pipelined COMMIT never
-            # ran): end it here, so the connection goes back clean and nothing was kept.
-            with contextlib.suppress(Exception):
-                await conn.rollback()
-            raise
+    to read its answer (ADR 0400). COPY itself cannot be pipelined, and needs its BEGIN
+    answered first: with ``begin_next`` (more groups wait) the next group's BEGIN goes in the
+    same pipeline, after the COMMIT, so that group's COPY starts at once (ADR 0441)."""
+    conn = await lane.connection()
+    try:
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            if not lane.in_transaction:
+                await conn.execute("BEGIN")
+            async with cur.copy(COPY_INTAKE) as copy:
+                copy.set_types(COPY_TYPES)
+                for rank, e in enumerate(events):
+                    await copy.write_row((rank, e.tenant_id, e.source_system,
+                                          e.source_event_id, e.source_sequence,
+                                          e.source_emitted_at, e.type, e.payload_json,
+                                          e.payload_sha256))
+            async with conn.pipeline():
+                await cur.execute(Q["intake_group"], {"n": len(events)})
+                await conn.execute("COMMIT")
+                if begin_next:
+                    await conn.execute("BEGIN")
+            rows = await cur.fetchall()  # (rank, ledger_id, outcome), in rank order
+    except BaseException:
+        # A failed statement leaves the transaction aborted (the pipelined COMMIT then only
+        # ends it, keeping nothing): the connection goes back, rolled back, to the pool.
+        await lane.release()
+        raise
     if len(rows) != len(events):
         raise RuntimeError(f"intake answered {len(rows)} outcomes for {len(events)} events")
     return [outcome(kind, ledger_id) for _, ledger_id, kind in rows]
@@ -352,6 +413,7 @@ async def prepare(conn: Any) -> None:
     """A writer connection's staging table, made once when the pool opens the connection."""
     await conn.execute(Q["create_intake_table"])
     await conn.commit()
+    await conn.set_autocommit(True)  # the writer says BEGIN and COMMIT itself (Lane, ADR 0441)
 
 
 # A resend that differs from the stored event: the first is kept, and the answer says what.

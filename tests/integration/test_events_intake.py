@@ -521,9 +521,11 @@ def test_no_server_timing_unless_it_is_turned_on(gateway, tenants):
 
 def test_a_group_the_statement_refuses_keeps_nothing_and_the_next_group_commits(
         database_url, tenants, conn):
-    """The group's statement and its COMMIT go in one pipeline (ADR 0400): when the statement
-    fails, the error reaches the caller (which splits the group), nothing of the group is
-    kept, and the same connection (the pool holds one) commits the next group."""
+    """The group's statement and its COMMIT go in one pipeline (ADR 0400), with the next
+    group's BEGIN when more wait (ADR 0441): when the statement fails, the error reaches the
+    caller (which splits the group), nothing of the group is kept, and the lane's next
+    connection (the pool holds one) commits the next group; a BEGIN sent for a group that
+    does not come is ended when the writer goes idle."""
     import asyncio
     import hashlib
 
@@ -537,21 +539,37 @@ def test_a_group_the_statement_refuses_keeps_nothing_and_the_next_group_commits(
         return Event(tenant_id, "billing", f"g{n}", n, datetime(2024, 5, 1, tzinfo=UTC),
                      "judgment.upserted", payload, hashlib.sha256(payload.encode()).hexdigest())
 
-    async def run() -> tuple[BaseException | None, list[dict]]:
+    async def run() -> tuple[BaseException | None, list[list[dict]], list[bool]]:
         pool = db.async_pool(database_url, min_size=1, max_size=1,
                              configure=writer.prepare, check=False)
         await pool.open(wait=True)
+        lane = writer.Lane(pool)
+        begun = []
         try:
+            first = await writer.upsert(lane, [event(1, '{"a": 1}')], begin_next=True)
+            begun.append(lane.in_transaction)  # the next group's BEGIN already sent
             refused = None
             try:  # COPY takes the text; the statement's cast to jsonb refuses it
-                await writer.upsert(pool, [event(1, '{"a": 1}'), event(2, "{not json")])
+                await writer.upsert(lane, [event(2, '{"a": 2}'), event(3, "{not json")],
+                                    begin_next=True)
             except Exception as exc:  # noqa: BLE001 - what the writer's split sees
                 refused = exc
-            return refused, await writer.upsert(pool, [event(3, '{"a": 3}'), event(4, "{}")])
+            begun.append(lane.in_transaction)  # rolled back and given back to the pool
+            last = await writer.upsert(lane, [event(4, '{"a": 4}'), event(5, "{}")],
+                                       begin_next=True)
+            await lane.settle()  # the writer went idle
+            begun.append(lane.in_transaction)
+            return refused, [first, last], begun
         finally:
+            await lane.release()
             await pool.close()
 
-    refused, outcomes = asyncio.run(run())
+    refused, outcomes, begun = asyncio.run(run())
     assert isinstance(refused, psycopg.errors.InvalidTextRepresentation)
-    assert [o["outcome"] for o in outcomes] == ["new", "new"]
-    assert [r["source_event_id"] for r in _rows(conn, tenant_id)] == ["g3", "g4"]
+    assert [[o["outcome"] for o in group] for group in outcomes] == [["new"], ["new", "new"]]
+    assert [r["source_event_id"] for r in _rows(conn, tenant_id)] == ["g1", "g4", "g5"]
+    assert begun == [True, False, False]
+    idle_in_transaction = conn.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+        "AND state LIKE 'idle in transaction%%'").fetchone()["n"]
+    assert idle_in_transaction == 0
