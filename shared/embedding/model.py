@@ -192,9 +192,16 @@ class Embedder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-def unit(vectors: np.ndarray) -> np.ndarray:
-    """Each row scaled to unit L2 norm (a zero row stays zero; a non-finite one stays so)."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+def unit(vectors: np.ndarray, *, in_place: bool = False) -> np.ndarray:
+    """Each row scaled to unit L2 norm (a zero row stays zero; a non-finite one stays so).
+
+    ``in_place`` divides the caller's own array where it may be written (the embed queue's
+    fresh array a pass): a new result and norm temporaries of the pass's size were fresh
+    pages a pass for the delivering thread (ADR 0450)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))[:, None]
+    if in_place and vectors.flags.writeable:
+        vectors /= np.maximum(norms, 1e-12)
+        return vectors
     return vectors / np.maximum(norms, 1e-12)
 
 

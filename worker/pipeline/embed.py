@@ -555,7 +555,7 @@ class EmbedQueue:
     def _deliver(self, prepared: Pass, vectors: np.ndarray) -> None:
         """The pass's vectors, normalised, into its slots (one copy), then each document whose
         last vectors these were gets all of its own, and is woken alone by its future."""
-        vectors = _unit_in_place(vectors)
+        vectors = model.unit(vectors, in_place=True)
         finite = np.isfinite(vectors).all(axis=1)
         broken = {} if finite.all() else dict(zip(prepared.who[~finite].tolist(),
                                                    prepared.rows[~finite].tolist(), strict=True))
@@ -608,17 +608,6 @@ class EmbedQueue:
         stats.forward_s += seconds
         stats.largest_pass = max(stats.largest_pass, len(prepared.ids))
         stats.documents += len(prepared.requests)
-
-
-def _unit_in_place(vectors: np.ndarray) -> np.ndarray:
-    """``model.unit``, into the pass's own vectors (a fresh array a pass, the queue's alone):
-    ``unit`` made two more arrays of the pass's size, fresh pages a pass for the delivering
-    thread (ADR 0450)."""
-    if not vectors.flags.writeable:
-        vectors = vectors.copy()
-    norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))[:, None]
-    vectors /= np.maximum(norms, 1e-12)
-    return vectors
 
 
 class NoVector(ValueError):
