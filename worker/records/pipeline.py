@@ -226,6 +226,7 @@ class RecordsPipeline:
             # read and validate times are then the thread's, beside stage's, not within it.
             with prefetch.Prefetch(_validated(chunks, contract, parsed.match, times)) as ready:
                 for staged in ready:
+                    prefetch.release_freed()  # the chunk staged before this one (ADR 0470)
                     staged.add_batch_issues(warnings)
                     warnings = []
                     with times.stage():

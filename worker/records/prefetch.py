@@ -10,6 +10,9 @@ behind a full queue, so memory stays flat (ADR 0470: the 1M import's RSS growth)
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import queue
 import threading
 from collections.abc import Iterator
@@ -17,6 +20,7 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 _END = object()
+_LIBC = ctypes.util.find_library("c")
 _POLL_S = 0.1  # how often a waiting thread looks at the stop flag
 
 
@@ -70,3 +74,24 @@ class Prefetch(Generic[T]):
             if self._room.acquire(timeout=_POLL_S):
                 return True
         return False
+
+
+def release_freed() -> bool:
+    """Memory freed since, handed back to the system: glibc keeps what a thread frees in that
+    thread's own arena, so the chunks the prefetch thread made and the writer freed stayed in
+    the process (1,000,000 rows read and validated through the prefetch, no database: peak RSS
+    growth 90.6 MiB, 58.6 MiB with this after each chunk, ADR 0470). False where the C library
+    has no malloc_trim (not glibc)."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(_LIBC) if _LIBC else None
+    except OSError:
+        return None
