@@ -329,14 +329,13 @@ class Lane:
 
     def __init__(self, pool: db.AsyncPool) -> None:
         self.pool = pool
-        self._loan: contextlib.AbstractAsyncContextManager[Any] | None = None
+        # Holds the pool's loan while the connection is kept; closing it gives it back.
+        self._loan = contextlib.AsyncExitStack()
         self.conn: Any = None
 
     async def connection(self) -> Any:
         if self.conn is None:
-            loan = self.pool.connection()
-            self.conn = await loan.__aenter__()
-            self._loan = loan
+            self.conn = await self._loan.enter_async_context(self.pool.connection())
         return self.conn
 
     @property
@@ -353,14 +352,14 @@ class Lane:
                 await self.release()
 
     async def release(self) -> None:
-        loan, self._loan, conn, self.conn = self._loan, None, self.conn, None
-        if loan is None:
+        conn, self.conn = self.conn, None
+        if conn is None:
             return
-        if conn is not None and not conn.closed and \
+        if not conn.closed and \
                 conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             with contextlib.suppress(Exception):
                 await conn.execute("ROLLBACK")
-        await loan.__aexit__(None, None, None)
+        await self._loan.aclose()
 
 
 async def upsert(lane: Lane, events: list[Event], *,
