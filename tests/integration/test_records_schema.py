@@ -270,3 +270,33 @@ def _fill(conn, tenant_id, batch_id, n: int) -> None:
 def _plan(conn, sql: str, params: dict) -> str:
     rows = conn.execute("EXPLAIN " + sql, params).fetchall()
     return "\n".join(r["QUERY PLAN"] for r in rows)
+
+
+# ── the stage's natural_key_hash (migrations/0021, 0260) ─────────────────────────────────────
+HASHES = ["0" * 64, "a1" * 32, "f" * 64, "A" * 64, "a" * 63, "a" * 65, "a" * 63 + "g",
+          "a" * 64 + "\n", "\n" + "a" * 64, "a" * 32 + " " + "a" * 31, "", "é" * 64,
+          "é" * 32, "a" * 62 + "é", "０" * 64, "a" * 63 + "-"]
+
+
+@pytest.mark.parametrize("stage", ["import_staged_ad_metrics", "import_staged_judgments"])
+def test_a_staged_natural_key_hash_is_64_lower_case_hex_digits(conn, new_batch, tenants, stage):
+    """Every typed stage keeps the spec's SHA-256 hex (ADR 0500: 0021's pattern as a cheaper
+    test): it refuses exactly what `^[0-9a-f]{64}$` refuses, and a row without one is fine."""
+    import re
+
+    batch_id = new_batch("processing")
+    tenant_id = tenants.user().tenant_id
+    columns = {"import_staged_ad_metrics": "", "import_staged_judgments": (
+        ", case_number, plaintiff_name, defendant_name, amount, filed_date")}[stage]
+    values = "" if not columns else ", 'C1', 'P', 'D', 1, date '2024-01-01'"
+    for row_number, digest in enumerate([*HASHES, None], start=1):
+        accepted = True
+        try:
+            with conn.transaction():
+                conn.execute(f"INSERT INTO {stage} (batch_id, row_number, tenant_id, "
+                             f"natural_key_hash{columns}) VALUES (%s, %s, %s, %s{values})",
+                             (batch_id, row_number, tenant_id, digest))
+        except pg_errors.CheckViolation:
+            accepted = False
+        expected = digest is None or re.fullmatch("[0-9a-f]{64}", digest) is not None
+        assert accepted == expected, (stage, digest)

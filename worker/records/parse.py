@@ -361,12 +361,18 @@ def decimal_of(contract: contracts.Contract, match: contracts.HeaderMatch,
     read one way only read under; None when no value tells."""
     positions = [match.index[c.name] for c in contract.columns
                  if c.number and c.name in match.index]
-    votes: Counter[str] = Counter()
+    # Each distinct text is read once and votes as often as it occurs (an export repeats its
+    # figures: 8,000 cells of a Meta export's first 2,000 rows hold ~300 texts).
+    texts: Counter[str] = Counter()
     for row in rows:
         for p in positions:
             text = row[p].strip() if p < len(row) else ""
-            if text and (proved := n.convention(text)) is not None:
-                votes[proved] += 1
+            if text:
+                texts[text] += 1
+    votes: Counter[str] = Counter()
+    for text, count in texts.items():  # first seen first: most_common breaks ties the same
+        if (proved := n.convention(text)) is not None:
+            votes[proved] += count
     if not votes:
         return None
     return votes.most_common(1)[0][0]

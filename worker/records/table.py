@@ -424,14 +424,8 @@ class _Furniture:
         """Which rows are records, and the reasons of those that are not (blank rows are not
         counted)."""
         width = len([name for name in cells.columns if name.startswith("c")])
-        stripped = {i: _strip(cells[f"c{i}"]) for i in range(width)}
-        void = {i: (s == "") | s.is_in(self.empty) for i, s in stripped.items()}
-        blank = pl.Series([True] * cells.height)
-        for i in range(width):
-            blank = blank & (stripped[i] == "")
-        reason = pl.Series([None] * cells.height, dtype=pl.String)
-        if self.per_row is not None:
-            reason = self._reasons(stripped, void, width, cells.height)
+        blank, reason = self._simple(cells, width) if _all_simple(cells, width) \
+            else self._any(cells, width)
         if odd:
             records = cells["record"].to_list()
             fixed_blank, fixed_reason = blank.to_list(), reason.to_list()
@@ -446,18 +440,56 @@ class _Furniture:
         reasons = Counter({r: n for r, n in reason.drop_nulls().value_counts().iter_rows()})
         return ~blank & reason.is_null(), reasons
 
-    def _reasons(self, stripped: dict[int, pl.Series], void: dict[int, pl.Series], width: int,
-                 height: int) -> pl.Series:
-        contract = self.contract
-        frame = pl.DataFrame({**{f"s{i}": s for i, s in stripped.items()},
-                              **{f"v{i}": v for i, v in void.items()}})
+    def _simple(self, cells: pl.DataFrame, width: int) -> tuple[pl.Series, pl.Series]:
+        """``_any`` where every cell is printable ASCII (an export, nearly always): Python's
+        strip and casefold are then `strip_chars(" ")` and `to_lowercase`, and the whole test
+        is one query (a 9,000-row batch of a Meta export: 29 → 8 ms; as a Series at a time,
+        every step paid polars' fixed cost)."""
+        stripped = [pl.col(f"c{i}").str.strip_chars(" ").alias(f"s{i}") for i in range(width)]
+        void = [((pl.col(f"s{i}") == "") | pl.col(f"s{i}").is_in(self.empty)).alias(f"v{i}")
+                for i in range(width)]
+        blank = pl.all_horizontal([pl.col(f"s{i}") == "" for i in range(width)])
+        frame = cells.lazy().select(stripped).with_columns(*void, blank.alias("_blank"))
+        if self.per_row is None:
+            out = frame.select("_blank", pl.lit(None, pl.String).alias("r")).collect()
+            return out["_blank"], out["r"]
+        frame = frame.with_columns(*self._first_filled(width))
+        folded = [pl.col(name).str.to_lowercase().alias(f"f_{name}")
+                  for name in ["first", *(f"s{p}" for p in self.dimensions)]]
+        out = frame.with_columns(folded).select(
+            "_blank", self._reason(width).alias("r")).collect()
+        return out["_blank"], out["r"]
+
+    def _any(self, cells: pl.DataFrame, width: int) -> tuple[pl.Series, pl.Series]:
+        """Blank rows and each row's furniture reason (or null), any text."""
+        stripped = {i: _strip(cells[f"c{i}"]) for i in range(width)}
+        void = {i: (s == "") | s.is_in(self.empty) for i, s in stripped.items()}
+        blank = pl.Series([True] * cells.height)
+        for i in range(width):
+            blank = blank & (stripped[i] == "")
+        reason = pl.Series([None] * cells.height, dtype=pl.String)
+        if self.per_row is not None:
+            frame = pl.DataFrame({**{f"s{i}": s for i, s in stripped.items()},
+                                  **{f"v{i}": v for i, v in void.items()}})
+            frame = frame.with_columns(*self._first_filled(width))
+            folded = {name: _casefold(frame[name]) for name in
+                      ["first", *(f"s{p}" for p in self.dimensions)]}
+            frame = frame.with_columns(**{f"f_{k}": v for k, v in folded.items()})
+            reason = frame.select(self._reason(width).alias("r"))["r"]
+        return blank, reason
+
+    @staticmethod
+    def _first_filled(width: int) -> tuple[pl.Expr, pl.Expr]:
+        """Each row's first cell that is not void, and how many are not."""
         filled = pl.sum_horizontal([~pl.col(f"v{i}") for i in range(width)])
         first = pl.coalesce([pl.when(~pl.col(f"v{i}")).then(pl.col(f"s{i}"))
                              for i in range(width)] + [pl.lit("")])
-        frame = frame.with_columns(first.alias("first"), filled.alias("filled"))
-        folded = {name: _casefold(frame[name]) for name in
-                  ["first", *(f"s{p}" for p in self.dimensions)]}
-        frame = frame.with_columns(**{f"f_{k}": v for k, v in folded.items()})
+        return first.alias("first"), filled.alias("filled")
+
+    def _reason(self, width: int) -> pl.Expr:
+        """The furniture reason over ``s``/``v`` (stripped, void) of each cell, ``first``,
+        ``filled`` and the folded ``f_first``, ``f_s<p>`` of the dimensions."""
+        contract = self.contract
         total = pl.lit(False)
         if contract.summary_prefixes:
             prefixes = list(parse.TOTAL_PREFIXES)
@@ -480,7 +512,16 @@ class _Furniture:
                 reason = reason.when(pl.all_horizontal([pl.col(f"v{p}")
                                                         for p in self.dimensions])
                                      ).then(pl.lit("summary row"))
-        return frame.select(reason.otherwise(pl.lit(None, pl.String)).alias("r"))["r"]
+        return reason.otherwise(pl.lit(None, pl.String))
+
+
+def _all_simple(cells: pl.DataFrame, width: int) -> bool:
+    """Whether every cell of ``c0``… is printable ASCII (one query over the batch)."""
+    if not width or not cells.height:
+        return False
+    found = cells.select(pl.all_horizontal([pl.col(f"c{i}").str.contains(c.SIMPLE).all()
+                                            for i in range(width)]))
+    return bool(found.item())
 
 
 def _strip(cells: pl.Series) -> pl.Series:
