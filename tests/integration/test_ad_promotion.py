@@ -321,3 +321,24 @@ def test_prepare_rejects_repeats_and_overflows_and_sums_slices_once(conn, tenant
     merged = staged[1]
     assert (merged["spend"], merged["impressions"], merged["slices"], merged["breakdown"]) == (
         Decimal("3.75"), 30, 2, None)
+
+
+def test_prepare_of_one_row_per_fact_finds_a_single_row_beyond_a_facts_columns(conn, tenants):
+    # Given a file of one row per fact (a daily export: prepare's three passes are skipped
+    # then, ADR 0510), one of whose rows alone holds more than a fact's spend can
+    tenant = tenants.user("prep-one").tenant_id
+    batch = new_batch(conn, tenant)
+    staging.stage_rows(conn, "ad_metrics", tenant, batch, [
+        {"natural_key": "A", **row()}, {"natural_key": "B", **row(spend="10000000000000")},
+        {"natural_key": "C", **row()}])
+    target = Target(batch_id=batch, tenant_id=tenant, run_id=uuid.uuid4(), fence=0)
+
+    # When the file is prepared
+    prepared = ad_promote.prepare(conn, target)
+
+    # Then that row is an error and left the stage, and the others are untouched
+    assert prepared == {"repeated_rows": 0, "overflowing_rows": 1, "summed_facts": 0,
+                        "summed_slices": 0}
+    assert [r["row_number"] for r in conn.execute(
+        "SELECT row_number FROM import_staged_ad_metrics WHERE batch_id = %s AND NOT is_duplicate"
+        " ORDER BY row_number", (batch,))] == [1, 3]

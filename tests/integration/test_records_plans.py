@@ -301,6 +301,7 @@ def ad_statements(world: dict[str, Any]) -> list[tuple[str, Any, dict]]:
         ("repeats", RQ["repeats"], keys),
         ("flag_duplicates", promote.on_stage("flag_duplicates", ad_metrics.for_platform("meta")),
          {**keys, "code": "X", "message": "m", "rows": list(range(1, STAGED, 40))}),
+        ("facts_to_prepare", AQ["facts_to_prepare"], keys),
         ("repeated_facts", AQ["repeated_facts"], keys),
         ("overflowing_facts", AQ["overflowing_facts"], keys),
         ("reject_rows", AQ["reject_rows"], {**keys, "field": None, "code": "X", "message": "m",

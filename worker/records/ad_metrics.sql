@@ -17,6 +17,18 @@
 -- `WITH grp AS (…)` opening and the `warned` part of upsert_daily_metrics keep their shape.
 
 -- ── before the budget: what the whole staged file says (prepare) ─────────────────────────────
+-- name: facts_to_prepare
+-- Whether prepare has anything to do: a fact of several rows (a repeat or slices: a repeat
+-- shares its natural key, so its fact too) or whose figures no fact holds. A daily export has
+-- one row per fact, so one aggregate over the batch answers "nothing" instead of the three
+-- window passes below (docs/decisions/0510). Same filter and partition as those passes.
+SELECT EXISTS (
+    SELECT 1 FROM import_staged_ad_metrics
+    WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
+    GROUP BY split_part(natural_key, chr(30), 1)
+    HAVING count(*) > 1 OR sum(spend) >= 1e13 OR sum(impressions) >= 9e18
+        OR sum(clicks) >= 9e18 OR sum(conversions) >= 1e13 OR sum(results) >= 1e13) AS found;
+
 -- name: repeated_facts
 -- Rows of one fact and one breakdown (the natural key: day or period, campaign, ad set, ad,
 -- breakdown) cannot be told apart: every one of them is an error, none is promoted (never the
@@ -141,6 +153,9 @@ GROUP BY g ORDER BY g;
 -- name: adopt_campaign_ids
 -- An id seen later attaches to the entity the names made: a name-only campaign whose path a
 -- row names together with an id no campaign has yet takes that id. Each id and each path once.
+-- Only where the tenant has a name-only campaign at all (the EXISTS, uncorrelated: a one-time
+-- filter over the batch's rows): a tenant whose exports all carry ids never reads its batch
+-- here (docs/decisions/0510). The same in adopt_ad_set_ids and adopt_ad_ids.
 WITH grp AS (
     SELECT * FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
@@ -151,6 +166,8 @@ WITH grp AS (
                campaign_external_id AS external_id, campaign_path AS path_key
         FROM grp
         WHERE campaign_external_id IS NOT NULL AND campaign_path IS NOT NULL
+          AND EXISTS (SELECT 1 FROM campaigns n
+                      WHERE n.tenant_id = %(tenant_id)s::uuid AND n.external_id IS NULL)
         ORDER BY campaign_external_id, campaign_path) by_id
     ORDER BY path_key, external_id
 ), written AS (
@@ -252,6 +269,8 @@ WITH grp AS (
                ad_set_external_id AS external_id, ad_set_path AS path_key
         FROM grp
         WHERE ad_set_external_id IS NOT NULL AND ad_set_path IS NOT NULL
+          AND EXISTS (SELECT 1 FROM ad_sets n
+                      WHERE n.tenant_id = %(tenant_id)s::uuid AND n.external_id IS NULL)
         ORDER BY ad_set_external_id, ad_set_path) by_id
     ORDER BY path_key, external_id
 ), written AS (
@@ -368,6 +387,8 @@ WITH grp AS (
                ad_external_id AS external_id, ad_path AS path_key
         FROM grp
         WHERE ad_external_id IS NOT NULL AND ad_path IS NOT NULL
+          AND EXISTS (SELECT 1 FROM ads n
+                      WHERE n.tenant_id = %(tenant_id)s::uuid AND n.external_id IS NULL)
         ORDER BY ad_external_id, ad_path) by_id
     ORDER BY path_key, external_id
 ), written AS (
@@ -555,7 +576,11 @@ WITH grp AS (
         (NULL, %(repeated_code)s::text, 'critical', %(repeated_message)s::text,
          NOT l.ambiguous AND l.nth > 1))
         AS x(field, code, severity, message, missing)
+    -- A row none of the four applies to never meets the VALUES list (a qual on l alone is
+    -- applied where looked is read): a file without warnings builds no 4 rows per row.
     WHERE x.missing
+      AND ((l.ad_set_external_id IS NOT NULL AND l.ad_set_id IS NULL)
+           OR (l.ad_external_id IS NOT NULL AND l.ad_id IS NULL) OR l.ambiguous OR l.nth > 1)
     RETURNING severity
 ), resolved AS (
     SELECT * FROM looked WHERE NOT ambiguous AND nth = 1
@@ -643,7 +668,11 @@ WITH grp AS (
         (NULL, %(repeated_code)s::text, 'critical', %(repeated_message)s::text,
          NOT l.ambiguous AND l.nth > 1))
         AS x(field, code, severity, message, missing)
+    -- A row none of the four applies to never meets the VALUES list (a qual on l alone is
+    -- applied where looked is read): a file without warnings builds no 4 rows per row.
     WHERE x.missing
+      AND ((l.ad_set_external_id IS NOT NULL AND l.ad_set_id IS NULL)
+           OR (l.ad_external_id IS NOT NULL AND l.ad_id IS NULL) OR l.ambiguous OR l.nth > 1)
     RETURNING severity
 ), resolved AS (
     SELECT * FROM looked WHERE NOT ambiguous AND nth = 1
