@@ -95,10 +95,20 @@ def quadratic(plan: dict[str, Any]) -> list[str]:
         if node["Node Type"] == "Nested Loop":
             per_row.append(node["Plans"][1])
         per_row += [c for c in node.get("Plans", ()) if c.get("Parent Relationship") == "SubPlan"
-                    and not c.get("Subplan Name", "").startswith("hashed")]
+                    and not _hashed(node, c.get("Subplan Name", ""))]
         for inner in per_row:
             problems += _rescans(inner, ctes)
     return problems
+
+
+def _hashed(node: dict[str, Any], name: str) -> bool:
+    """A subplan run once into a hash table (`x NOT IN (SELECT …)`), not once per row. Before
+    PostgreSQL 18 the subplan itself was named `hashed SubPlan n`; since, the expression that
+    uses it says `(hashed SubPlan n)`."""
+    if name.startswith("hashed"):
+        return True
+    own = {k: v for k, v in node.items() if k != "Plans"}
+    return f"(hashed {name})" in orjson.dumps(own).decode()
 
 
 def explain(conn, statement: str | sql.Composed, params: dict[str, Any]) -> dict[str, Any]:
@@ -274,8 +284,9 @@ def records_statements(world: dict[str, Any], contract: str) -> list[tuple[str, 
                                               "finished_at": datetime.now(UTC)}),
     ]
     statements = promote.PROMOTIONS[contract]
-    out += [(name, RQ[name], slice_) for name in (statements.insert, statements.amends,
-                                                  statements.upsert)]
+    out += [(name, RQ[name], slice_) for name in (statements.insert, statements.upsert)]
+    # the amends compare the slice's rows its insert did not write (docs/decisions/0490)
+    out.append((statements.amends, RQ[statements.amends], {**slice_, "rows": rows}))
     out.append(("refuse_row", promote.on_stage("refuse_row", contracts.get(contract)),
                 {**keys, "row": 7, "field": None, **warn}))
     if statements.links:

@@ -13,6 +13,8 @@ from psycopg import errors as pg_errors
 
 from gateway.imports import batches
 from shared import db
+from tests.support import staging
+from worker.records import stage
 
 BATCH_QUERIES = {
     **db.load_queries(Path(__file__).parents[2] / "gateway" / "imports" / "batches.sql"),
@@ -300,3 +302,100 @@ def test_a_staged_natural_key_hash_is_64_lower_case_hex_digits(conn, new_batch, 
             accepted = False
         expected = digest is None or re.fullmatch("[0-9a-f]{64}", digest) is not None
         assert accepted == expected, (stage, digest)
+
+
+# ── a records row's batch, checked once per statement (migrations/0250) ─────────────────────
+STAGED = {"judgments": {"case_number": "CV-1", "plaintiff_name": "Acme", "defendant_name": "Doe",
+                        "amount": "1", "filed_date": "2024-01-15"},
+          "plaintiffs": {"case_number": "CV-1", "name": "Acme LLC"},
+          "ad_metrics": {"natural_key": "k", "metric_date": "2026-01-05", "grain": "day"}}
+
+
+def staged(conn, contract: str, batch_id) -> int:
+    return conn.execute(f"SELECT count(*) AS n FROM {stage.STAGES[contract]} "
+                        "WHERE batch_id = %s", (batch_id,)).fetchone()["n"]
+
+
+@pytest.mark.parametrize("contract", sorted(STAGED))
+def test_a_staged_row_names_its_own_tenants_batch_and_goes_with_it(conn, new_batch, tenants,
+                                                                    contract):
+    # docs/decisions/0490: the stages' key (tenant_id, batch_id) → import_batches ON DELETE
+    # CASCADE is a statement trigger and a trigger on the batch, with the same guarantees
+    a, b = tenants.user("acme").tenant_id, tenants.user("globex").tenant_id
+    batch_a, batch_b = new_batch(tenant=a), new_batch(tenant=b)
+    row = STAGED[contract]
+    staging.stage_rows(conn, contract, a, batch_a, [row, row])
+    # Another tenant's batch, or none at all, is refused, with the rows staged beside it
+    for tenant, batch_id in ((b, batch_a), (a, batch_b), (a, uuid.uuid4())):
+        with pytest.raises(pg_errors.ForeignKeyViolation):
+            staging.stage_rows(conn, contract, tenant, batch_id, [row], first=3)
+    with pytest.raises(pg_errors.ForeignKeyViolation):
+        conn.execute(f"UPDATE {stage.STAGES[contract]} SET batch_id = %s WHERE batch_id = %s",
+                     (batch_b, batch_a))
+    conn.execute(f"UPDATE {stage.STAGES[contract]} SET is_duplicate = true WHERE batch_id = %s",
+                 (batch_a,))
+    # A batch that staged rows name is not renumbered; deleted, it takes them with it
+    with pytest.raises(pg_errors.ForeignKeyViolation):
+        conn.execute("UPDATE import_batches SET batch_id = %s WHERE batch_id = %s",
+                     (uuid.uuid4(), batch_a))
+    staging.stage_rows(conn, contract, b, batch_b, [row])
+    conn.execute("DELETE FROM import_batches WHERE batch_id = %s", (batch_a,))
+    assert (staged(conn, contract, batch_a), staged(conn, contract, batch_b)) == (0, 1)
+    # and so does TRUNCATE (CASCADE, for the runs' and row errors' keys)
+    conn.execute("TRUNCATE import_batches CASCADE")
+    assert staged(conn, contract, batch_b) == 0
+
+
+def test_a_batch_that_records_name_is_kept(conn, new_batch, tenants):
+    a = tenants.user("acme").tenant_id
+    batch_id, spare = new_batch(tenant=a), new_batch(tenant=a)
+    conn.execute("INSERT INTO judgments (tenant_id, case_number, plaintiff_name, defendant_name,"
+                 " amount, filed_date, batch_id) VALUES (%s, 'CV-1', 'Acme', 'Doe', 1, "
+                 "'2024-01-15', %s)", (a, batch_id))
+    conn.execute("INSERT INTO plaintiffs (tenant_id, name, zip, source, batch_id) "
+                 "VALUES (%s, 'Acme LLC', '10001', 'manual', %s)", (a, spare))
+    # A batch that does not exist is refused, on insert and on update
+    with pytest.raises(pg_errors.ForeignKeyViolation):
+        conn.execute("INSERT INTO judgments (tenant_id, case_number, plaintiff_name, "
+                     "defendant_name, amount, filed_date, batch_id) VALUES (%s, 'CV-2', 'Acme',"
+                     " 'Doe', 1, '2024-01-15', %s)", (a, uuid.uuid4()))
+    for table in ("judgments", "plaintiffs"):
+        with pytest.raises(pg_errors.ForeignKeyViolation):
+            conn.execute(f"UPDATE {table} SET batch_id = %s WHERE tenant_id = %s",
+                         (uuid.uuid4(), a))
+    # A batch that a judgment or a plaintiff names is neither deleted nor renumbered
+    for named in (batch_id, spare):
+        with pytest.raises(pg_errors.ForeignKeyViolation):
+            conn.execute("DELETE FROM import_batches WHERE batch_id = %s", (named,))
+        with pytest.raises(pg_errors.ForeignKeyViolation):
+            conn.execute("UPDATE import_batches SET batch_id = %s WHERE batch_id = %s",
+                         (uuid.uuid4(), named))
+    conn.execute("UPDATE import_batches SET file_name = 'g.csv' WHERE batch_id = %s", (named,))
+    # nor emptied by TRUNCATE; once nothing names it, it goes
+    with pytest.raises(pg_errors.FeatureNotSupported):
+        conn.execute("TRUNCATE import_batches CASCADE")
+    conn.execute("UPDATE judgments SET batch_id = NULL")
+    conn.execute("DELETE FROM plaintiffs")
+    conn.execute("DELETE FROM import_batches WHERE batch_id = ANY(%s)", ([batch_id, spare],))
+
+
+def test_a_statement_of_many_records_probes_its_batch_once(conn, new_batch, tenants):
+    # The keys probed the batch once per row: 200 judgments of one batch were 200 probes of
+    # import_batches, and 200 staged rows 200 more; now one each
+    a = tenants.user("acme").tenant_id
+    batch_id = new_batch(tenant=a)
+    with conn.transaction():
+        before = batch_probes(conn)
+        conn.execute("INSERT INTO judgments (tenant_id, case_number, plaintiff_name, "
+                     "defendant_name, amount, filed_date, batch_id) SELECT %s, 'CV-' || i, "
+                     "'Acme', 'Doe', 1, '2024-01-15', %s FROM generate_series(1, 200) i",
+                     (a, batch_id))
+        staging.stage_rows(conn, "judgments", a, batch_id, [STAGED["judgments"]] * 200)
+        after = batch_probes(conn)
+    assert after - before == 2
+
+
+def batch_probes(conn) -> int:
+    """Index scans of import_batches in this transaction so far."""
+    return conn.execute("SELECT idx_scan FROM pg_stat_xact_user_tables "
+                        "WHERE relname = 'import_batches'").fetchone()["idx_scan"]

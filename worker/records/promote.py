@@ -348,9 +348,9 @@ def _slice_rows(conn: db.Conn, statements: Statements, params: dict[str, Any],
     """A slice's statements, in the caller's transaction. ``turn``: promoted side by side
     (docs/decisions/0390), the cursor moves only once the slice before has ended."""
     counted = _one(conn.execute(Q[statements.insert], params).fetchone())
-    if counted["inserted"] < counted["candidates"]:
-        # Some keys were stored already: those rows are compared for the flip.
-        conn.execute(Q[statements.amends], params)
+    if counted["missed"]:
+        # Some keys were stored already: those rows alone are compared for the flip.
+        conn.execute(Q[statements.amends], {**params, "rows": counted["missed"]})
     if statements.links:
         conn.execute(Q["link_plaintiffs"], params)
         conn.execute(Q["unlinked_plaintiffs"], {

@@ -196,11 +196,12 @@ FROM unseen WHERE b.batch_id = unseen.batch_id AND b.tenant_id = %(tenant_id)s;
 -- name: insert_judgments
 -- One slice's judgments whose case number no stored row has: inserted, in key order (each
 -- unique-index insert lands next to the previous one), straight from the typed stage. A key
--- that is stored already is left as it is (DO NOTHING): judgment_amends finds those rows for
--- the flip, and only when the slice had any (inserted < candidates). A slice promoted while
--- the file is still being staged (docs/decisions/0273) meets repeats not flagged yet: ordered
--- by row within a key, the file's first row of a case number is the one inserted, as when
--- the repeats are flagged.
+-- that is stored already is left as it is (DO NOTHING): its rows are returned (missed: the
+-- slice's rows whose key the insert did not write, by a hashed NOT IN over the keys it
+-- returned) and judgment_amends compares only those for the flip (docs/decisions/0490; it
+-- used to probe every row of the slice). A slice promoted while the file is still being
+-- staged (docs/decisions/0273) meets repeats not flagged yet: ordered by row within a key, the
+-- file's first row of a case number is the one inserted, as when the repeats are flagged.
 WITH src AS (
     SELECT row_number, natural_key, case_number, plaintiff_name, defendant_name, amount,
            filed_date, court, county
@@ -215,18 +216,21 @@ WITH src AS (
     FROM src
     ORDER BY natural_key, row_number
     ON CONFLICT (tenant_id, case_number_normalized) DO NOTHING
-    RETURNING 1
+    RETURNING case_number_normalized AS natural_key
 )
-SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted;
+SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted,
+       ARRAY(SELECT row_number FROM src
+             WHERE natural_key NOT IN (SELECT natural_key FROM inserted)) AS missed;
 
 -- name: judgment_amends
 -- The slice's rows whose case number a row other than this batch's holds with other values, or
 -- holds for a batch nobody sees yet, are marked for the flip (upsert_judgments); a row that
--- changes nothing is left alone. Run after the slice's insert, in its transaction: the rows the
--- insert wrote are this batch's, so only the stored rows it did not write are compared. Each
--- staged row looks its key up once: LATERAL (… OFFSET 0) cannot be flattened into a join the
--- planner could turn around, so it is a nested loop over the slice into the unique index, by
--- shape, whatever the statistics (docs/decisions/0183). The tenant is the staged row's, not a
+-- changes nothing is left alone. Run after the slice's insert, in its transaction, over the
+-- rows it did not write (%(rows)s, its `missed`; docs/decisions/0490): the rows the insert
+-- wrote are this batch's, so only the stored rows it did not write are compared. Each staged
+-- row is found by its primary key and looks its key up once: LATERAL (… OFFSET 0) cannot be
+-- flattened into a join the planner could turn around, so it is a nested loop over the list
+-- into the unique indexes, by shape, whatever the statistics (docs/decisions/0183). The tenant is the staged row's, not a
 -- constant: priced against a constant, a tenant the statistics have not met yet (its first
 -- import) is "one row", and any index that starts with tenant_id looks as good as the unique
 -- one, and is walked whole for every row. Not LIMIT 1 either: priced for its first row, it made
@@ -234,8 +238,12 @@ SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted)
 -- scan): joined back by row_number, stale statistics made the slice's scan the inner side.
 UPDATE import_staged_judgments m SET amends = true
 WHERE m.ctid = ANY (ARRAY(
-    SELECT s.ctid
-    FROM import_staged_judgments s
+    SELECT s.staged
+    FROM unnest(%(rows)s::int[]) AS r (row_number)
+    CROSS JOIN LATERAL (
+        SELECT s.ctid AS staged, s.* FROM import_staged_judgments s
+        WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
+        OFFSET 0) s
     CROSS JOIN LATERAL (
         SELECT j.case_number, j.plaintiff_name, j.defendant_name, j.amount, j.filed_date,
                j.court, j.county, j.batch_id
@@ -243,7 +251,7 @@ WHERE m.ctid = ANY (ARRAY(
         WHERE j.tenant_id = s.tenant_id AND j.case_number_normalized = s.natural_key
           AND j.batch_id IS DISTINCT FROM %(batch_id)s
         OFFSET 0) j
-    WHERE s.batch_id = %(batch_id)s AND s.tenant_id = %(tenant_id)s
+    WHERE s.tenant_id = %(tenant_id)s
       AND s.row_number > %(after)s AND s.row_number <= %(upto)s AND NOT s.is_duplicate
       AND ((j.case_number, j.plaintiff_name, j.defendant_name, j.amount, j.filed_date, j.court,
             j.county)
@@ -270,24 +278,30 @@ WITH src AS (
     FROM src
     ORDER BY natural_key, row_number
     ON CONFLICT (tenant_id, dedupe_key) DO NOTHING
-    RETURNING 1
+    RETURNING dedupe_key
 )
-SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted;
+SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted,
+       ARRAY(SELECT row_number FROM src
+             WHERE md5(natural_key) NOT IN (SELECT dedupe_key FROM inserted)) AS missed;
 
 -- name: plaintiff_amends
--- As judgment_amends, on the dedupe key (the md5 of the staged key) and the values
--- upsert_plaintiffs may change.
+-- As judgment_amends, over the rows insert_plaintiffs did not write, on the dedupe key (the md5
+-- of the staged key) and the values upsert_plaintiffs may change.
 UPDATE import_staged_plaintiffs m SET amends = true
 WHERE m.ctid = ANY (ARRAY(
-    SELECT s.ctid
-    FROM import_staged_plaintiffs s
+    SELECT s.staged
+    FROM unnest(%(rows)s::int[]) AS r (row_number)
+    CROSS JOIN LATERAL (
+        SELECT s.ctid AS staged, s.* FROM import_staged_plaintiffs s
+        WHERE s.batch_id = %(batch_id)s AND s.row_number = r.row_number
+        OFFSET 0) s
     CROSS JOIN LATERAL (
         SELECT p.city, p.state, p.phone, p.email, p.contact_name, p.status, p.batch_id
         FROM plaintiffs p
         WHERE p.tenant_id = s.tenant_id AND p.dedupe_key = md5(s.natural_key)
           AND p.batch_id IS DISTINCT FROM %(batch_id)s
         OFFSET 0) p
-    WHERE s.batch_id = %(batch_id)s AND s.tenant_id = %(tenant_id)s
+    WHERE s.tenant_id = %(tenant_id)s
       AND s.row_number > %(after)s AND s.row_number <= %(upto)s AND NOT s.is_duplicate
       AND ((p.city, p.state, p.phone, p.email, p.contact_name, p.status)
            IS DISTINCT FROM
