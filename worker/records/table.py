@@ -150,7 +150,7 @@ class Table:
                 self._fallback = exc
                 break
             self._ahead.append(batch)
-            records += _records(*batch, len(header))[:parse.LOOKAHEAD_ROWS - len(records)]
+            records += _records(*batch, len(header), parse.LOOKAHEAD_ROWS - len(records))
         decimal = self.decimal_option or (
             parse.decimal_of(self.contract, self.parsed.match, records)
             if self._fallback is None else self._python_decimal())
@@ -363,10 +363,11 @@ def _with_odd(frame: pl.DataFrame, odd: list[tuple[int, list[str]]], width: int
     return pl.concat([frame, extra.select(frame.columns)]).sort("record")
 
 
-def _records(frame: pl.DataFrame, odd: list[tuple[int, list[str]]], width: int
+def _records(frame: pl.DataFrame, odd: list[tuple[int, list[str]]], width: int, limit: int
              ) -> list[list[str]]:
-    """A batch's records as lists of cells, in order (what parse.decimal_of reads)."""
-    both = _with_odd(frame, odd, width)
+    """A batch's first ``limit`` records as lists of cells, in order (what parse.decimal_of
+    reads: a block holds ~9,000 rows, the lookahead 2,000)."""
+    both = _with_odd(frame, odd, width).head(limit)
     full = dict(odd)
     return [full.get(r[-2]) or list(r[:width]) for r in both.iter_rows()]
 
