@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 
 from litestar import Litestar, Router
@@ -52,6 +53,11 @@ from shared import alerts, aws, db, heap, objectstore
 from shared import logging as applog
 from shared.queue import Queue
 from shared.settings import GatewaySettings
+
+log = logging.getLogger(__name__)
+
+# A shutdown step slower than this is logged with its name (normally each takes milliseconds).
+SLOW_SHUTDOWN_STEP_S = 2.0
 
 # How long a gateway sharing its port waits for its query model before it listens anyway.
 MODEL_WAIT_S = 120.0
@@ -204,17 +210,24 @@ async def _running(settings: GatewaySettings) -> AsyncIterator[Context]:
         yield ctx
     finally:
         # Running syncs record themselves as interrupted while the pool is still open.
-        await sync_manager.shutdown()
-        await ctx.events.close()  # commits what requests already queued
+        await _timed("syncs", sync_manager.shutdown())
+        await _timed("event writer", ctx.events.close())  # commits what requests queued
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await asyncio.to_thread(alerter.close, 2.0)
-        await writer_pool.close()
-        await key_pool.close()
+        await _timed("background tasks", asyncio.gather(*tasks, return_exceptions=True))
+        await _timed("alerts", asyncio.to_thread(alerter.close, 2.0))
+        await _timed("pools", asyncio.gather(writer_pool.close(), key_pool.close()))
         await pool.close()
+
+
+async def _timed(step: str, work: Awaitable[object]) -> None:
+    """Await one step of the shutdown and say so when it was slow: a gateway that takes long
+    to stop is killed by its supervisor, and its log should name the step that held it."""
+    started = time.monotonic()
+    await work
+    took = time.monotonic() - started
+    if took > SLOW_SHUTDOWN_STEP_S:
+        log.warning("slow shutdown step", extra={"step": step, "took_s": round(took, 2)})
 
 
 def _request_context(app: ASGIApp) -> ASGIApp:

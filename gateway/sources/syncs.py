@@ -37,6 +37,8 @@ from shared.settings import GatewaySettings
 
 log = logging.getLogger(__name__)
 Q = db.load_queries(Path(__file__).with_name("sources.sql"))
+# How long a sync's end waits for a heartbeat under way before it cancels it.
+BEAT_STOP_S = 5.0
 SHUTDOWN_ERROR = "Interrupted: the gateway shut down during the sync; sync again."
 COUNTERS = ("listed", "excluded", "new", "changed", "unchanged", "deleted", "skipped", "failed",
             "still_failed")
@@ -147,8 +149,9 @@ class SyncManager:
                    initiated_by: UUID | None) -> None:
         tally = sync.Tally()
         lost: list[str] = []
+        done = asyncio.Event()
         beat = asyncio.create_task(self._beat_forever(conn, source.tenant_id, sync_id, tally,
-                                                      asyncio.current_task(), lost))
+                                                      asyncio.current_task(), lost, done))
         status, error, complete = "failed", None, False
         try:
             result = await self._sync(source, sync_id, initiated_by, tally)
@@ -162,9 +165,7 @@ class SyncManager:
             log.error("sync failed", exc_info=exc, extra={"sync_id": str(sync_id)})
             error = f"The sync failed ({sync.describe(exc)}); fix the cause and sync again."
         finally:
-            beat.cancel()
-            with contextlib.suppress(BaseException):
-                await beat
+            await self._stop_beating(beat, done)
             await self._finish(conn, source, sync_id, tally, status, error, complete)
         log.info("sync finished", extra={"sync_id": str(sync_id), "status": status,
                                           **{k: getattr(tally, k) for k in COUNTERS}})
@@ -187,9 +188,11 @@ class SyncManager:
 
     async def _beat_forever(self, conn: db.AsyncConn, tenant_id: UUID, sync_id: UUID,
                             tally: sync.Tally, main: asyncio.Task[Any] | None,
-                            lost: list[str]) -> None:
+                            lost: list[str], done: asyncio.Event) -> None:
         while True:
-            await asyncio.sleep(self.settings.sync_heartbeat_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), self.settings.sync_heartbeat_s)
+                return  # the sync ended: the lock connection is _finish's now
             try:
                 row = await (await conn.execute(Q["heartbeat_sync"], {
                     "tenant_id": tenant_id, "sync_id": sync_id, **tally.params()})).fetchone()
@@ -200,9 +203,23 @@ class SyncManager:
                           extra={"sync_id": str(sync_id), "error": str(exc)})
                 lost.append("Interrupted: the sync lost its database lock (heartbeat failed); "
                             "sync again.")
-                if main is not None:
+                if main is not None and not done.is_set():  # never cancel the sync's _finish
                     main.cancel()
                 return
+
+    @staticmethod
+    async def _stop_beating(beat: asyncio.Task[None], done: asyncio.Event) -> None:
+        """Let the heartbeat end between two beats rather than cancel it mid-query: psycopg
+        answers a cancelled query by asking the server to cancel it and waiting up to 5 + 5 s,
+        on the very connection that holds the source's lock and records the sync's end. A
+        beat that hangs (the database gone) is cancelled after BEAT_STOP_S all the same."""
+        done.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(beat), BEAT_STOP_S)
+        except BaseException:  # noqa: BLE001 - a beat that failed or hung ends here either way
+            beat.cancel()
+            with contextlib.suppress(BaseException):
+                await beat
 
     async def _finish(self, conn: db.AsyncConn, source: sources.Source,
                       sync_id: UUID, tally: sync.Tally, status: str, error: str | None,
