@@ -218,7 +218,7 @@ WITH src AS (
     ON CONFLICT (tenant_id, case_number_normalized) DO NOTHING
     RETURNING case_number_normalized AS natural_key
 )
-SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted,
+SELECT (SELECT count(*) FROM inserted) AS inserted,
        ARRAY(SELECT row_number FROM src
              WHERE natural_key NOT IN (SELECT natural_key FROM inserted)) AS missed;
 
@@ -280,7 +280,7 @@ WITH src AS (
     ON CONFLICT (tenant_id, dedupe_key) DO NOTHING
     RETURNING dedupe_key
 )
-SELECT (SELECT count(*) FROM src) AS candidates, (SELECT count(*) FROM inserted) AS inserted,
+SELECT (SELECT count(*) FROM inserted) AS inserted,
        ARRAY(SELECT row_number FROM src
              WHERE md5(natural_key) NOT IN (SELECT dedupe_key FROM inserted)) AS missed;
 
