@@ -26,8 +26,8 @@ SELECT EXISTS (
     SELECT 1 FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
     GROUP BY split_part(natural_key, chr(30), 1)
-    HAVING count(*) > 1 OR sum(spend) >= 1e13 OR sum(impressions) >= 9e18
-        OR sum(clicks) >= 9e18 OR sum(conversions) >= 1e13 OR sum(results) >= 1e13) AS found;
+    HAVING count(*) > 1 OR ad_fact_overflows(sum(spend), sum(impressions), sum(clicks),
+                                             sum(conversions), sum(results))) AS found;
 
 -- name: repeated_facts
 -- Rows of one fact and one breakdown (the natural key: day or period, campaign, ad set, ad,
@@ -43,8 +43,8 @@ SELECT row_number FROM (
 WHERE n > 1;
 
 -- name: overflowing_facts
--- A fact whose slices sum beyond what a fact holds (NUMERIC(18,4), bigint): its rows are errors
--- (reject_rows, field spend).
+-- A fact whose slices sum beyond what a fact holds (ad_fact_overflows, migrations/0290): its
+-- rows are errors (reject_rows, field spend).
 SELECT row_number FROM (
     SELECT row_number,
            sum(spend) OVER w AS spend,
@@ -55,8 +55,7 @@ SELECT row_number FROM (
     FROM import_staged_ad_metrics
     WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s AND NOT is_duplicate
     WINDOW w AS (PARTITION BY split_part(natural_key, chr(30), 1))) facts
-WHERE spend >= 1e13 OR impressions >= 9e18 OR clicks >= 9e18 OR conversions >= 1e13
-   OR results >= 1e13;
+WHERE ad_fact_overflows(spend, impressions, clicks, conversions, results);
 
 -- name: reject_rows
 -- The rows found above leave the stage and become critical errors with their values. Each row

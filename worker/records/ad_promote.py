@@ -68,23 +68,29 @@ def prepare(conn: db.Conn, target: Target) -> dict[str, int]:
     whose slices sum beyond a fact's columns, become errors (and leave the stage); slices of one
     fact are summed into its first row. Running it again changes nothing."""
     params = {**target.keys}
+    repeated = overflowing = 0
+    merged = {"facts": 0, "slices": 0}
     with conn.transaction():
-        if not _one(conn.execute(Q["facts_to_prepare"], params).fetchone())["found"]:
-            return {"repeated_rows": 0, "overflowing_rows": 0, "summed_facts": 0,
-                    "summed_slices": 0}
-        repeated = _reject(conn, params, "repeated_facts", None, ad_metrics.REPEATED)
-        overflowing = _reject(conn, params, "overflowing_facts", "spend",
-                              ad_metrics.TOTAL_OUT_OF_RANGE)
-        sums = conn.execute(Q["slice_sums"], params).fetchall()
-        merged = _one(conn.execute(Q["merge_slices"], {
-            **params, "firsts": [s["first_row"] for s in sums],
-            **{name: [s[name] for s in sums] for name in SUMMED},
-            "indicators": [s["result_indicator"] for s in sums],
-            "slices": [s["slices"] for s in sums],
-            "aside": [row for s in sums for row in s["others"]]}).fetchone()) \
-            if sums else {"facts": 0, "slices": 0}
+        if _one(conn.execute(Q["facts_to_prepare"], params).fetchone())["found"]:
+            repeated = _reject(conn, params, "repeated_facts", None, ad_metrics.REPEATED)
+            overflowing = _reject(conn, params, "overflowing_facts", "spend",
+                                  ad_metrics.TOTAL_OUT_OF_RANGE)
+            merged = _merge_slices(conn, params)
     return {"repeated_rows": repeated, "overflowing_rows": overflowing,
             "summed_facts": merged["facts"], "summed_slices": merged["slices"]}
+
+
+def _merge_slices(conn: db.Conn, params: dict[str, Any]) -> dict[str, int]:
+    """Each fact's slices summed into its first row (one statement for all facts)."""
+    sums = conn.execute(Q["slice_sums"], params).fetchall()
+    if not sums:
+        return {"facts": 0, "slices": 0}
+    return _one(conn.execute(Q["merge_slices"], {
+        **params, "firsts": [s["first_row"] for s in sums],
+        **{name: [s[name] for s in sums] for name in SUMMED},
+        "indicators": [s["result_indicator"] for s in sums],
+        "slices": [s["slices"] for s in sums],
+        "aside": [row for s in sums for row in s["others"]]}).fetchone())
 
 
 def _reject(conn: db.Conn, params: dict[str, Any], query: str, field: str | None,
