@@ -172,6 +172,20 @@ def test_keys_are_per_tenant_and_links_never_cross_tenants(conn, tenants):
         conn.execute(link, (b, plaintiff_b, judgment_a))
 
 
+@pytest.mark.parametrize("table", ["judgments", "plaintiffs"])
+def test_one_key_holds_the_ids(conn, table):
+    """ADR 0540: the primary key (tenant_id, id) is the one unique index of the ids; the id-only
+    key it replaced was a second copy of every id that each insert and amend wrote."""
+    keys = conn.execute(
+        "SELECT array_agg(a.attname::text ORDER BY k.n) AS columns, i.indisprimary AS primary "
+        "FROM pg_index i CROSS JOIN unnest(i.indkey) WITH ORDINALITY k(attnum, n) "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE i.indrelid = %s::regclass AND i.indisunique GROUP BY i.indexrelid, i.indisprimary",
+        (table,)).fetchall()
+    assert [k for k in keys if "id" in k["columns"]] == [
+        {"columns": ["tenant_id", "id"], "primary": True}]
+
+
 def test_a_record_names_its_own_tenants_batch_or_an_existing_tenant(conn, new_batch, tenants):
     # One composite key checks a batch's row (docs/decisions/0430), a trigger a row with none
     a, b = tenants.user("acme").tenant_id, tenants.user("globex").tenant_id
