@@ -56,11 +56,23 @@ def stack(prefix: str, *, durable: bool = False) -> Iterator[tuple[Path, Any, An
         moto = MotoServer()
         pg.start()
         moto.start()
+        if durable:
+            _print_server(pg.url())
         try:
             yield root, pg, moto
         finally:
             moto.stop()
             pg.stop("immediate")
+
+
+def _print_server(url: str) -> None:
+    """The settings both scripts of a bench share, printed beside their figures."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        shown = {name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+                 for name in ("shared_buffers", "fsync", "full_page_writes", "max_wal_size")}
+    print("postgres (both scripts): " + ", ".join(f"{k} {v}" for k, v in shown.items()))
 
 
 def wait_ready(url: str, timeout: float = 180) -> None:

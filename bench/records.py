@@ -9,8 +9,8 @@
     python bench/records.py --options                # promotion options of ADR 0180, timed
 
 The stack is durable as `make run`'s (fsync, full-page writes; ADR 0040), with Postgres's own
-settings. `judgments` is seeded with --seed rows (default 1,500,000) of the product's tenant,
-and `bare_judgments` is `CREATE TABLE … (LIKE judgments INCLUDING ALL)` holding the same rows:
+settings (printed first: both scripts write to that server). `judgments` is seeded with --seed
+rows (default 1,500,000) of the product's tenant, and `bare_judgments` is `CREATE TABLE … (LIKE judgments INCLUDING ALL)` holding the same rows:
 the same indexes (three trigram GINs among them), checks and defaults. Both are ANALYZEd, and
 the stage already holds another batch, before anything is timed.
 
