@@ -243,3 +243,47 @@ def test_failed_run_reopens_only_when_the_transaction_declares_it(conn, new_run)
     set_status(conn, run_id, "failed")
     with pytest.raises(pg_errors.CheckViolation):
         set_status(conn, run_id, "queued")
+
+
+def test_one_key_of_ids_keeps_stored_records_and_their_links(fresh_database, tmp_path: Path):
+    """Migration 0300 swaps judgments' and plaintiffs' keys under stored, linked rows (an
+    upgrade, not a fresh install): the rows and links stay, and the links still refuse another
+    tenant's row and go with their judgment."""
+    # Given a database migrated up to just before 0300, holding a tenant's linked records
+    folder = tmp_path / "migrations"
+    shutil.copytree(migrate.DEFAULT_DIR, folder)
+    later = [p for p in folder.glob("*.sql") if p.name.split("_")[0] >= "0300"]
+    held = {p: p.read_text() for p in later}
+    for path in later:
+        path.unlink()
+    migrate.apply(fresh_database, folder)
+    with db.connect(fresh_database, autocommit=True) as conn:
+        a, b = (conn.execute("INSERT INTO tenants (name) VALUES (%s) RETURNING tenant_id",
+                             (name,)).fetchone()["tenant_id"] for name in ("acme", "globex"))
+        judgment = conn.execute(
+            "INSERT INTO judgments (tenant_id, case_number, plaintiff_name, defendant_name, "
+            "amount, filed_date) VALUES (%s, 'CV-1', 'Acme', 'Doe', 1, '2024-01-15') "
+            "RETURNING id", (a,)).fetchone()["id"]
+        plaintiff = conn.execute(
+            "INSERT INTO plaintiffs (tenant_id, name, address_line1, zip, source) "
+            "VALUES (%s, 'Acme LLC', '1 Main St', '10001', 'manual') RETURNING id",
+            (a,)).fetchone()["id"]
+        link = ("INSERT INTO plaintiff_judgments (tenant_id, plaintiff_id, judgment_id) "
+                "VALUES (%s, %s, %s)")
+        conn.execute(link, (a, plaintiff, judgment))
+
+    # When 0300 and the rest are applied
+    for path, text in held.items():
+        path.write_text(text)
+    assert migrate.apply(fresh_database, folder)[0] == "0300"
+
+    # Then the link is there, another tenant still cannot link to the rows, and deleting the
+    # judgment takes its link
+    with db.connect(fresh_database, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) AS n FROM plaintiff_judgments WHERE tenant_id = %s",
+                            (a,)).fetchone()["n"] == 1
+        with pytest.raises(pg_errors.ForeignKeyViolation):
+            conn.execute(link, (b, plaintiff, judgment))
+        conn.execute("DELETE FROM judgments WHERE tenant_id = %s AND id = %s", (a, judgment))
+        assert conn.execute("SELECT count(*) AS n FROM plaintiff_judgments WHERE tenant_id = %s",
+                            (a,)).fetchone()["n"] == 0
