@@ -65,14 +65,17 @@ def stack(prefix: str, *, durable: bool = False) -> Iterator[tuple[Path, Any, An
             pg.stop("immediate")
 
 
+SERVER_SETTINGS = ("shared_buffers", "fsync", "full_page_writes", "max_wal_size")
+
+
 def _print_server(url: str) -> None:
     """The settings both scripts of a bench share, printed beside their figures."""
-    import psycopg
+    from shared import db  # here: this module must load before anything imports boto3
 
-    with psycopg.connect(url) as conn:
-        shown = {name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
-                 for name in ("shared_buffers", "fsync", "full_page_writes", "max_wal_size")}
-    print("postgres (both scripts): " + ", ".join(f"{k} {v}" for k, v in shown.items()))
+    with db.connect(url) as conn:
+        shown = conn.execute("SELECT name, current_setting(name) AS value "
+                             "FROM unnest(%s::text[]) AS name", (list(SERVER_SETTINGS),)).fetchall()
+    print("postgres (both scripts): " + ", ".join(f"{s['name']} {s['value']}" for s in shown))
 
 
 def wait_ready(url: str, timeout: float = 180) -> None:

@@ -10,9 +10,10 @@
 
 The stack is durable as `make run`'s (fsync, full-page writes; ADR 0040), with Postgres's own
 settings (printed first: both scripts write to that server). `judgments` is seeded with --seed
-rows (default 1,500,000) of the product's tenant, and `bare_judgments` is `CREATE TABLE … (LIKE judgments INCLUDING ALL)` holding the same rows:
-the same indexes (three trigram GINs among them), checks and defaults. Both are ANALYZEd, and
-the stage already holds another batch, before anything is timed.
+rows (default 1,500,000) of the product's tenant, and `bare_judgments` is `CREATE TABLE …
+(LIKE judgments INCLUDING ALL)` holding the same rows: the same indexes (three trigram GINs
+among them), checks and defaults. Both are ANALYZEd, and the stage already holds another batch,
+before anything is timed.
 
 Each file is a judgments export: 2 % of its rows invalid (a bad amount), 1 % repeating an
 earlier case number of the file, 5 % amending a seeded judgment (a new amount), the rest new.
