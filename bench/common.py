@@ -75,7 +75,8 @@ def _print_server(url: str) -> None:
     with db.connect(url) as conn:
         shown = conn.execute("SELECT name, current_setting(name) AS value "
                              "FROM unnest(%s::text[]) AS name", (list(SERVER_SETTINGS),)).fetchall()
-    print("postgres (both scripts): " + ", ".join(f"{s['name']} {s['value']}" for s in shown))
+    print("postgres (shared by every script of the bench): "
+          + ", ".join(f"{s['name']} {s['value']}" for s in shown))
 
 
 def wait_ready(url: str, timeout: float = 180) -> None:

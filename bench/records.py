@@ -109,19 +109,24 @@ def seed(conn, tenant_id: uuid.UUID, rows: int, *, bare: bool = True) -> None:  
     started = time.monotonic()
     conn.execute("CREATE TABLE bare_judgments (LIKE judgments INCLUDING ALL)")
     for table in ("judgments", "bare_judgments")[:2 if bare else 1]:
-        plain = conn.execute(
-            "SELECT indexname, indexdef FROM pg_indexes i WHERE tablename = %s AND NOT EXISTS "
-            "(SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)", (table,)).fetchall()
-        conn.execute(f"DROP INDEX {', '.join(i['indexname'] for i in plain)}")
-        conn.execute(SEED.format(table=table), {"tenant_id": tenant_id, "rows": rows})
-        conn.execute("SET maintenance_work_mem = '512MB'")
-        for index in plain:
-            conn.execute(index["indexdef"])
-        conn.execute("RESET maintenance_work_mem")
-    conn.execute("VACUUM ANALYZE judgments")
-    conn.execute("VACUUM ANALYZE bare_judgments")
+        seed_table(conn, table, tenant_id, rows)
     print(f"seeded {rows:,} judgments into judgments{' and bare_judgments' if bare else ''} "
           f"({time.monotonic() - started:.0f} s, not measured)")
+
+
+def seed_table(conn, table: str, tenant_id: uuid.UUID, rows: int) -> None:  # type: ignore[no-untyped-def]
+    """``rows`` seeded judgments in ``table``, its plain indexes dropped and rebuilt around the
+    load, then VACUUM ANALYZE."""
+    plain = conn.execute(
+        "SELECT indexname, indexdef FROM pg_indexes i WHERE tablename = %s AND NOT EXISTS "
+        "(SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)", (table,)).fetchall()
+    conn.execute(f"DROP INDEX {', '.join(i['indexname'] for i in plain)}")
+    conn.execute(SEED.format(table=table), {"tenant_id": tenant_id, "rows": rows})
+    conn.execute("SET maintenance_work_mem = '512MB'")
+    for index in plain:
+        conn.execute(index["indexdef"])
+    conn.execute("RESET maintenance_work_mem")
+    conn.execute(f"VACUUM ANALYZE {table}")
 
 
 # ── the bare script ─────────────────────────────────────────────────────────────────────────
