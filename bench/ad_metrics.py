@@ -8,7 +8,7 @@
 The file is a Meta Ads Manager daily export (tests/support/ad_exports.py). Two tenants hold the
 same stored rows in the same tables (--seed facts of another date range, their campaigns, ad
 sets and ads), every table ANALYZEd, before anything is timed. The bare script writes for one,
-the product for the other.
+the product for the other; each starts after a CHECKPOINT (common.settle).
 
 The bare script is what a competent engineer writes by hand, none of the product's code: the
 csv module and plain string operations (strip, drop `$` and `,`, ISO dates), COPY into a temp
@@ -233,7 +233,9 @@ def compare(root: Path, url: str, conn, gateway: stack.Process, token: str,  # t
     data = ad_exports.meta(facts)
     path = root / "meta-export.csv"
     path.write_bytes(data)
+    common.settle(conn)
     bare_s, bare_facts = bare(url, bare_tenant, path)
+    common.settle(conn)
     product_s, row = product(gateway, conn, token, data)
     if row["status"] != "completed":
         print(f"product import {row['status']}: {row['rejection_reason']}")
@@ -265,6 +267,7 @@ def statistics(conn, gateway: stack.Process, token: str, days: int,  # type: ign
         else:
             stale_stage(conn, 5000 * days)
         facts = ad_exports.grid(50, 500, 5000, days, start=date(2026, 2, 1 + 8 * number))
+        common.settle(conn)
         seconds, row = product(gateway, conn, token, ad_exports.meta(facts))
         assert row["status"] == "completed", row
         times[mode] = seconds

@@ -13,7 +13,7 @@ settings (printed first: both scripts write to that server). `judgments` is seed
 rows (default 1,500,000) of the product's tenant, and `bare_judgments` is `CREATE TABLE …
 (LIKE judgments INCLUDING ALL)` holding the same rows: the same indexes (three trigram GINs
 among them), checks and defaults. Both are ANALYZEd, and the stage already holds another batch,
-before anything is timed.
+before anything is timed; each timed script starts after a CHECKPOINT (common.settle).
 
 Each file is a judgments export: 2 % of its rows invalid (a bad amount), 1 % repeating an
 earlier case number of the file, 5 % amending a seeded judgment (a new amount), the rest new.
@@ -299,7 +299,9 @@ def compare(root: Path, url: str, conn, gateway: stack.Process, token: str,  # t
         data = make_csv(rows, f"S{rows}", args.seed)
         path = root / f"j{rows}.csv"
         path.write_bytes(data)
+        common.settle(conn)
         bare_s, inserted, updated = bare(url, tenant_id, path)
+        common.settle(conn)
         product_s, row = product(gateway, conn, token, data, path.name)
         if row["status"] not in ("completed", "partial"):
             print(f"{rows:>10,} product import {row['status']}: {row['rejection_reason']}")
@@ -325,6 +327,7 @@ def statistics(root: Path, url: str, conn, gateway: stack.Process, token: str,  
         else:
             stale_stage(conn, rows)
         data = make_csv(rows, f"T{mode}", seeded)
+        common.settle(conn)
         seconds, row = product(gateway, conn, token, data, f"{mode}.csv")
         assert row["status"] == "completed", row
         times[mode] = seconds
@@ -600,7 +603,12 @@ def errors_endpoint(root: Path, url: str, env: dict[str, str]) -> None:
         "deepest page 1000 (100)": {"page": 1000, "limit": 100},
         "errorCode, page 1 (100)": {"errorCode": CODES[2][0], "limit": 100},
         "errorCode, page 100 (100)": {"errorCode": CODES[2][0], "page": 100, "limit": 100}}
-    gateway = stack.start_gateway(env, root / "logs-errors")
+    # The 4 clients share one address: at ~10 ms a page they outran the per-address guard (200
+    # requests a second, bursts of 400) and got 429 on a quiet machine. Lifted, as
+    # bench/events.py does, so this measures the endpoint, not the guard; every request still
+    # passes through it.
+    gateway = stack.start_gateway({**env, "CLIENT_REQUESTS_PER_S": "100000"},
+                                  root / "logs-errors")
     try:
         with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {token}"},
                           timeout=30) as warm:
