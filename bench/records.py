@@ -224,9 +224,21 @@ def stage_shares(worker: stack.Process, batch_id: Any) -> str:
                 return "stages: " + ", ".join(f"{name} {value:,} ms ({value / total:.0%})"
                                               for name, value in ms.items()) + (
                     f"; promoted while staging went on: {ahead:,} ms (ADR 0273)" if ahead else ""
-                ) + (f"; the flip's upsert of amends: {flip:,} ms" if flip is not None else "")
+                ) + (f"; the flip's upsert of amends: {flip:,} ms" if flip is not None else ""
+                     ) + _path(stats)
         time.sleep(0.1)
     return "stages: the worker logged no completion line for the batch"
+
+
+def _path(stats: dict[str, Any]) -> str:
+    """The job's steps in ms from its start (worker/records/pipeline.py Times.mark): the path its
+    time took, which the overlapping stage sums cannot show (ADR 0550)."""
+    at = dict(stats.get("timeline_ms") or {})
+    if "promoted" in at and stats.get("flip_ms") is not None:
+        at["flip begun"] = at["promoted"] - stats["flip_ms"]
+    steps = sorted(at.items(), key=lambda step: step[1])
+    return ("\n           path (ms from the job's start): "
+            + ", ".join(f"{name.replace('_', ' ')} {ms:,}" for name, ms in steps)) if steps else ""
 
 
 def main() -> None:

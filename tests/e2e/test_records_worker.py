@@ -365,6 +365,15 @@ def test_a_large_file_is_read_and_validated_column_wise_in_chunks(gateway, tenan
     stats = conn.execute("SELECT stats FROM ingestion_runs WHERE batch_id = %s",
                          (batch_id,)).fetchone()["stats"]
     assert all(stats[f"{name}_ms"] >= 0 for name in ("read", "validate", "stage", "promote"))
+    # and its completion line, the path that time took: each step after the one before, the
+    # flip (its last transaction) within the promotion, all within the job (ADR 0550)
+    [done] = [orjson.loads(line) for line in worker.logs().splitlines()
+              if "ingest_job_complete" in line and str(batch_id) in line]
+    at = done["timeline_ms"]
+    assert list(at) == ["chunks_staged", "slices_ahead_done", "staging_complete", "promoted"]
+    assert 0 < at["chunks_staged"] <= at["slices_ahead_done"] <= at["staging_complete"] \
+        <= at["promoted"] <= done["duration_ms"]
+    assert 0 <= done["flip_upsert_ms"] <= done["flip_ms"] <= at["promoted"] - at["staging_complete"]
 
 
 def test_sigkill_mid_parse_resumes_after_the_last_staged_row(gateway, tenants, conn, stack_env,

@@ -121,7 +121,7 @@ class RecordsPipeline:
             contract = contract_for(job.contract, batch["platform"])
             target = stage.Target(job.batch_id, job.tenant_id, job.run_id, lease.fence,
                                   stage.entity_type(contract))
-            status, times = batch["status"], Times()
+            status, times = batch["status"], Times(started)
             if status == "pending":
                 conn.execute(Q["start_batch"], target.keys)
                 status = "processing"
@@ -154,10 +154,12 @@ class RecordsPipeline:
                 result = promote.promote(
                     *promotion_args, **promotion_kwargs, connect=self._connect,
                     tick=lambda done: check.progress("promote", 0.92 + 0.07 * done))
+        times.mark("promoted")
         promote_ms = round((time.monotonic() - promoted_at) * 1000)
         promote_ms += times.ms("promote")  # waiting for the slices ahead to end
         stats.update(result, db_ms=db_ms + promote_ms, promote_ms=promote_ms,
-                     duration_ms=round((time.monotonic() - started) * 1000))
+                     duration_ms=round((time.monotonic() - started) * 1000),
+                     timeline_ms=times.at)
         with self._connect() as conn:
             if job.contract != "ad_metrics":  # the tables with trigram indexes (ADR 0334)
                 search_indexes.merge_pending(conn)
@@ -187,8 +189,10 @@ class RecordsPipeline:
         with times.stage():
             if contract.name == "ad_metrics":  # repeats and slices, before the budget counts
                 ad_promote.prepare(conn, target)
-            return promote.finish_staging(conn, target, contract, staged_rows,
-                                          times.ms("read", "validate"))
+            counts = promote.finish_staging(conn, target, contract, staged_rows,
+                                            times.ms("read", "validate"))
+        times.mark("staging_complete")
+        return counts
 
     def _stage_rows(self, conn: db.Conn, target: stage.Target, contract: contracts.Contract,
                     batch: dict[str, Any], source: table.Table | jsonrows.JsonLines,
@@ -202,9 +206,11 @@ class RecordsPipeline:
         try:
             last = self._stage_chunks(conn, target, contract, source, resume, check, times,
                                       issues_log, ahead)
+            times.mark("chunks_staged")
             if ahead is not None:
                 with times.promote():
                     ahead.finish()
+                times.mark("slices_ahead_done")
         finally:
             if ahead is not None:
                 ahead.stop()
@@ -350,13 +356,21 @@ def _hold_before_fail(pause: tuple[str, Path] | None) -> None:
 
 class Times:
     """Where a job's time goes, by stage (read, validate, stage, promote), for its run's stats
-    and the benches' shares (bench/records.py, bench/ad_metrics.py)."""
+    and the benches' shares (bench/records.py, bench/ad_metrics.py); and when it reached each
+    step, in ms from its start: the stages overlap (a chunk is validated while the one before
+    is staged, slices are promoted beside both), so their sums cannot show the path the job's
+    time took (docs/decisions/0550)."""
 
     STAGES = ("read", "validate", "stage", "promote")
 
-    def __init__(self) -> None:
+    def __init__(self, started: float) -> None:
         self.seconds = dict.fromkeys(self.STAGES, 0.0)
         self.ahead = 0.0  # slices promoted while staging went on (docs/decisions/0273)
+        self.started = started
+        self.at: dict[str, int] = {}
+
+    def mark(self, step: str) -> None:
+        self.at[step] = round((time.monotonic() - self.started) * 1000)
 
     @contextlib.contextmanager
     def _timing(self, name: str) -> Iterator[None]:

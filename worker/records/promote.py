@@ -190,6 +190,7 @@ def _flip(conn: db.Conn, target: Target, contract: contracts.Contract, statement
     """The last transaction: the amends upserted, the batch completed or partial, the run
     succeeded, the IngestionCompleteEvent; everything the slices wrote is seen from its
     commit (docs/decisions/0181)."""
+    flip_started = time.monotonic()
     with conn.transaction():
         upsert_started = time.monotonic()
         written = _one(conn.execute(Q[statements.upsert], params).fetchone())
@@ -228,7 +229,8 @@ def _flip(conn: db.Conn, target: Target, contract: contracts.Contract, statement
             at=finished_at)
     return {"inserted": result["rows_inserted"], "updated": result["rows_updated"],
             "unchanged": result["rows_unchanged"], "partial": int(status == "partial"),
-            "flip_upsert_ms": upsert_ms}
+            "flip_upsert_ms": upsert_ms,
+            "flip_ms": round((time.monotonic() - flip_started) * 1000)}
 
 
 class Ahead:
