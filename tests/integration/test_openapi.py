@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -249,8 +248,12 @@ def contract_gateway(stack_env, out_dir):
     # Streams end after a second (schemathesis reads an answer to its end); the query model
     # stays unloaded (search's own tests cover it; here its routes answer 404 search_disabled
     # after their declared parameters are checked).
+    # The per-address request guard is lifted: schemathesis is one address, and on a quiet
+    # machine it sent more than the guard's 200 requests a second, so a request missing its
+    # token got 429 where the schema promises 401. The guard's answers are test_edges.py's.
     gateway = stack.start_gateway({**stack_env, "LIVE_STREAM_MAX_S": "1",
-                                   "SEARCH_ENABLED": "false"}, out_dir, name="gateway-contract")
+                                   "SEARCH_ENABLED": "false", "CLIENT_REQUESTS_PER_S": "100000"},
+                                  out_dir, name="gateway-contract")
     yield gateway
     gateway.stop()
 
@@ -292,7 +295,11 @@ def _schemathesis(gateway, out_dir: Path, reports: Path, name: str, token: str, 
            "SCHEMATHESIS_HOOKS": "tests.support.schemathesis_hooks"}
     command = [str(ST), "--config-file", str(CONFIG), "--no-color", "run",
                f"{gateway.url}/schema/openapi.json", "--checks", "all", "--seed", "23",
-               "--max-examples", str(EXAMPLES), "--workers", "2", "--request-timeout", "60",
+               # One worker thread: with two, CPython 3.11's ast recursion counter, which all
+               # threads share, made hypothesis raise its own SystemError while compiling
+               # strategies (python/cpython#106905): a failure of the tool, not an answer of
+               # ours, which a retry only made rarer (a run and its retry both hit it in a CI of 2026-11-30).
+               "--max-examples", str(EXAMPLES), "--request-timeout", "60",
                # bcrypt runs twice in a password change: seconds on a loaded CI machine
                "--max-response-time", "30",
                "-H", f"Authorization: Bearer {token}", "-H", f"X-Api-Key: {key}",
@@ -302,25 +309,7 @@ def _schemathesis(gateway, out_dir: Path, reports: Path, name: str, token: str, 
     run = subprocess.run(command, cwd=reports, env=env, capture_output=True, text=True,
                          timeout=1500)
     (out_dir / f"schemathesis-{name}.txt").write_text(run.stdout + run.stderr)
-    if run.returncode != 0 and _interpreter_race(run.stdout + run.stderr):
-        # CPython 3.11 keeps the ast module's recursion counter in state that all threads
-        # share; with --workers 2, hypothesis compiling strategies in both threads once made
-        # schemathesis report its own SystemError (python/cpython#106905), not an answer of
-        # ours. Only that error earns one more run, and the run it replaces is kept.
-        (out_dir / f"schemathesis-{name}-interpreter-race.txt").write_text(
-            run.stdout + run.stderr)
-        shutil.rmtree(reports / name, ignore_errors=True)
-        run = subprocess.run(command, cwd=reports, env=env, capture_output=True, text=True,
-                             timeout=1500)
-        (out_dir / f"schemathesis-{name}.txt").write_text(run.stdout + run.stderr)
     return run
-
-
-def _interpreter_race(output: str) -> bool:
-    """Whether a failed run failed only on CPython's shared ast counter: the interpreter's
-    SystemError, and no check of an answer failed."""
-    return ("AST constructor recursion depth mismatch" in output
-            and "FAILURES" not in output)
 
 
 def _answers_with(report_dir: Path, code: str) -> int:
