@@ -298,7 +298,8 @@ def _schemathesis(gateway, out_dir: Path, reports: Path, name: str, token: str, 
                # One worker thread: with two, CPython 3.11's ast recursion counter, which all
                # threads share, made hypothesis raise its own SystemError while compiling
                # strategies (python/cpython#106905): a failure of the tool, not an answer of
-               # ours, which a retry only made rarer (a run and its retry both hit it in a CI of 2026-11-30).
+               # ours, which a retry only made rarer (a run and its retry both hit it in one
+               # CI of 2026-11-30).
                "--max-examples", str(EXAMPLES), "--request-timeout", "60",
                # bcrypt runs twice in a password change: seconds on a loaded CI machine
                "--max-response-time", "30",
