@@ -211,6 +211,36 @@ def test_missing_parent_sets_the_reference_null_with_a_warning(conn, tenants):
     assert warnings(conn, batch) == [(2, "AD_METRIC_AD_NOT_FOUND"),
                                      (3, "AD_METRIC_AD_SET_NOT_FOUND")]
     assert count(conn, "ads", tenant) == 1
+    # and each warning's evidence is its row as staged, nothing of the promotion's own
+    assert evidence(conn, batch) == [(2, True, "a9"), (3, True, None)]
+
+
+def test_a_period_rows_warning_carries_its_staged_row_as_evidence(conn, tenants):
+    # Given a period row (no day) naming an ad by id only that the tenant does not have
+    tenant = tenants.user().tenant_id
+    batch = new_batch(conn, tenant)
+    stage(conn, tenant, batch, [row("c1", "s1", "a1", day=None, grain="period",
+                                    period_start="2026-01-01", period_end="2026-01-31"),
+                                row("c1", "s1", "a9", named=False, day=None, grain="period",
+                                    period_start="2026-01-01", period_end="2026-01-31")])
+
+    written = promote(conn, tenant, batch)
+
+    # Then both periods are kept, and the second row is warned with its staged values
+    assert written["period_metrics_upserted"] == 2
+    assert warnings(conn, batch) == [(2, "AD_METRIC_AD_NOT_FOUND")]
+    assert evidence(conn, batch) == [(2, True, "a9")]
+
+
+def evidence(conn, batch_id) -> list[tuple[int, bool, str | None]]:
+    """Each row error's row, whether its evidence is exactly the staged row's values, and
+    the ad id in it."""
+    return [(r["row_number"], r["same"], r["ad"]) for r in conn.execute(
+        "SELECT e.row_number, e.raw = staged_values(to_jsonb(s)) AS same, "
+        "e.raw ->> 'ad_external_id' AS ad FROM import_row_errors e "
+        "JOIN import_staged_ad_metrics s ON s.batch_id = e.batch_id "
+        "AND s.row_number = e.row_number WHERE e.batch_id = %s ORDER BY e.row_number",
+        (batch_id,))]
 
 
 def test_amended_export_updates_facts_and_adds_no_dimension(conn, tenants):
