@@ -109,7 +109,7 @@ class RecordsPipeline:
     def run(self, job: jobs.RecordsJob, lease: runs.RunLease,
             abort: threading.Event | None = None) -> RecordsResult:
         check = _Check(lease, abort, self._pause_point())
-        times = Times(time.monotonic())
+        times = Times()
         stats: dict[str, Any] = {"batch_id": str(job.batch_id), "file_hash": job.file_hash,
                                  "worker_id": self.worker_id, "contract": job.contract}
         with self._connect() as conn:
@@ -158,7 +158,7 @@ class RecordsPipeline:
         promote_ms = round((time.monotonic() - promoted_at) * 1000)
         promote_ms += times.ms("promote")  # waiting for the slices ahead to end
         stats.update(result, db_ms=db_ms + promote_ms, promote_ms=promote_ms,
-                     duration_ms=round((time.monotonic() - times.started) * 1000),
+                     duration_ms=times.elapsed_ms(),
                      timeline_ms=times.at)
         with self._connect() as conn:
             if job.contract != "ad_metrics":  # the tables with trigram indexes (ADR 0334)
@@ -363,14 +363,17 @@ class Times:
 
     STAGES = ("read", "validate", "stage", "promote")
 
-    def __init__(self, started: float) -> None:
+    def __init__(self) -> None:
         self.seconds = dict.fromkeys(self.STAGES, 0.0)
         self.ahead = 0.0  # slices promoted while staging went on (docs/decisions/0273)
-        self.started = started
+        self.started = time.monotonic()  # the job's start: its duration and every step's
         self.at: dict[str, int] = {}
 
+    def elapsed_ms(self) -> int:
+        return round((time.monotonic() - self.started) * 1000)
+
     def mark(self, step: str) -> None:
-        self.at[step] = round((time.monotonic() - self.started) * 1000)
+        self.at[step] = self.elapsed_ms()
 
     @contextlib.contextmanager
     def _timing(self, name: str) -> Iterator[None]:
